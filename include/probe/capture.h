@@ -1,0 +1,141 @@
+/* probe/capture.h - the capture file (HDF5): writer and reader.
+ *
+ * Layout (docs/file-format.md, CONTRACT.md): one dataset per captured tensor
+ * at /<component>/<call, 4 digits>/<slot>, stored contiguous, row-major, in
+ * its logical element type:
+ *   float16/32/64     IEEE little-endian (H5T_IEEE_F16LE-like, F32LE, F64LE)
+ *   bfloat16          a 2-byte HDF5 float type with bfloat16's bit fields
+ *                     (sign 15, exponent 7..14 bias 127, mantissa 0..6):
+ *                     h5py reads it as float32 exactly, h5dump prints values
+ *   float8_e4m3fn/e5m2 uint8 holding the raw encoding
+ *   ints, bool        HDF5 native integers; bool as h5py's int8 enum
+ * Dataset attributes (all prefixed "probe."): dtype (logical type name),
+ * shape (int64 array), component, slot, call, step, cfg_branch, timestep,
+ * scope (NVTX range path), device, seq (execution order), hash (xxh64 of the
+ * contiguous bytes as 16 hex digits). Root attributes: probe.format
+ * ("probe-capture"), probe.version (1), probe.manifest (JSON text),
+ * probe.skips (JSON list of {path, reason}).
+ */
+#ifndef PROBE_CAPTURE_H
+#define PROBE_CAPTURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "probe/dtype.h"
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PROBE_MAX_RANK 16
+#define PROBE_CAPTURE_FORMAT_VERSION 1
+
+/* What is known about one captured tensor. Strings may be NULL (absent). */
+typedef struct probe_record {
+    const char *path;        /* "/dit.step/0003/out"; required */
+    const char *component;   /* "dit.step" */
+    const char *slot;        /* "out", "in.hidden_states", "out.sample", "out.0" */
+    int64_t call;            /* call index of the component, -1 unknown */
+    int64_t step;            /* denoising step, -1 unknown */
+    int32_t cfg_branch;      /* -1 unknown */
+    double timestep;         /* NaN unknown */
+    const char *scope;       /* NVTX range path, ranges joined by '/'; "" if none */
+    const char *device;      /* "cpu", "cuda:0" */
+    uint64_t seq;            /* capture sequence number: execution order */
+    probe_dtype dtype;
+    int rank;                /* 0..PROBE_MAX_RANK */
+    const int64_t *shape;    /* rank entries, each >= 0 */
+} probe_record;
+
+/* --- writer --- */
+typedef struct probe_writer probe_writer;
+
+/* Create (truncate) the capture file at path with the run manifest (JSON
+ * text, may be NULL). Errors: PROBE_EIO with the OS/HDF5 reason (missing
+ * directory, permission, disk full), PROBE_EINVAL for NULL path/out. Not
+ * thread-safe: one thread uses one writer. */
+probe_status probe_writer_open(const char *path, const char *manifest_json, probe_writer **out);
+
+/* Write one tensor: data holds the contiguous row-major bytes of
+ * prod(shape) elements of rec->dtype; nbytes must equal that size
+ * (PROBE_EINVAL otherwise). A path already written is PROBE_EINVAL.
+ * PROBE_EIO on a failed write (e.g. ENOSPC); the file stays readable up to
+ * the previous tensor. */
+probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
+                              size_t nbytes);
+
+/* Record that rec->path was not captured and why (e.g. "stream capturing a
+ * CUDA graph"). Kept in the root attribute probe.skips. */
+probe_status probe_writer_skip(probe_writer *w, const probe_record *rec, const char *reason);
+
+/* Replace the manifest JSON (written at close). */
+probe_status probe_writer_set_manifest(probe_writer *w, const char *manifest_json);
+
+/* Flush everything to disk. */
+probe_status probe_writer_flush(probe_writer *w);
+
+/* Write pending attributes, close and free. w may be NULL. Returns the first
+ * error seen while closing. */
+probe_status probe_writer_close(probe_writer *w);
+
+/* xxh64 (seed 0) of n bytes, the content hash stored in probe.hash. */
+uint64_t probe_capture_hash(const void *data, size_t n);
+
+/* --- reader --- */
+typedef struct probe_file probe_file;
+
+typedef struct probe_tensor_info {
+    char path[512];
+    char component[128];   /* probe.component, else the first path element */
+    char slot[128];        /* probe.slot, else the last path element */
+    char scope[512];       /* "" if absent */
+    char hash[17];         /* "" if absent */
+    probe_dtype dtype;     /* logical type (probe.dtype or from the HDF5 type) */
+    int rank;
+    int64_t shape[PROBE_MAX_RANK];
+    uint64_t n;            /* number of elements */
+    int64_t seq;           /* -1 if absent */
+    int64_t call, step;    /* -1 if absent */
+    int32_t cfg_branch;    /* -1 if absent */
+    double timestep;       /* NaN if absent */
+} probe_tensor_info;
+
+typedef struct probe_skip_info {
+    char path[512];
+    char reason[256];
+} probe_skip_info;
+
+/* Open a capture file, or any HDF5 file, for reading and index every numeric
+ * dataset (float, integer, bool-enum, probe bfloat16/fp8). Non-numeric
+ * datasets (strings, compound, vlen) are not tensors; their count is given by
+ * probe_file_ignored_count(). Errors: PROBE_ENOTFOUND (no such file),
+ * PROBE_EFORMAT (not an HDF5 file, truncated), PROBE_EIO. The message names
+ * the file. */
+probe_status probe_file_open(const char *path, probe_file **out);
+void probe_file_close(probe_file *f);
+
+/* Tensors in execution order (probe.seq) when every tensor has one,
+ * otherwise in path order. */
+size_t probe_file_count(const probe_file *f);
+const probe_tensor_info *probe_file_tensor(const probe_file *f, size_t i);
+/* Index of the tensor at path, or PROBE_ENOTFOUND. */
+probe_status probe_file_find(const probe_file *f, const char *path, size_t *index);
+
+/* Read tensor i converted to double (n elements into dst). PROBE_EIO or
+ * PROBE_EFORMAT if HDF5 cannot read it (message names file and path). */
+probe_status probe_file_read_f64(probe_file *f, size_t i, double *dst);
+/* Read tensor i's raw bytes in its logical type (n * probe_dtype_size bytes). */
+probe_status probe_file_read_raw(probe_file *f, size_t i, void *dst, size_t nbytes);
+
+/* Root attribute probe.manifest (JSON text) or NULL. */
+const char *probe_file_manifest(const probe_file *f);
+size_t probe_file_skip_count(const probe_file *f);
+const probe_skip_info *probe_file_skip(const probe_file *f, size_t i);
+size_t probe_file_ignored_count(const probe_file *f);
+const char *probe_file_path(const probe_file *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,61 @@
+/* probe/dtype.h - logical element types of captured tensors.
+ *
+ * The numeric values are part of the tap ABI (probe/tap.h) and never change;
+ * new types are appended. Names are those written into capture files as the
+ * `probe.dtype` attribute and into JSON (`"dtype"`), and match torch's
+ * spelling without the "torch." prefix.
+ */
+#ifndef PROBE_DTYPE_H
+#define PROBE_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum probe_dtype {
+    PROBE_DTYPE_INVALID = 0,
+    PROBE_DTYPE_BOOL = 1,      /* 1 byte, 0 = false, anything else = true */
+    PROBE_DTYPE_INT8 = 2,
+    PROBE_DTYPE_INT16 = 3,
+    PROBE_DTYPE_INT32 = 4,
+    PROBE_DTYPE_INT64 = 5,
+    PROBE_DTYPE_UINT8 = 6,
+    PROBE_DTYPE_UINT16 = 7,
+    PROBE_DTYPE_UINT32 = 8,
+    PROBE_DTYPE_UINT64 = 9,
+    PROBE_DTYPE_FLOAT16 = 10,  /* IEEE 754 binary16 */
+    PROBE_DTYPE_BFLOAT16 = 11, /* upper 16 bits of IEEE binary32 */
+    PROBE_DTYPE_FLOAT32 = 12,
+    PROBE_DTYPE_FLOAT64 = 13,
+    PROBE_DTYPE_FLOAT8_E4M3FN = 14, /* OCP FP8 E4M3: no inf, S.1111.111 = NaN */
+    PROBE_DTYPE_FLOAT8_E5M2 = 15,   /* OCP FP8 E5M2: IEEE-like, has inf/NaN */
+    PROBE_DTYPE_COUNT_ = 16
+} probe_dtype;
+
+/* Bytes per element; 0 for PROBE_DTYPE_INVALID or an unknown value. */
+size_t probe_dtype_size(probe_dtype t);
+
+/* "float32", "bfloat16", "float8_e4m3fn", ...; "invalid" for unknown values. */
+const char *probe_dtype_name(probe_dtype t);
+
+/* Inverse of probe_dtype_name (also accepts a "torch." prefix); returns
+ * PROBE_DTYPE_INVALID for an unknown name. */
+probe_dtype probe_dtype_from_name(const char *name);
+
+/* 1 for the floating types (float16/bfloat16/float32/float64/fp8), else 0. */
+int probe_dtype_is_float(probe_dtype t);
+
+/* Convert n elements of type t at src (little-endian, packed) to double.
+ * Exact for every type except int64/uint64 beyond 2^53 (rounded to nearest).
+ * NaN and infinities are preserved (FP8 encodings per the OCP 8-bit floating
+ * point specification v1.0). Returns PROBE_EINVAL for an unknown type. */
+probe_status probe_dtype_to_f64(probe_dtype t, const void *src, double *dst, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,78 @@
+/* probe/gate.h - pass/fail gates applied to probe_metrics (DESIGN.md "Gates").
+ *
+ *   T1                 atol = rtol = 1e-3 element-wise (no index may mismatch),
+ *                      rel_l2 <= 1e-2, cosine >= 0.9999.
+ *   T1-relaxed:CAUSE   CAUSE in {reduction-reordering, backend-swap,
+ *                      compile-fusion, parallel-partial-sum}; rel_l2 <= 5e-2,
+ *                      cosine >= 0.999, element-wise atol = rtol = 1e-2
+ *                      (see docs/gates.md).
+ *   T2                 thresholds per component from a calibration file
+ *                      (docs/calibration.md).
+ * Every gate fails a tensor with a NaN in the candidate, an infinity that the
+ * reference does not hold at the same index, or a non-finite metric.
+ */
+#ifndef PROBE_GATE_H
+#define PROBE_GATE_H
+
+#include "probe/metrics.h"
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum probe_gate_kind {
+    PROBE_GATE_T1 = 1,
+    PROBE_GATE_T1_RELAXED = 2,
+    PROBE_GATE_T2 = 3
+} probe_gate_kind;
+
+typedef struct probe_gate {
+    probe_gate_kind kind;
+    char name[64];          /* "T1", "T1-relaxed:backend-swap", "T2" */
+    char cause[32];         /* T1-relaxed only, else "" */
+    double atol, rtol;      /* element-wise tolerance */
+    double mismatch_fraction_max; /* largest allowed mismatch_fraction (T1: 0) */
+    double rel_l2_max;      /* +inf = unchecked */
+    double cosine_min;      /* -inf = unchecked */
+    double max_abs_max;     /* +inf = unchecked */
+    double p99_abs_max;     /* +inf = unchecked */
+} probe_gate;
+
+/* Parse "T1", "T1-relaxed:CAUSE" or "T2" into *out with that gate's default
+ * thresholds (T2's thresholds are unchecked until probe_calibration_gate()
+ * fills them). Returns PROBE_EINVAL with a message naming the spec for an
+ * unknown gate or cause. */
+probe_status probe_gate_parse(const char *spec, probe_gate *out);
+
+#define PROBE_GATE_MAX_REASONS 8
+typedef struct probe_gate_verdict {
+    int pass;                 /* 1 pass, 0 fail */
+    int nreasons;
+    char reasons[PROBE_GATE_MAX_REASONS][160]; /* one line each, e.g. "rel_l2 0.0312 > 0.01" */
+} probe_gate_verdict;
+
+/* Apply gate g to metrics m. Returns PROBE_EINVAL on NULL arguments. */
+probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe_gate_verdict *v);
+
+/* --- T2 calibration files (JSON, docs/calibration.md) --- */
+typedef struct probe_calibration probe_calibration;
+
+/* Load and validate a calibration file. Errors: PROBE_ENOTFOUND (cannot open),
+ * PROBE_EFORMAT (not JSON, wrong "format"/"version", a threshold that is not
+ * a number), PROBE_EINVAL (a component name not in known_components, a
+ * NULL-terminated list; NULL accepts any name). */
+probe_status probe_calibration_load(const char *path, const char *const *known_components,
+                                    probe_calibration **out);
+void probe_calibration_free(probe_calibration *c);
+
+/* Fill *g (kind T2) with the thresholds for a tensor of `component` at
+ * dataset `path`: a "tensors" entry whose glob matches path wins over the
+ * component entry. Returns PROBE_ENOTFOUND if the file has neither. */
+probe_status probe_calibration_gate(const probe_calibration *c, const char *component,
+                                    const char *path, probe_gate *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* probe/metrics.h - error metrics between a reference r and a candidate c.
+ *
+ * Definitions are those of CONTRACT.md ("Metric definitions"); every sum is
+ * accumulated in fp64 (double). Elements are given as doubles: callers convert
+ * with probe_dtype_to_f64(), which is exact for every float type probe stores.
+ *
+ * Non-finite elements: an index where r or c is NaN or +-inf is excluded from
+ * the norms, the dot product, max/p99/mean absolute error and is counted in
+ * nan_ref/nan_cand/inf_ref/inf_cand. Such an index counts as a mismatch
+ * (mismatch_fraction) unless both sides hold the same infinity, or both are
+ * NaN. A NaN in the candidate makes the tensor fail any gate (probe/gate.h).
+ */
+#ifndef PROBE_METRICS_H
+#define PROBE_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element-wise tolerance: an index mismatches when |c - r| > atol + rtol*|r|. */
+typedef struct probe_metrics_opts {
+    double atol;
+    double rtol;
+} probe_metrics_opts;
+
+typedef struct probe_metrics {
+    uint64_t n;          /* elements compared (all of them) */
+    uint64_t n_finite;   /* indices finite on both sides: the population of the norm metrics */
+    double rel_l2;       /* ||c-r||2/||r||2; 0 if ||r||2 = 0 and c = r; +inf if ||r||2 = 0 and c != r */
+    double cosine;       /* <r,c>/(||r|| ||c||) clamped to [-1,1]; both norms 0: 1; one norm 0: 0 */
+    double max_abs;      /* max |c-r| over finite indices; 0 if n_finite = 0 */
+    uint64_t max_abs_offset; /* row-major flat offset of the first index attaining max_abs */
+    double p99_abs;      /* nearest-rank: sorted |c-r| ascending, element ceil(0.99*n_finite) (1-based); NaN if n_finite = 0 */
+    double mean_abs;     /* sum |c-r| / n_finite; NaN if n_finite = 0 */
+    uint64_t mismatch_count;  /* indices with |c-r| > atol + rtol*|r| (non-finite rule above) */
+    double mismatch_fraction; /* mismatch_count / n; 0 if n = 0 */
+    uint64_t nan_ref, nan_cand, inf_ref, inf_cand;
+    int zero_norm_reference;  /* ||r||2 = 0 (over finite indices) */
+    int identical;            /* every index equal (same value, same infinity, or NaN on both sides) */
+    double norm_ref, norm_cand, norm_diff, dot; /* the fp64 sums behind rel_l2 and cosine */
+} probe_metrics;
+
+/* Compute all metrics for n element pairs (ref[i], cand[i]), i in [0, n).
+ * n = 0 is valid (every metric of an empty tensor: rel_l2 0, cosine 1,
+ * identical 1, p99/mean NaN). Returns PROBE_EINVAL if ref, cand or out is NULL
+ * with n > 0, or opts is NULL; PROBE_ENOMEM if the scratch for the exact
+ * percentile cannot be allocated (n_finite doubles). */
+probe_status probe_metrics_compute(const double *ref, const double *cand, size_t n,
+                                   const probe_metrics_opts *opts, probe_metrics *out);
+
+/* Exact nearest-rank percentile q in (0, 100] of the n values in v:
+ * the ceil(q/100*n)-th smallest (1-based). v is reordered (selection, not a
+ * full sort). Returns NaN if n = 0. Source: the nearest-rank definition
+ * (numpy's method="inverted_cdf" gives the same value). */
+double probe_metrics_percentile_nearest_rank(double *v, size_t n, double q);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,69 @@
+/* probe/tap.h - the tap ABI, exported by the preloaded library
+ * (libprobe_intercept.so) and called by framework adapters (the Python
+ * adapter through ctypes) or by any C/C++ code that wants a tensor captured.
+ *
+ * Stability (NVTX v3 style): a struct starts with its own size and the ABI
+ * version; new fields are only appended; a caller that knows fewer fields
+ * passes a smaller struct_size and the library treats the missing fields as
+ * unknown. The function names carry the major version (_v1) and never change
+ * meaning.
+ *
+ * Threading: every function may be called from any thread at any time.
+ * probe_tap_v1 never synchronizes the producer's stream: a device tensor is
+ * copied on probe's private stream after an event recorded on `stream`; a
+ * stream that is capturing a CUDA graph is never touched (the tensor is
+ * recorded as skipped instead).
+ */
+#ifndef PROBE_TAP_H
+#define PROBE_TAP_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PROBE_TAP_ABI_VERSION 1
+
+typedef struct probe_tap_tensor_v1 {
+    uint32_t struct_size;    /* sizeof(probe_tap_tensor_v1) as the caller compiled it */
+    uint32_t abi_version;    /* PROBE_TAP_ABI_VERSION */
+    const char *component;   /* component name from the table, e.g. "dit.step"; required */
+    const char *slot;        /* "out", "in.<arg>", "out.<field>", "out.<i>"; required */
+    int64_t call;            /* call index of the component (path /<component>/<call:04>/<slot>); required, >= 0 */
+    int64_t step;            /* denoising step, -1 unknown */
+    int32_t cfg_branch;      /* CFG branch (0 first call of the step, 1 second, ...), -1 unknown */
+    int32_t device;          /* -1: host memory; >= 0: CUDA device ordinal */
+    int32_t dtype;           /* probe_dtype (probe/dtype.h) */
+    int32_t rank;            /* 0..16 */
+    const int64_t *shape;    /* rank entries, each >= 0 */
+    const int64_t *strides;  /* rank entries, in elements, each >= 0; NULL = contiguous row-major */
+    const void *data;        /* address of element [0, ..., 0] */
+    void *stream;            /* producer cudaStream_t for device tensors; NULL = legacy default stream */
+    double timestep;         /* scheduler timestep, NaN unknown */
+} probe_tap_tensor_v1;
+
+/* Capture one tensor. Returns 0 (PROBE_OK) when the tensor was accepted,
+ * written or recorded as skipped; a probe_status otherwise (bad descriptor:
+ * PROBE_EINVAL; capture disabled because the file could not be written:
+ * PROBE_EIO). Host data is copied before the call returns, so the caller may
+ * reuse the memory at once; device data is copied asynchronously. */
+int probe_tap_v1(const probe_tap_tensor_v1 *t);
+
+/* 1 if this process is capturing (an output file is configured, this process
+ * owns it, and capture has not been disabled by an error), else 0. */
+int probe_tap_enabled_v1(void);
+
+/* Add or replace a key of the run manifest; json_value must be JSON text
+ * (e.g. "\"2.11.0\"" or "{\"a\":1}"). Returns PROBE_EINVAL for a bad key. */
+int probe_tap_manifest_v1(const char *key, const char *json_value);
+
+/* Wait until every accepted capture is in the file (device copies complete,
+ * writer queue drained) and flush it. Never called by probe on the producer
+ * stream; adapters call it at interpreter exit. */
+int probe_tap_flush_v1(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
