@@ -58,6 +58,15 @@ int probe_tap_enabled_v1(void);
  * (e.g. "\"2.11.0\"" or "{\"a\":1}"). Returns PROBE_EINVAL for a bad key. */
 int probe_tap_manifest_v1(const char *key, const char *json_value);
 
+/* probe's private copy stream on CUDA device `device` (a cudaStream_t), or
+ * NULL when none exists (no device tensor tapped on that device yet, or CUDA
+ * is not loaded). Framework adapters whose allocator may reuse a tapped
+ * tensor's memory as soon as the producer frees it must mark the tensor as
+ * used on this stream after probe_tap_v1 returns (torch:
+ * t.record_stream(torch.cuda.ExternalStream(handle))), so the memory is not
+ * reused before probe's copy has read it. The producer is never blocked. */
+void *probe_tap_stream_v1(int32_t device);
+
 /* Wait until every accepted capture is in the file (device copies complete,
  * writer queue drained) and flush it. Never called by probe on the producer
  * stream; adapters call it at interpreter exit. */
