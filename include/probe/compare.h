@@ -1,0 +1,83 @@
+/* probe/compare.h - the compare engine behind probe-compare.
+ *
+ * Matches the tensors of a reference capture (feature off) and a candidate
+ * capture (feature on) by full HDF5 dataset path, computes the metrics of
+ * probe/metrics.h for every matched pair in fp64, applies a gate
+ * (probe/gate.h) and finds the first failure in execution order. Definitions
+ * and the JSON layout are CONTRACT.md's.
+ */
+#ifndef PROBE_COMPARE_H
+#define PROBE_COMPARE_H
+
+#include <stdio.h>
+#include "probe/capture.h"
+#include "probe/gate.h"
+#include "probe/metrics.h"
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct probe_compare_opts {
+    probe_gate gate;                        /* from probe_gate_parse(); T2 needs calibration */
+    const probe_calibration *calibration;   /* T2 thresholds; NULL otherwise */
+    int atol_set, rtol_set;                 /* override the gate's element-wise tolerance */
+    double atol, rtol;
+    const char *const *only;                /* NULL-terminated fnmatch globs on paths; NULL = every tensor */
+} probe_compare_opts;
+
+typedef struct probe_tensor_result {
+    probe_tensor_info ref;      /* reference side (shape, dtype, component, seq, ...) */
+    probe_dtype dtype_cand;     /* candidate's logical element type */
+    int64_t shape_cand[PROBE_MAX_RANK];
+    int rank_cand;
+    int compared;               /* 1 if metrics were computed (shapes matched, both readable) */
+    probe_metrics m;            /* valid when compared */
+    int64_t max_abs_index[PROBE_MAX_RANK]; /* m.max_abs_offset as a row-major index of ref.shape */
+    probe_gate gate;            /* the gate applied to this tensor (T2: per component/path) */
+    probe_gate_verdict verdict; /* pass/fail and reasons (also "shape mismatch ...") */
+} probe_tensor_result;
+
+typedef struct probe_compare_skip {
+    char path[512];
+    char side[16];              /* "reference" or "candidate" */
+    char reason[256];
+} probe_compare_skip;
+
+typedef struct probe_compare_result {
+    char reference[1024], candidate[1024];  /* file names as given */
+    probe_gate gate;                        /* the gate asked for (with overrides) */
+    size_t ntensors;
+    probe_tensor_result *tensors;           /* execution order of the reference (path order if it has none) */
+    size_t nmissing_cand, nmissing_ref;
+    char (*missing_in_candidate)[512];      /* in reference order */
+    char (*missing_in_reference)[512];      /* in candidate order */
+    size_t nskipped;
+    probe_compare_skip *skipped;            /* captures skipped at run time (probe.skips) */
+    int pass;                               /* every matched tensor passes and nothing is missing */
+    long first_failure;                     /* index into tensors, -1 if none */
+    char first_failure_path[512];           /* "" if none; may name a tensor missing in the candidate */
+    int feature_active;                     /* 1 if any matched tensor is not identical */
+} probe_compare_result;
+
+/* Compare two capture files. Errors (no result is returned): a file that
+ * cannot be opened or read (PROBE_ENOTFOUND / PROBE_EFORMAT / PROBE_EIO, the
+ * message names the file), PROBE_ENOMEM, PROBE_EINVAL for bad options. A tensor
+ * pair that cannot be compared (shape mismatch) is not an error: it fails in
+ * the result with a reason. */
+probe_status probe_compare_files(const char *reference, const char *candidate,
+                                 const probe_compare_opts *opts, probe_compare_result **out);
+void probe_compare_result_free(probe_compare_result *r);
+
+/* Write the result as CONTRACT.md's JSON version 1 (plus the additive keys
+ * "dtype_candidate", "skipped", "summary"). PROBE_EIO if the stream fails. */
+probe_status probe_compare_write_json(const probe_compare_result *r, FILE *f);
+
+/* Write a self-contained HTML report (no network; the JSON inline). */
+probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

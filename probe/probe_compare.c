@@ -1,0 +1,290 @@
+/* probe-compare: compare a reference capture (feature off) with a candidate
+ * capture (feature on). CLI, exit codes and JSON: CONTRACT.md.
+ *   exit 0  every matched tensor passes the gate and nothing is missing
+ *   exit 1  a gate failed or a tensor is missing
+ *   exit 2  bad arguments, or a file that cannot be opened/read
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "probe/compare.h"
+
+#define MAX_ONLY 64
+#define MAX_COMPONENTS 64
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: probe-compare [options] REF.h5 CAND.h5\n"
+            "Compare a reference capture (feature off) with a candidate (feature on).\n\n"
+            "  --gate G            T1 (default), T1-relaxed:CAUSE, or T2 (needs --calibration)\n"
+            "                      CAUSE: reduction-reordering, backend-swap, compile-fusion,\n"
+            "                      parallel-partial-sum\n"
+            "  --calibration FILE  T2 thresholds (docs/calibration.md)\n"
+            "  --atol X --rtol X   element-wise tolerance |c-r| <= atol + rtol*|r| (override)\n"
+            "  --only GLOB         compare only dataset paths matching GLOB (repeatable)\n"
+            "  --json FILE         write the result as JSON (CONTRACT.md v1); '-' for stdout\n"
+            "  --html FILE         write a self-contained HTML report\n"
+            "  --quiet             print only the final verdict line\n"
+            "  --help, --version\n\n"
+            "exit status: 0 all pass, 1 a gate failed or a tensor is missing, 2 bad arguments\n"
+            "or an unreadable file\n");
+}
+
+static int parse_tol(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < 0) {
+        fprintf(stderr, "probe-compare: %s '%s': not a finite non-negative number\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Known component names from the component table, for validating calibration
+ * files: $PROBE_COMPONENTS, else <exe>/../share/probe/components.json. Returns
+ * the number of names (0 if the table cannot be found: then any is accepted). */
+static size_t load_component_names(char *names[MAX_COMPONENTS])
+{
+    char path[PATH_MAX];
+    const char *env = getenv("PROBE_COMPONENTS");
+    if (env && *env) {
+        snprintf(path, sizeof path, "%s", env);
+    } else {
+        char exe[PATH_MAX];
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (len <= 0)
+            return 0;
+        exe[len] = 0;
+        snprintf(path, sizeof path, "%s/../share/probe/components.json", dirname(exe));
+    }
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root)
+        return 0;
+    size_t n = 0, i;
+    json_t *row;
+    json_array_foreach(json_object_get(root, "components"), i, row) {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (name && n < MAX_COMPONENTS - 1)
+            names[n++] = strdup(name);
+    }
+    names[n] = NULL;
+    json_decref(root);
+    return n;
+}
+
+static void fmt_num(char *buf, size_t cap, double x, int present)
+{
+    if (!present || !isfinite(x))
+        snprintf(buf, cap, "%s", !present ? "-" : "null");
+    else
+        snprintf(buf, cap, "%.3e", x);
+}
+
+static void print_table(FILE *out, const probe_compare_result *r)
+{
+    int w = 4;
+    for (size_t i = 0; i < r->ntensors; i++) {
+        int len = (int)strlen(r->tensors[i].ref.path);
+        if (len > w)
+            w = len;
+    }
+    if (w > 72)
+        w = 72;
+    fprintf(out, "reference %s\ncandidate %s\ngate %s: atol %g rtol %g", r->reference,
+            r->candidate, r->gate.name, r->gate.atol, r->gate.rtol);
+    if (isfinite(r->gate.rel_l2_max))
+        fprintf(out, ", rel_l2 <= %g", r->gate.rel_l2_max);
+    if (isfinite(r->gate.cosine_min))
+        fprintf(out, ", cosine >= %g", r->gate.cosine_min);
+    fprintf(out, "\n\n%-*s  %-9s %10s %10s %12s %10s %10s %9s  %s\n", w, "path", "dtype", "n",
+            "rel_l2", "cosine", "max_abs", "p99_abs", "mismatch", "verdict");
+    for (size_t i = 0; i < r->ntensors; i++) {
+        const probe_tensor_result *t = &r->tensors[i];
+        const probe_metrics *m = &t->m;
+        int fin = t->compared && m->n_finite > 0;
+        char rl[32], mx[32], p99[32], mm[32], cs[32];
+        fmt_num(rl, sizeof rl, m->rel_l2, t->compared);
+        fmt_num(mx, sizeof mx, m->max_abs, fin);
+        fmt_num(p99, sizeof p99, m->p99_abs, fin);
+        fmt_num(mm, sizeof mm, m->mismatch_fraction, t->compared);
+        if (t->compared && isfinite(m->cosine))
+            snprintf(cs, sizeof cs, "%.8f", m->cosine);
+        else
+            snprintf(cs, sizeof cs, "%s", t->compared ? "null" : "-");
+        fprintf(out, "%-*s  %-9s %10llu %10s %12s %10s %10s %9s  %s%s%s\n", w, t->ref.path,
+                probe_dtype_name(t->ref.dtype), (unsigned long long)t->ref.n, rl, cs, mx, p99, mm,
+                t->verdict.pass ? "pass" : "FAIL", t->verdict.nreasons ? ": " : "",
+                t->verdict.nreasons ? t->verdict.reasons[0] : "");
+    }
+    for (size_t i = 0; i < r->nmissing_cand; i++)
+        fprintf(out, "%-*s  missing in candidate\n", w, r->missing_in_candidate[i]);
+    for (size_t i = 0; i < r->nmissing_ref; i++)
+        fprintf(out, "%-*s  missing in reference\n", w, r->missing_in_reference[i]);
+    for (size_t i = 0; i < r->nskipped; i++)
+        fprintf(out, "%-*s  skipped in %s: %s\n", w, r->skipped[i].path, r->skipped[i].side,
+                r->skipped[i].reason);
+    fputc('\n', out);
+}
+
+static void print_verdict(FILE *out, const probe_compare_result *r)
+{
+    size_t npass = 0;
+    for (size_t i = 0; i < r->ntensors; i++)
+        npass += r->tensors[i].verdict.pass != 0;
+    if (r->first_failure_path[0]) {
+        const char *why = "missing in candidate";
+        char comp[160] = "";
+        if (r->first_failure >= 0) {
+            const probe_tensor_result *t = &r->tensors[r->first_failure];
+            why = t->verdict.nreasons ? t->verdict.reasons[0] : "failed";
+            snprintf(comp, sizeof comp, "%s", t->ref.component);
+        } else {
+            const char *p = r->first_failure_path + 1, *slash = strchr(p, '/');
+            snprintf(comp, sizeof comp, "%.*s", slash ? (int)(slash - p) : (int)strlen(p), p);
+        }
+        fprintf(out, "first failure: component %s at %s: %s\n", comp, r->first_failure_path, why);
+    }
+    if (!r->feature_active && r->ntensors)
+        fprintf(out, "note: the candidate is identical to the reference in every compared tensor "
+                     "(feature not active?)\n");
+    fprintf(out,
+            "%s: %zu tensors compared, %zu pass, %zu fail, %zu missing in candidate, %zu missing "
+            "in reference, %zu skipped (gate %s)\n",
+            r->pass ? "PASS" : "FAIL", r->ntensors, npass, r->ntensors - npass, r->nmissing_cand,
+            r->nmissing_ref, r->nskipped, r->gate.name);
+}
+
+static int write_to(const char *path, const probe_compare_result *r, int html)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "probe-compare: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    probe_status s = html ? probe_compare_write_html(r, f) : probe_compare_write_json(r, f);
+    if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
+        s = probe_set_error(PROBE_EIO, "close failed");
+    if (s != PROBE_OK) {
+        fprintf(stderr, "probe-compare: cannot write %s: %s\n", path, probe_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
+           OPT_HELP, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
+        {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
+        {"only", required_argument, 0, OPT_ONLY},   {"json", required_argument, 0, OPT_JSON},
+        {"html", required_argument, 0, OPT_HTML},   {"quiet", no_argument, 0, OPT_QUIET},
+        {"help", no_argument, 0, OPT_HELP},         {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0}};
+    const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
+    const char *only[MAX_ONLY + 1] = {0};
+    size_t nonly = 0;
+    int quiet = 0;
+    probe_compare_opts opts;
+    memset(&opts, 0, sizeof opts);
+
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_GATE: gate_spec = optarg; break;
+        case OPT_CAL: cal_path = optarg; break;
+        case OPT_ATOL:
+            if (parse_tol("--atol", optarg, &opts.atol))
+                return 2;
+            opts.atol_set = 1;
+            break;
+        case OPT_RTOL:
+            if (parse_tol("--rtol", optarg, &opts.rtol))
+                return 2;
+            opts.rtol_set = 1;
+            break;
+        case OPT_ONLY:
+            if (nonly == MAX_ONLY) {
+                fprintf(stderr, "probe-compare: at most %d --only options\n", MAX_ONLY);
+                return 2;
+            }
+            only[nonly++] = optarg;
+            break;
+        case OPT_JSON: json_path = optarg; break;
+        case OPT_HTML: html_path = optarg; break;
+        case OPT_QUIET: quiet = 1; break;
+        case OPT_HELP: usage(stdout); return 0;
+        case OPT_VERSION: printf("probe-compare %s\n", PROBE_VERSION); return 0;
+        default:
+            if (optopt)
+                fprintf(stderr, "probe-compare: option needs an argument or is unknown: %s\n",
+                        argv[optind - 1]);
+            else
+                fprintf(stderr, "probe-compare: unknown option '%s'\n", argv[optind - 1]);
+            fprintf(stderr, "usage: probe-compare [options] REF.h5 CAND.h5 (--help for more)\n");
+            return 2;
+        }
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr, "probe-compare: expected 2 files (REF.h5 CAND.h5), got %d\n"
+                        "usage: probe-compare [options] REF.h5 CAND.h5 (--help for more)\n",
+                argc - optind);
+        return 2;
+    }
+    if (probe_gate_parse(gate_spec, &opts.gate) != PROBE_OK) {
+        fprintf(stderr, "probe-compare: --gate: %s\n", probe_last_error());
+        return 2;
+    }
+    probe_calibration *cal = NULL;
+    char *names[MAX_COMPONENTS] = {0};
+    if (cal_path) {
+        size_t nn = load_component_names(names);
+        if (probe_calibration_load(cal_path, nn ? (const char *const *)names : NULL, &cal) !=
+            PROBE_OK) {
+            fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+            return 2;
+        }
+    }
+    for (size_t i = 0; names[i]; i++)
+        free(names[i]);
+    if (opts.gate.kind == PROBE_GATE_T2 && !cal) {
+        fprintf(stderr, "probe-compare: --gate T2 needs --calibration FILE\n");
+        return 2;
+    }
+    opts.calibration = cal;
+    opts.only = nonly ? only : NULL;
+
+    probe_compare_result *res = NULL;
+    if (probe_compare_files(argv[optind], argv[optind + 1], &opts, &res) != PROBE_OK) {
+        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        probe_calibration_free(cal);
+        return 2;
+    }
+    /* With the JSON on stdout, the human-readable text goes to stderr. */
+    FILE *human = json_path && strcmp(json_path, "-") == 0 ? stderr : stdout;
+    if (!quiet)
+        print_table(human, res);
+    print_verdict(human, res);
+    int rc = res->pass ? 0 : 1;
+    if (json_path && write_to(json_path, res, 0))
+        rc = 2;
+    if (html_path && write_to(html_path, res, 1))
+        rc = 2;
+    probe_compare_result_free(res);
+    probe_calibration_free(cal);
+    return rc;
+}
