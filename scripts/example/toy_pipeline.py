@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Toy text-to-video diffusion pipeline: probe's embedded example.
+
+    python3 toy_pipeline.py [--feature NAME] [--save DIR] [--out video.npy]
+                            [--steps N] [--frames F] [--height H] [--width W]
+                            [--seed S] [--prompt TEXT] [--negative-prompt TEXT]
+
+Random weights (seeded), CPU, deterministic, a few seconds on 2 cores. The
+flow follows diffusers' Wan pipeline: encode prompt and negative prompt
+(text_encoder calls 0 and 1), then per step run the denoiser twice
+(conditional, then unconditional: dit.step calls 2i and 2i+1), combine with
+classifier-free guidance, one scheduler step (scheduler.step call i), and
+finally decode the latents with the VAE (vae.decode call 0).
+
+Features (`--feature`), the thing probe is asked to judge:
+  chunked-attention  every attention layer uses the online-softmax (flash
+                     style) recurrence over key chunks: a transparent kernel
+                     swap, differs from the reference only by rounding.
+  bf16-denoiser      the denoiser's weights and inputs are bfloat16 (its
+                     output too; the pipeline upcasts it for guidance): lossy.
+  perturb-denoiser   a deliberate bug: the denoiser's self-attention scale
+                     is off by 10% (text encoder, scheduler, VAE untouched).
+
+`--save DIR` makes the pipeline itself write every component input and output
+it produced with numpy, independently of probe: the tensor that probe's
+adapter would capture at /<component>/<call:04>/<slot> is DIR/<component>/
+<call:04>/<slot>.npy, and DIR/index.json lists them in execution order with
+their logical dtype and shape. bfloat16 tensors are stored as their raw
+uint16 bit patterns (numpy has no bfloat16).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import toy_modules as tm  # noqa: E402
+
+FEATURES = ("none", "chunked-attention", "bf16-denoiser", "perturb-denoiser")
+PERTURB_SCALE_FACTOR = 1.10
+
+
+class TensorSaver:
+    """Writes component inputs/outputs as .npy under a directory, named by
+    probe's dataset path scheme, and an index.json in execution order."""
+
+    def __init__(self, root):
+        self.root = root
+        self.calls = {}
+        self.index = []
+
+    def next_call(self, component):
+        n = self.calls.get(component, 0)
+        self.calls[component] = n + 1
+        return n
+
+    def save(self, component, call, slot, t):
+        path = f"/{component}/{call:04d}/{slot}"
+        t = t.detach()
+        dtype = str(t.dtype).replace("torch.", "")
+        if t.dtype == torch.bfloat16:
+            arr = t.contiguous().view(torch.int16).numpy().view(np.uint16)
+        else:
+            arr = t.contiguous().numpy()
+        fname = os.path.join(self.root, component, f"{call:04d}", slot + ".npy")
+        os.makedirs(os.path.dirname(fname), exist_ok=True)
+        np.save(fname, arr)
+        self.index.append({"path": path, "component": component, "call": call, "slot": slot,
+                           "dtype": dtype, "shape": list(t.shape),
+                           "file": os.path.relpath(fname, self.root)})
+
+    def close(self):
+        with open(os.path.join(self.root, "index.json"), "w") as fh:
+            json.dump({"format": "toy-pipeline-save", "version": 1, "tensors": self.index},
+                      fh, indent=1)
+
+
+class ToyVideoPipeline:
+    def __init__(self, seed=0, feature="none", saver=None):
+        if feature not in FEATURES:
+            raise ValueError(f"unknown feature {feature!r}; one of {', '.join(FEATURES)}")
+        torch.manual_seed(seed)
+        self.text_encoder = tm.ToyTextEncoder(dim=32, heads=4, layers=2, max_length=16).eval()
+        self.transformer = tm.ToyDiTDenoiser(in_channels=4, dim=64, heads=4, blocks=2,
+                                             text_dim=32, patch=2).eval()
+        self.vae = tm.ToyVAE(latent_channels=4).eval()
+        self.scheduler = tm.ToyFlowMatchScheduler(shift=3.0)
+        self.feature = feature
+        self.saver = saver
+        tm.set_attention_impl("chunked" if feature == "chunked-attention" else "dense", chunk=32)
+        if feature == "bf16-denoiser":
+            self.transformer.to(torch.bfloat16)
+        if feature == "perturb-denoiser":
+            self.transformer.set_attention_scale_factor(PERTURB_SCALE_FACTOR)
+        self.transformer_dtype = self.transformer.patch_embed.weight.dtype
+
+    # Each component call goes through one of these, so that --save records
+    # exactly what the component received and returned, under the argument
+    # names of its signature.
+    def _call(self, component, fn, args, out_fields):
+        saver = self.saver
+        if saver is not None:
+            call = saver.next_call(component)
+            for name, t in args:
+                saver.save(component, call, "in." + name, t)
+        out = fn(*[t for _, t in args])
+        if saver is not None:
+            for f in out_fields:
+                saver.save(component, call, "out." + f, getattr(out, f))
+        return out
+
+    def encode_prompt(self, prompt):
+        ids, mask = tm.byte_tokenize([prompt], self.text_encoder.max_length)
+        out = self._call("text_encoder", self.text_encoder,
+                         [("input_ids", ids), ("attention_mask", mask)], ["last_hidden_state"])
+        return out.last_hidden_state
+
+    @torch.no_grad()
+    def __call__(self, prompt, negative_prompt="", steps=4, frames=4, height=64, width=64,
+                 guidance_scale=5.0, seed=0):
+        s = self.vae.scale_factor_spatial * self.transformer.patch
+        if height % s or width % s or height <= 0 or width <= 0:
+            raise ValueError(f"height and width must be positive multiples of {s}")
+        if frames < 1 or steps < 1:
+            raise ValueError("frames and steps must be >= 1")
+        prompt_embeds = self.encode_prompt(prompt)
+        negative_embeds = self.encode_prompt(negative_prompt)
+
+        gen = torch.Generator().manual_seed(seed)
+        latents = torch.randn(1, self.transformer.in_channels, frames,
+                              height // self.vae.scale_factor_spatial,
+                              width // self.vae.scale_factor_spatial, generator=gen)
+        self.scheduler.set_timesteps(steps)
+        tdt = self.transformer_dtype
+        for t in self.scheduler.timesteps:
+            x = latents.to(tdt)
+            tb = t.expand(latents.shape[0]).contiguous()
+            cond = self._call("dit.step", self.transformer,
+                              [("hidden_states", x), ("timestep", tb),
+                               ("encoder_hidden_states", prompt_embeds.to(tdt))], ["sample"]).sample
+            uncond = self._call("dit.step", self.transformer,
+                                [("hidden_states", x), ("timestep", tb),
+                                 ("encoder_hidden_states", negative_embeds.to(tdt))],
+                                ["sample"]).sample
+            cond, uncond = cond.float(), uncond.float()
+            noise_pred = uncond + guidance_scale * (cond - uncond)
+            latents = self._call("scheduler.step", self.scheduler.step,
+                                 [("model_output", noise_pred), ("timestep", t),
+                                  ("sample", latents)], ["prev_sample"]).prev_sample
+        video = self._call("vae.decode", self.vae.decode, [("latents", latents)], ["sample"]).sample
+        return video
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Toy text-to-video diffusion pipeline (probe's example)")
+    ap.add_argument("--feature", default="none", choices=FEATURES)
+    ap.add_argument("--prompt", default="a red fox running through fresh snow")
+    ap.add_argument("--negative-prompt", default="")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--frames", type=int, default=4)
+    ap.add_argument("--height", type=int, default=64)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--guidance-scale", type=float, default=5.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (default 1: the same reduction order on every host)")
+    ap.add_argument("--save", metavar="DIR", help="save every component input/output as .npy")
+    ap.add_argument("--out", metavar="FILE", help="save the video [1, 3, F, H, W] float32 as .npy")
+    a = ap.parse_args(argv)
+
+    torch.set_num_threads(a.threads)
+    torch.use_deterministic_algorithms(True)
+    saver = None
+    if a.save:
+        os.makedirs(a.save, exist_ok=True)
+        saver = TensorSaver(a.save)
+    t0 = time.time()
+    try:
+        pipe = ToyVideoPipeline(seed=a.seed, feature=a.feature, saver=saver)
+        video = pipe(a.prompt, a.negative_prompt, steps=a.steps, frames=a.frames, height=a.height,
+                     width=a.width, guidance_scale=a.guidance_scale, seed=a.seed)
+    except ValueError as e:
+        print(f"toy_pipeline: {e}", file=sys.stderr)
+        return 2
+    if saver is not None:
+        saver.close()
+    if a.out:
+        np.save(a.out, video.numpy())
+    print(f"toy_pipeline: feature={a.feature} steps={a.steps} video={list(video.shape)} "
+          f"mean={video.double().mean().item():.6f} std={video.double().std().item():.6f} "
+          f"({time.time() - t0:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
