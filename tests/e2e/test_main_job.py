@@ -222,6 +222,26 @@ def check_capture(name, h5path, save_root, steps, label):
     check(not bad_dtype, f"{name}: (b) probe.dtype is the logical dtype for every tensor {bad_dtype[:4]}")
     check(not bad_shape, f"{name}: (b) dataset shape and probe.shape match {bad_shape[:4]}")
     check(not bad_attr, f"{name}: (b) probe.component/slot/call match the path {bad_attr[:4]}")
+    # step / CFG branch / timestep of the denoiser and scheduler calls
+    # (dit.step call k is step k // 2, branch k % 2; scheduler.step call i is
+    # step i; the timestep is the value the pipeline passed, as saved)
+    bad_step = []
+    with h5py.File(h5path, "r") as f:
+        for e in index:
+            p = e["path"]
+            if p not in f or e["component"] not in ("dit.step", "scheduler.step"):
+                continue
+            a = f[p].attrs
+            k = e["call"]
+            step, cfg = (k // 2, k % 2) if e["component"] == "dit.step" else (k, None)
+            ts = float(np.asarray(arrays[f"/{e['component']}/{k:04d}/in.timestep"]).ravel()[0])
+            got = (int(np.asarray(a.get("probe.step", -99))),
+                   int(np.asarray(a.get("probe.cfg_branch", -99))) if cfg is not None else None,
+                   float(np.asarray(a.get("probe.timestep", np.nan))))
+            if got != (step, cfg, ts):
+                bad_step.append(f"{p}: (step, cfg_branch, timestep) {got} != {(step, cfg, ts)}")
+    check(not bad_step, f"{name}: (b) probe.step, probe.cfg_branch, probe.timestep of dit.step and "
+          f"scheduler.step are the pipeline's {bad_step[:3]}")
     check(not bad_value, f"{name}: (b) {len(index) - len(bad_value)}/{len(index)} captured tensors "
           f"bit-exact to the pipeline's own copies; differing: {bad_value[:4]}")
 
