@@ -1,0 +1,67 @@
+"""ctypes view of the tap ABI (include/probe/tap.h), version 1.
+
+The functions are looked up in the global symbol scope of the process
+(ctypes.CDLL(None)): probe-run LD_PRELOADs libprobe_intercept.so, whose
+exported symbols are therefore global. Nothing here copies tensor bytes:
+probe_tap_v1 receives a pointer, the shape and the strides.
+"""
+
+import ctypes
+
+PROBE_TAP_ABI_VERSION = 1
+PROBE_MAX_RANK = 16
+
+
+class ProbeTapTensorV1(ctypes.Structure):
+    """Mirror of struct probe_tap_tensor_v1 (field order and types exactly as
+    in tap.h; ctypes applies the same natural alignment as the C compiler:
+    96 bytes on LP64)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("abi_version", ctypes.c_uint32),
+        ("component", ctypes.c_char_p),
+        ("slot", ctypes.c_char_p),
+        ("call", ctypes.c_int64),
+        ("step", ctypes.c_int64),
+        ("cfg_branch", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("data", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("timestep", ctypes.c_double),
+    ]
+
+
+class TapLibrary:
+    """The five tap ABI functions, bound with their C signatures."""
+
+    def __init__(self, handle):
+        self.tap = handle.probe_tap_v1
+        self.tap.argtypes = [ctypes.POINTER(ProbeTapTensorV1)]
+        self.tap.restype = ctypes.c_int
+        self.enabled = handle.probe_tap_enabled_v1
+        self.enabled.argtypes = []
+        self.enabled.restype = ctypes.c_int
+        self.manifest = handle.probe_tap_manifest_v1
+        self.manifest.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        self.manifest.restype = ctypes.c_int
+        self.stream = handle.probe_tap_stream_v1
+        self.stream.argtypes = [ctypes.c_int32]
+        self.stream.restype = ctypes.c_void_p
+        self.flush = handle.probe_tap_flush_v1
+        self.flush.argtypes = []
+        self.flush.restype = ctypes.c_int
+
+
+def load():
+    """Return a TapLibrary for the preloaded shim, or None when the process
+    does not export probe_tap_v1 (probe's library is not preloaded)."""
+    try:
+        handle = ctypes.CDLL(None)
+        return TapLibrary(handle)
+    except (AttributeError, OSError):
+        return None

@@ -1,0 +1,470 @@
+"""The adapter at run time: finds component classes, wraps their methods, and
+hands each call's tensor inputs and outputs to the shim's probe_tap_v1.
+
+Rules (docs/components.md):
+  * path /<component>/<call:04>/<slot>; call counts the outermost calls of
+    the component in this process, from 0;
+  * a wrapped method that runs inside another wrapped method of the SAME
+    component on the same thread is not tapped (re-entrancy guard);
+  * step = scheduler.step calls completed so far (dit.step and
+    scheduler.step; -1 for the other components);
+  * cfg_branch = index of the dit.step call within the current step (dit.step
+    only; -1 otherwise);
+  * timestep = the value of an argument named `timestep` or `t` when it is a
+    Python number or a CPU tensor whose elements are all equal; NaN
+    otherwise (a CUDA tensor is never read: that would synchronize).
+Tensor bytes never pass through Python: probe_tap_v1 gets data_ptr(), shape,
+strides (in elements) and the producer stream.
+"""
+
+import atexit
+import builtins
+import ctypes
+import dataclasses
+import functools
+import inspect
+import json
+import math
+import numbers
+import os
+import sys
+import threading
+import types
+
+from . import _abi
+
+# torch dtype attribute name -> probe_dtype (include/probe/dtype.h)
+_DTYPE_CODES = (
+    ("bool", 1), ("int8", 2), ("int16", 3), ("int32", 4), ("int64", 5),
+    ("uint8", 6), ("uint16", 7), ("uint32", 8), ("uint64", 9),
+    ("float16", 10), ("bfloat16", 11), ("float32", 12), ("float64", 13),
+    ("float8_e4m3fn", 14), ("float8_e5m2", 15),
+)
+
+_TIMESTEP_ARGS = ("timestep", "t")
+_MAX_EQUAL_SCAN = 4096  # CPU timestep tensors up to this size are checked for one value
+_DIST_FIELDS = ("mean", "logvar")  # taken from *Distribution outputs (diffusers' VAE posterior)
+
+
+def _note_stderr(msg):
+    try:
+        sys.stderr.write("probe: %s\n" % msg)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _slot_part(key):
+    s = str(key).replace("/", "_")
+    return s if s else "_"
+
+
+class Runtime:
+    def __init__(self, lib, table):
+        self.lib = lib
+        self.table = table
+        self.enabled = True
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+        self._calls = {name: 0 for name in table.names}
+        self._steps_done = 0
+        self._dit_in_step = 0
+        self._noted = set()
+        self._torch = None
+        self._dtype_codes = None
+        self._ext_streams = {}
+        self._manifest_done = set()
+        self._atexit_moved = False
+        self._orig_build_class = None
+        self.wrapped = []  # "module.Class.method -> component", for diagnostics
+
+    # -- notes -----------------------------------------------------------
+    def note(self, kind, msg):
+        """Print `probe: msg` once per kind."""
+        with self._lock:
+            if kind in self._noted:
+                return
+            self._noted.add(kind)
+        _note_stderr(msg)
+
+    # -- manifest --------------------------------------------------------
+    def manifest(self, key, value):
+        try:
+            rc = self.lib.manifest(key.encode(), json.dumps(value).encode())
+        except Exception as e:  # ctypes conversion errors
+            rc = -1
+            self.note("manifest-exc", "cannot record %s in the run manifest: %s" % (key, e))
+        if rc != 0:
+            self.note("manifest-" + key, "probe_tap_manifest_v1(%s) failed with status %d" % (key, rc))
+        self._manifest_done.add(key)
+
+    def manifest_libraries(self):
+        for key in ("torch", "diffusers", "transformers", "tensorrt_llm"):
+            if key in self._manifest_done:
+                continue
+            mod = sys.modules.get(key)
+            ver = getattr(mod, "__version__", None) if mod is not None else None
+            if ver is not None:
+                self.manifest(key, str(ver))
+
+    # -- exit --------------------------------------------------------------
+    def at_exit(self):
+        if not self.enabled:
+            return
+        try:
+            self.manifest_libraries()
+            rc = self.lib.flush()
+            if rc != 0:
+                _note_stderr("probe_tap_flush_v1 failed with status %d: the capture file may be incomplete" % rc)
+        except Exception as e:
+            _note_stderr("flush at exit failed: %s" % e)
+
+    def _move_atexit_last(self):
+        # atexit runs handlers last-registered-first: registering again after
+        # torch (and its CUDA users) registered theirs makes the flush run
+        # while CUDA is still usable.
+        self._atexit_moved = True
+        atexit.unregister(self.at_exit)
+        atexit.register(self.at_exit)
+
+    def after_fork_in_child(self):
+        try:
+            self.enabled = bool(self.lib.enabled())
+        except Exception:
+            self.enabled = False
+        self.pid = os.getpid()
+
+    # -- torch -------------------------------------------------------------
+    def _get_torch(self):
+        t = self._torch
+        if t is None:
+            t = sys.modules.get("torch")
+            if t is None or not hasattr(t, "Tensor"):
+                return None
+            self._torch = t
+            codes = {}
+            for name, code in _DTYPE_CODES:
+                dt = getattr(t, name, None)
+                if dt is not None and isinstance(dt, t.dtype):
+                    codes[dt] = code
+            self._dtype_codes = codes
+        return t
+
+    # -- classes -------------------------------------------------------------
+    def consider_class(self, cls):
+        for method, component in self.table.match(cls):
+            self._wrap_method(cls, method, component)
+
+    def _wrap_method(self, cls, method, component):
+        raw = None
+        for klass in cls.__mro__:
+            if method in klass.__dict__:
+                raw = klass.__dict__[method]
+                break
+        if raw is None:
+            return
+        if isinstance(raw, staticmethod):
+            kind, func = "static", raw.__func__
+        elif isinstance(raw, classmethod):
+            kind, func = "class", raw.__func__
+        elif isinstance(raw, types.FunctionType):
+            kind, func = "function", raw
+        else:
+            self.note("kind-" + type(raw).__name__,
+                      "%s.%s.%s is a %s, not a function: not tapped"
+                      % (cls.__module__, cls.__qualname__, method, type(raw).__name__))
+            return
+        if not callable(func) or getattr(func, "__probe_component__", None) is not None:
+            return  # already wrapped (here or in a base class)
+        wrapper = self._make_wrapper(func, component)
+        if kind == "static":
+            wrapper = staticmethod(wrapper)
+        elif kind == "class":
+            wrapper = classmethod(wrapper)
+        try:
+            setattr(cls, method, wrapper)
+        except (AttributeError, TypeError) as e:
+            self.note("setattr-" + cls.__qualname__, "cannot wrap %s.%s.%s: %s"
+                      % (cls.__module__, cls.__qualname__, method, e))
+            return
+        self.wrapped.append("%s.%s.%s -> %s" % (cls.__module__, cls.__qualname__, method, component))
+
+    def _make_wrapper(self, func, component):
+        rt = self
+        sig_cache = []
+
+        def signature():
+            if not sig_cache:
+                try:
+                    sig_cache.append(inspect.signature(func))
+                except (TypeError, ValueError):
+                    sig_cache.append(None)
+            return sig_cache[0]
+
+        @functools.wraps(func)
+        def probe_wrapper(*args, **kwargs):
+            if not rt.enabled:
+                return func(*args, **kwargs)
+            active = getattr(rt._tls, "active", None)
+            if active is None:
+                active = rt._tls.active = set()
+            if component in active:
+                return func(*args, **kwargs)
+            active.add(component)
+            try:
+                ctx = rt._begin(component)
+                try:
+                    rt._tap_inputs(ctx, signature(), args, kwargs)
+                except Exception as e:
+                    rt.note("internal-in", "adapter error while tapping inputs of %s: %s: %s"
+                            % (component, type(e).__name__, e))
+                result = func(*args, **kwargs)
+            finally:
+                active.discard(component)
+            rt._end(component)
+            try:
+                rt._tap_output(ctx, result)
+            except Exception as e:
+                rt.note("internal-out", "adapter error while tapping the output of %s: %s: %s"
+                        % (component, type(e).__name__, e))
+            return result
+
+        probe_wrapper.__probe_component__ = component
+        return probe_wrapper
+
+    # -- per call bookkeeping ----------------------------------------------
+    def _begin(self, component):
+        with self._lock:
+            call = self._calls[component]
+            self._calls[component] = call + 1
+            if component == "dit.step":
+                step, cfg = self._steps_done, self._dit_in_step
+                self._dit_in_step += 1
+            elif component == "scheduler.step":
+                step, cfg = self._steps_done, -1
+            else:
+                step, cfg = -1, -1
+        return {"component": component, "call": call, "step": step, "cfg": cfg,
+                "timestep": math.nan}
+
+    def _end(self, component):
+        if component == "scheduler.step":
+            with self._lock:
+                self._steps_done += 1
+                self._dit_in_step = 0
+
+    # -- tapping -------------------------------------------------------------
+    def _first_sight_of_torch(self):
+        if not self._atexit_moved:
+            self._move_atexit_last()
+        self.manifest_libraries()
+
+    def _tap_inputs(self, ctx, sig, args, kwargs):
+        torch = self._get_torch()
+        if torch is None:
+            return  # no torch imported: there is no tensor to tap
+        if not self._atexit_moved or "diffusers" not in self._manifest_done:
+            self._first_sight_of_torch()
+        Tensor = torch.Tensor
+        items = None
+        if sig is not None:
+            try:
+                bound = sig.bind(*args, **kwargs)
+                items = []
+                for name, value in bound.arguments.items():
+                    kind = sig.parameters[name].kind
+                    if kind == inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
+                        items.extend(value.items())
+                    else:
+                        items.append((name, value))
+            except TypeError:
+                items = None
+        if items is None:
+            items = [("arg%d" % i, v) for i, v in enumerate(args)] + list(kwargs.items())
+        for name, value in items:
+            if name in _TIMESTEP_ARGS:
+                ctx["timestep"] = self._timestep_value(torch, value)
+        for name, value in items:
+            slot = "in." + _slot_part(name)
+            if isinstance(value, Tensor):
+                self._tap(ctx, slot, value)
+            elif isinstance(value, (list, tuple)):
+                for i, v in enumerate(value):
+                    if isinstance(v, Tensor):
+                        self._tap(ctx, "%s.%d" % (slot, i), v)
+            elif isinstance(value, dict):
+                for k, v in value.items():
+                    if isinstance(v, Tensor):
+                        self._tap(ctx, "%s.%s" % (slot, _slot_part(k)), v)
+
+    def _timestep_value(self, torch, value):
+        try:
+            if isinstance(value, bool):
+                return math.nan
+            if isinstance(value, numbers.Real):
+                return float(value)
+            if isinstance(value, torch.Tensor):
+                if value.device.type != "cpu" or value.is_complex():
+                    return math.nan
+                n = value.numel()
+                if n == 1:
+                    return float(value.reshape(-1)[0].item())
+                if 1 < n <= _MAX_EQUAL_SCAN:
+                    flat = value.reshape(-1)
+                    first = flat[0]
+                    if bool((flat == first).all()):
+                        return float(first.item())
+        except Exception:
+            pass
+        return math.nan
+
+    def _tap_output(self, ctx, result):
+        torch = self._get_torch()
+        if torch is None:
+            return
+        Tensor = torch.Tensor
+        if isinstance(result, Tensor):
+            self._tap(ctx, "out", result)
+            return
+        for key, value in self._children(result, Tensor):
+            slot = "out." + _slot_part(key)
+            if isinstance(value, Tensor):
+                self._tap(ctx, slot, value)
+                continue
+            for key2, value2 in self._children(value, Tensor):
+                if isinstance(value2, Tensor):
+                    self._tap(ctx, "%s.%s" % (slot, _slot_part(key2)), value2)
+
+    @staticmethod
+    def _children(obj, Tensor):
+        """(key, value) pairs one level into a structured output."""
+        if obj is None or isinstance(obj, (str, bytes, numbers.Number, Tensor)):
+            return []
+        if isinstance(obj, dict):  # also diffusers BaseOutput / transformers ModelOutput
+            return list(obj.items())
+        if isinstance(obj, (list, tuple)):
+            return list(enumerate(obj))
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return [(f.name, getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
+        if type(obj).__name__.endswith("Distribution"):
+            return [(k, getattr(obj, k, None)) for k in _DIST_FIELDS]
+        return []
+
+    def _tap(self, ctx, slot, t):
+        torch = self._torch
+        component = ctx["component"]
+        if t.layout != torch.strided:
+            self.note("layout-%s" % t.layout, "%s tensors are not captured (first: /%s/%04d/%s)"
+                      % (t.layout, component, ctx["call"], slot))
+            return
+        if t.is_quantized:
+            self.note("quantized", "quantized tensors are not captured (first: /%s/%04d/%s)"
+                      % (component, ctx["call"], slot))
+            return
+        if t.is_complex():
+            self.note("complex", "complex tensors are not captured (first: /%s/%04d/%s)"
+                      % (component, ctx["call"], slot))
+            return
+        dev = t.device
+        if dev.type == "cpu":
+            device = -1
+        elif dev.type == "cuda":
+            device = dev.index if dev.index is not None else torch.cuda.current_device()
+        else:
+            self.note("device-" + dev.type, "tensors on %s devices are not captured (first: /%s/%04d/%s)"
+                      % (dev.type, component, ctx["call"], slot))
+            return
+        code = self._dtype_codes.get(t.dtype)
+        if code is None:
+            self.note("dtype-%s" % t.dtype, "%s tensors are not captured (first: /%s/%04d/%s)"
+                      % (t.dtype, component, ctx["call"], slot))
+            return
+        rank = t.dim()
+        if rank > _abi.PROBE_MAX_RANK:
+            self.note("rank", "tensors of rank > %d are not captured (first: /%s/%04d/%s)"
+                      % (_abi.PROBE_MAX_RANK, component, ctx["call"], slot))
+            return
+        try:
+            data = t.data_ptr()
+        except Exception as e:  # tensor subclasses without storage (DTensor, fake tensors, ...)
+            self.note("noptr-" + type(t).__name__, "%s has no data pointer, not captured (first: /%s/%04d/%s): %s"
+                      % (type(t).__name__, component, ctx["call"], slot, e))
+            return
+        shape = (ctypes.c_int64 * max(rank, 1))(*t.shape)
+        strides = (ctypes.c_int64 * max(rank, 1))(*t.stride())
+        stream = None
+        if device >= 0:
+            stream = torch.cuda.current_stream(dev).cuda_stream or None
+        desc = _abi.ProbeTapTensorV1(
+            struct_size=ctypes.sizeof(_abi.ProbeTapTensorV1),
+            abi_version=_abi.PROBE_TAP_ABI_VERSION,
+            component=component.encode(),
+            slot=slot.encode(),
+            call=ctx["call"],
+            step=ctx["step"],
+            cfg_branch=ctx["cfg"],
+            device=device,
+            dtype=code,
+            rank=rank,
+            shape=shape,
+            strides=strides,
+            data=data or None,
+            stream=stream,
+            timestep=ctx["timestep"],
+        )
+        rc = self.lib.tap(ctypes.byref(desc))
+        if rc != 0:
+            self.note("tap-%d" % rc, "probe_tap_v1 refused /%s/%04d/%s with status %d"
+                      % (component, ctx["call"], slot, rc))
+            return
+        if device >= 0:
+            self._record_on_probe_stream(torch, t, device)
+
+    def _record_on_probe_stream(self, torch, t, device):
+        handle = self.lib.stream(device)
+        if not handle:
+            return
+        key = (device, handle)
+        ext = self._ext_streams.get(key)
+        if ext is None:
+            ext = torch.cuda.ExternalStream(handle, device=torch.device("cuda", device))
+            self._ext_streams[key] = ext
+        try:
+            t.record_stream(ext)
+        except Exception as e:
+            self.note("record_stream", "record_stream on probe's copy stream failed: %s" % e)
+
+    # -- class discovery -----------------------------------------------------
+    def install_class_hook(self):
+        orig = builtins.__build_class__
+        rt = self
+
+        def __build_class__(func, name, *bases, **kwds):
+            cls = orig(func, name, *bases, **kwds)
+            try:
+                if isinstance(cls, type):
+                    rt.consider_class(cls)
+            except Exception as e:
+                rt.note("hook", "adapter error while checking class %s: %s: %s"
+                        % (name, type(e).__name__, e))
+            return cls
+
+        __build_class__.__probe_hook__ = True
+        if getattr(orig, "__probe_hook__", False):
+            return  # already installed (adapter activated twice)
+        self._orig_build_class = orig
+        builtins.__build_class__ = __build_class__
+
+    def scan_loaded_modules(self):
+        for mod in list(sys.modules.values()):
+            try:
+                mname = getattr(mod, "__name__", None)
+                d = getattr(mod, "__dict__", None)
+                if not isinstance(d, dict):
+                    continue
+                for value in list(d.values()):
+                    if isinstance(value, type) and getattr(value, "__module__", None) == mname:
+                        self.consider_class(value)
+            except Exception:
+                continue

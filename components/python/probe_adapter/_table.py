@@ -1,0 +1,148 @@
+"""The component table (components/components.json) and class matching.
+
+A pattern is `[module-glob:]Class-glob.method` (docs/components.md):
+module-glob is matched with fnmatch (case-sensitive) against the class's
+__module__, Class-glob against its __name__, and method is the exact name of
+the method to wrap. The table's "exclude_modules" globs keep the table's
+patterns away from classes of those modules (e.g. torch.optim's
+*LRScheduler.step); extra taps given with probe-run --tap are not excluded.
+"""
+
+import fnmatch
+import json
+import os
+import re
+
+# Same grammar as scripts/probe-run's check of --tap patterns.
+_PATTERN_RE = re.compile(
+    r"^(?:(?P<module>[][A-Za-z0-9_.*?!-]+):)?"
+    r"(?P<cls>[][A-Za-z0-9_*?!-]+)\."
+    r"(?P<method>[A-Za-z_][A-Za-z0-9_]*)$"
+)
+
+
+class TableError(Exception):
+    """The table file or an extra tap is unusable; the message names it."""
+
+
+class Pattern:
+    __slots__ = ("component", "module_glob", "class_glob", "method", "from_table", "text")
+
+    def __init__(self, component, text, from_table):
+        m = _PATTERN_RE.match(text)
+        if m is None:
+            raise TableError(
+                "malformed pattern %r for component %r (expected [module-glob:]Class-glob.method)"
+                % (text, component))
+        self.component = component
+        self.module_glob = m.group("module")
+        self.class_glob = m.group("cls")
+        self.method = m.group("method")
+        self.from_table = from_table
+        self.text = text
+
+
+def default_table_path():
+    """components.json next to the adapter's python/ directory: share/probe/
+    in a build or install tree, components/ in the source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(os.path.dirname(here)), "components.json")
+
+
+class Table:
+    """Components (names in table order) and the patterns that find them."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                doc = json.load(f)
+        except OSError as e:
+            raise TableError("cannot read component table %s: %s" % (path, e.strerror or e))
+        except ValueError as e:
+            raise TableError("component table %s is not valid JSON: %s" % (path, e))
+        if not isinstance(doc, dict) or doc.get("format") != "probe-components":
+            raise TableError("component table %s: \"format\" is not \"probe-components\"" % path)
+        if doc.get("version") != 1:
+            raise TableError("component table %s: unsupported version %r" % (path, doc.get("version")))
+        comps = doc.get("components")
+        if not isinstance(comps, list) or not comps:
+            raise TableError("component table %s: \"components\" is not a non-empty list" % path)
+        self.names = []
+        self.rows = {}
+        self.patterns = []
+        for row in comps:
+            name = row.get("name") if isinstance(row, dict) else None
+            if not isinstance(name, str) or not name or "/" in name:
+                raise TableError("component table %s: a component has no valid \"name\"" % path)
+            pats = row.get("patterns", [])
+            if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
+                raise TableError("component table %s: \"patterns\" of %s is not a list of strings"
+                                 % (path, name))
+            self.names.append(name)
+            self.rows[name] = row
+            for p in pats:
+                try:
+                    self.patterns.append(Pattern(name, p, True))
+                except TableError as e:
+                    raise TableError("component table %s: %s" % (path, e))
+        excl = doc.get("exclude_modules", [])
+        if not isinstance(excl, list) or not all(isinstance(g, str) for g in excl):
+            raise TableError("component table %s: \"exclude_modules\" is not a list of strings" % path)
+        self.exclude_modules = list(excl)
+        self._extra = []
+        self._compile()
+
+    def add_tap(self, name, text):
+        """Add an extra tap (probe-run --tap NAME=PATTERN). Raises TableError
+        for an unknown component name or a malformed pattern."""
+        if name not in self.rows:
+            raise TableError("unknown component %r in --tap %s=%s (known: %s)"
+                             % (name, name, text, ", ".join(self.names)))
+        self._extra.append(Pattern(name, text, False))
+        self._compile()
+
+    def _compile(self):
+        # Extra taps first: an explicit --tap decides a method that a table
+        # pattern would give to another component.
+        self._all = self._extra + self.patterns
+        globs = sorted({p.class_glob for p in self._all})
+        self._quick = re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
+
+    def match(self, cls):
+        """[(method, component), ...] for the methods of class `cls` that a
+        pattern selects (first matching pattern wins per method), only
+        methods that cls has (own or inherited)."""
+        name = getattr(cls, "__name__", None)
+        if not isinstance(name, str) or self._quick is None or not self._quick.match(name):
+            return []
+        module = getattr(cls, "__module__", None)
+        if not isinstance(module, str):
+            module = ""
+        excluded = any(fnmatch.fnmatchcase(module, g) for g in self.exclude_modules)
+        found = {}
+        for p in self._all:
+            if p.from_table and excluded:
+                continue
+            if p.method in found:
+                continue
+            if p.module_glob is not None and not fnmatch.fnmatchcase(module, p.module_glob):
+                continue
+            if not fnmatch.fnmatchcase(name, p.class_glob):
+                continue
+            if any(p.method in k.__dict__ for k in getattr(cls, "__mro__", ())):
+                found[p.method] = p.component
+        return list(found.items())
+
+
+def parse_taps(text):
+    """Lines `NAME=PATTERN` of PROBE_TAPS -> [(name, pattern)]; blank lines
+    are skipped; a line without '=' is returned as (line, None)."""
+    out = []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        name, sep, pat = line.partition("=")
+        out.append((name.strip(), pat.strip() if sep else None))
+    return out
