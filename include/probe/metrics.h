@@ -42,6 +42,7 @@ typedef struct probe_metrics {
     int zero_norm_reference;  /* ||r||2 = 0 (over finite indices) */
     int identical;            /* every index equal (same value, same infinity, or NaN on both sides) */
     double norm_ref, norm_cand, norm_diff, dot; /* the fp64 sums behind rel_l2 and cosine */
+    uint64_t inf_mismatch;    /* indices where r or c is +-inf and r != c (gates fail on > 0) */
 } probe_metrics;
 
 /* Compute all metrics for n element pairs (ref[i], cand[i]), i in [0, n).
