@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""The component table finds the classes it must find, and nothing else.
+
+Loads components.json and the adapter's matcher from the build tree
+(share/probe) and checks, with stand-in classes carrying the real module and
+class names of diffusers, transformers and TensorRT-LLM VisualGen (as found
+in their sources) and of user code, which (method, component) pairs the
+table selects. Also checks the table's schema, the --tap precedence and
+exclusion rules, and that probe-run and the adapter accept exactly the same
+pattern grammar. Needs no preloaded library.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BUILD = os.environ.get("PROBE_BUILD_DIR")
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+def fake(module, name, *methods):
+    cls = type(name, (), {m: (lambda self, *a, **k: None) for m in methods})
+    cls.__module__ = module
+    return cls
+
+
+# (module, class, methods it has, expected {method: component})
+CASES = [
+    # transformers text encoders
+    ("transformers.models.t5.modeling_t5", "T5EncoderModel", ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.umt5.modeling_umt5", "UMT5EncoderModel", ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.clip.modeling_clip", "CLIPTextModel", ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.clip.modeling_clip", "CLIPTextModelWithProjection", ["forward"],
+     {"forward": "text_encoder"}),
+    # diffusers denoisers
+    ("diffusers.models.transformers.transformer_wan", "WanTransformer3DModel", ["forward"], {"forward": "dit.step"}),
+    ("diffusers.models.transformers.transformer_flux", "FluxTransformer2DModel", ["forward"], {"forward": "dit.step"}),
+    ("diffusers.models.transformers.transformer_sd3", "SD3Transformer2DModel", ["forward"], {"forward": "dit.step"}),
+    ("diffusers.models.transformers.transformer_hunyuan_video", "HunyuanVideoTransformer3DModel", ["forward"],
+     {"forward": "dit.step"}),
+    ("diffusers.models.transformers.transformer_2d", "Transformer2DModel", ["forward"], {"forward": "dit.step"}),
+    ("diffusers.models.unets.unet_2d_condition", "UNet2DConditionModel", ["forward"], {"forward": "dit.step"}),
+    ("diffusers.models.unets.unet_3d_condition", "UNet3DConditionModel", ["forward"], {"forward": "dit.step"}),
+    # diffusers schedulers
+    ("diffusers.schedulers.scheduling_flow_match_euler_discrete", "FlowMatchEulerDiscreteScheduler",
+     ["step", "set_timesteps"], {"step": "scheduler.step"}),
+    ("diffusers.schedulers.scheduling_unipc_multistep", "UniPCMultistepScheduler", ["step"],
+     {"step": "scheduler.step"}),
+    ("diffusers.schedulers.scheduling_dpmsolver_multistep", "DPMSolverMultistepScheduler", ["step"],
+     {"step": "scheduler.step"}),
+    # diffusers VAEs
+    ("diffusers.models.autoencoders.autoencoder_kl", "AutoencoderKL", ["encode", "decode", "forward"],
+     {"encode": "vae.encode", "decode": "vae.decode"}),
+    ("diffusers.models.autoencoders.autoencoder_kl_wan", "AutoencoderKLWan", ["encode", "decode"],
+     {"encode": "vae.encode", "decode": "vae.decode"}),
+    ("diffusers.models.autoencoders.autoencoder_kl_hunyuan_video", "AutoencoderKLHunyuanVideo",
+     ["encode", "decode"], {"encode": "vae.encode", "decode": "vae.decode"}),
+    # TensorRT-LLM VisualGen (tensorrt_llm/_torch/visual_gen/models/...)
+    ("tensorrt_llm._torch.visual_gen.models.wan.transformer_wan", "WanTransformer3DModel", ["forward"],
+     {"forward": "dit.step"}),
+    ("tensorrt_llm._torch.visual_gen.models.flux.transformer_flux", "FluxTransformer2DModel", ["forward"],
+     {"forward": "dit.step"}),
+    ("tensorrt_llm._torch.visual_gen.models.wan.wan_vae", "WanVAE", ["encode", "decode", "forward"],
+     {"encode": "vae.encode", "decode": "vae.decode"}),
+    # user code (generic patterns), e.g. the toy example's classes
+    ("__main__", "ToyTextEncoder", ["forward"], {"forward": "text_encoder"}),
+    ("toy_modules", "ToyDiTDenoiser", ["forward"], {"forward": "dit.step"}),
+    ("toy_modules", "MyDenoiser", ["forward"], {"forward": "dit.step"}),
+    ("toy_modules", "ToyFlowMatchScheduler", ["step"], {"step": "scheduler.step"}),
+    ("toy_modules", "ToyVAE", ["encode", "decode"], {"encode": "vae.encode", "decode": "vae.decode"}),
+    ("user.models", "TinyAutoencoder", ["encode", "decode"], {"encode": "vae.encode", "decode": "vae.decode"}),
+    # must NOT match
+    ("torch.optim.lr_scheduler", "LRScheduler", ["step"], {}),
+    ("torch.optim.lr_scheduler", "_LRScheduler", ["step"], {}),
+    ("transformers.models.t5.modeling_t5", "T5Stack", ["forward"], {}),
+    ("transformers.models.t5.modeling_t5", "T5Model", ["forward"], {}),
+    ("transformers.models.clip.modeling_clip", "CLIPTextTransformer", ["forward"], {}),
+    ("transformers.models.bert.modeling_bert", "BertModel", ["forward"], {}),
+    ("diffusers.models.attention", "BasicTransformerBlock", ["forward"], {}),
+    ("diffusers.models.transformers.transformer_wan", "WanTransformerBlock", ["forward"], {}),
+    ("diffusers.image_processor", "VaeImageProcessor", ["postprocess", "preprocess"], {}),
+    ("diffusers.schedulers.scheduling_utils", "SchedulerMixin", ["save_pretrained"], {}),
+    ("__main__", "Net", ["forward"], {}),
+    ("__main__", "MyScheduler", ["set_timesteps"], {}),  # matches the name, has no step
+    ("__main__", "MyVaeDecoder", ["decode"], {}),        # globs are case-sensitive: Vae != VAE
+]
+
+
+def main():
+    if not BUILD:
+        print("PROBE_BUILD_DIR is not set", file=sys.stderr)
+        return 1
+    share = os.path.join(BUILD, "share", "probe")
+    sys.path.insert(0, os.path.join(share, "python"))
+    from probe_adapter import _table  # noqa: E402
+
+    table_path = os.path.join(share, "components.json")
+    with open(table_path) as f:
+        doc = json.load(f)
+
+    # --- schema --------------------------------------------------------------
+    check(doc.get("format") == "probe-components" and doc.get("version") == 1, "format/version")
+    names = [c.get("name") for c in doc["components"]]
+    check(names == ["text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode"],
+          "component names/order: %s" % names)
+    for c in doc["components"]:
+        for key, typ in (("name", str), ("description", str), ("patterns", list), ("output_slot", str),
+                         ("layout", str), ("channel_axis", int), ("default_gate", str)):
+            check(isinstance(c.get(key), typ) and not isinstance(c.get(key), bool),
+                  "%s: %r is missing or not %s" % (c.get("name"), key, typ.__name__))
+        check(c.get("default_gate") == "T1", "%s: default_gate %r" % (c.get("name"), c.get("default_gate")))
+        check(str(c.get("output_slot", "")).startswith("out"), "%s: output_slot" % c.get("name"))
+        rank = len(str(c.get("layout", "")).strip("[]").split(","))
+        ax = c.get("channel_axis", 0)
+        check(-rank <= ax < rank, "%s: channel_axis %r outside layout %r" % (c.get("name"), ax, c.get("layout")))
+
+    table = _table.Table(table_path)
+
+    # --- matching --------------------------------------------------------------
+    for module, name, methods, want in CASES:
+        got = dict(table.match(fake(module, name, *methods)))
+        check(got == want, "%s:%s -> %s, expected %s" % (module, name, got, want))
+
+    # An inherited method is found on the subclass.
+    base = fake("user.base", "Stepper", "step")
+    sub = type("MyScheduler", (base,), {})
+    sub.__module__ = "user.sched"
+    check(dict(table.match(sub)) == {"step": "scheduler.step"}, "inherited step not matched")
+
+    # --- extra taps -------------------------------------------------------------
+    t2 = _table.Table(table_path)
+    t2.add_tap("text_encoder", "mymod:Thing.run")
+    check(dict(t2.match(fake("mymod", "Thing", "run"))) == {"run": "text_encoder"}, "--tap mymod:Thing.run")
+    check(dict(t2.match(fake("othermod", "Thing", "run"))) == {}, "--tap module glob ignored")
+    # --tap wins over the table for the same method
+    t2.add_tap("vae.decode", "*DiT*.forward")
+    check(dict(t2.match(fake("m", "MyDiT", "forward"))) == {"forward": "vae.decode"}, "--tap precedence")
+    # exclude_modules keeps the table away from torch, not an explicit --tap
+    t2.add_tap("dit.step", "torch.nn.modules.linear:Linear.forward")
+    check(dict(t2.match(fake("torch.nn.modules.linear", "Linear", "forward"))) == {"forward": "dit.step"},
+          "--tap into torch.* was excluded")
+    for bad_name in ("nosuch", "", "dit"):
+        try:
+            t2.add_tap(bad_name, "A.b")
+            check(False, "add_tap accepted component %r" % bad_name)
+        except _table.TableError as e:
+            check("text_encoder" in str(e), "unknown-name error does not list the names: %s" % e)
+
+    # --- one grammar in probe-run and in the adapter ------------------------------
+    patterns = {
+        "A.b": True, "mymod:Thing.run": True, "*DiT*.forward": True, "a.b.*:C?[xy].f_1": True,
+        "diffusers.*:AutoencoderKL*.decode": True, "[!_]*.step": True,
+        "NoMethod": False, "a:b:C.f": False, "C.1x": False, ".f": False, "C.": False,
+        "mod:.f": False, ":C.f": False, "C.f g": False, "C.f()": False, "A.b.c": False,
+    }
+    run = os.path.join(BUILD, "bin", "probe-run")
+    work = tempfile.mkdtemp(prefix="probe-patterns-")
+    for pat, good in patterns.items():
+        try:
+            _table.Pattern("dit.step", pat, False)
+            py_ok = True
+        except _table.TableError:
+            py_ok = False
+        r = subprocess.run([run, "--out", os.path.join(work, "p.h5"), "--tap", "dit.step=" + pat, "--", "true"],
+                           capture_output=True, text=True)
+        sh_ok = not (r.returncode == 2 and "malformed pattern" in r.stderr)
+        check(py_ok == good, "adapter: pattern %r accepted=%s, expected %s" % (pat, py_ok, good))
+        check(sh_ok == good, "probe-run: pattern %r accepted=%s, expected %s (%s)"
+              % (pat, sh_ok, good, r.stderr.strip()))
+
+    shutil.rmtree(work, ignore_errors=True)
+    if failures:
+        for f in failures:
+            print("FAIL: " + f, file=sys.stderr)
+        return 1
+    print("test_adapter_patterns: %d classes, %d patterns checked" % (len(CASES) + 1, len(patterns)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
