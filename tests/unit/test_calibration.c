@@ -1,0 +1,305 @@
+/* test_calibration.c - T2 calibration files (probe/gate.h, docs/calibration.md).
+ *
+ * The valid fixture is tests/data/calibration/valid.json (found through
+ * PROBE_SOURCE_DIR, set by tests/CMakeLists.txt); each bad file is written by
+ * the test itself so the defect is visible next to the assertion.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "probe/gate.h"
+
+static const char *const KNOWN[] = {"text_encoder", "dit.step", "scheduler.step", "vae.encode",
+                                    "vae.decode", NULL};
+
+static char fixture[4096];
+static char tmpdir[4096];
+
+static const char *valid_path(void)
+{
+    const char *src = getenv("PROBE_SOURCE_DIR");
+    if (src != NULL) {
+        snprintf(fixture, sizeof fixture, "%s/tests/data/calibration/valid.json", src);
+    } else { /* run by hand: the source tree this file was compiled from */
+        snprintf(fixture, sizeof fixture, "%s", __FILE__);
+        char *p = strstr(fixture, "tests/unit/test_calibration.c");
+        cr_assert_not_null(p, "set PROBE_SOURCE_DIR");
+        strcpy(p, "tests/data/calibration/valid.json");
+    }
+    return fixture;
+}
+
+/* Write `text` to a fresh file in a per-test temporary directory. */
+static const char *write_tmp(const char *name, const char *text)
+{
+    if (tmpdir[0] == '\0') {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/probe-test-cal-XXXXXX", base ? base : "/tmp");
+        cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp %s", tmpdir);
+    }
+    static char path[4200];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void cleanup_tmp(void)
+{
+    if (tmpdir[0] == '\0')
+        return;
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+    tmpdir[0] = '\0';
+}
+
+TestSuite(calibration, .fini = cleanup_tmp);
+
+static probe_calibration *load_ok(const char *path, const char *const *known)
+{
+    probe_calibration *c = NULL;
+    cr_assert_eq(probe_calibration_load(path, known, &c), PROBE_OK, "%s", probe_last_error());
+    cr_assert_not_null(c);
+    return c;
+}
+
+static probe_gate gate_for(const probe_calibration *c, const char *component, const char *path)
+{
+    probe_gate g;
+    cr_assert_eq(probe_calibration_gate(c, component, path, &g), PROBE_OK, "%s",
+                 probe_last_error());
+    cr_assert_eq(g.kind, PROBE_GATE_T2);
+    cr_assert_str_eq(g.name, "T2");
+    return g;
+}
+
+/* Load a file made of `body` and expect status `want` with `needle` in the
+ * message (which must also name the file). */
+static void expect_error(const char *name, const char *body, probe_status want, const char *needle)
+{
+    const char *path = write_tmp(name, body);
+    probe_calibration *c = (probe_calibration *)0x1;
+    probe_status st = probe_calibration_load(path, KNOWN, &c);
+    cr_assert_eq(st, want, "%s: status %d (%s), want %d", name, st, probe_last_error(), want);
+    cr_assert_null(c, "%s: *out must be NULL on error", name);
+    cr_assert(strstr(probe_last_error(), path) != NULL, "%s: message does not name the file: %s",
+              name, probe_last_error());
+    cr_assert(strstr(probe_last_error(), needle) != NULL, "%s: '%s' not in: %s", name, needle,
+              probe_last_error());
+}
+
+#define HEAD "{\"format\": \"probe-calibration\", \"version\": 1, "
+
+/* ---- valid file ---- */
+
+Test(calibration, valid_file_component_thresholds)
+{
+    probe_calibration *c = load_ok(valid_path(), KNOWN);
+    probe_gate g = gate_for(c, "dit.step", "/dit.step/0012/out");
+    cr_assert(g.rel_l2_max == 0.03);
+    cr_assert(g.cosine_min == 0.999);
+    cr_assert(g.atol == 0.05 && g.rtol == 0.05);
+    cr_assert(g.mismatch_fraction_max == 0.01);
+    cr_assert(g.p99_abs_max == 0.1);
+    cr_assert(g.max_abs_max == 0.5);
+
+    /* absent keys: unchecked; atol/rtol 0 */
+    g = gate_for(c, "vae.decode", "/vae.decode/0000/in.z");
+    cr_assert(g.rel_l2_max == 0.02);
+    cr_assert(isinf(g.cosine_min) && g.cosine_min < 0);
+    cr_assert(g.atol == 0.0 && g.rtol == 0.0);
+    cr_assert(isinf(g.mismatch_fraction_max) && isinf(g.p99_abs_max) && isinf(g.max_abs_max));
+
+    /* integers are numbers */
+    g = gate_for(c, "text_encoder", "/text_encoder/0000/out");
+    cr_assert(g.atol == 1.0 && g.mismatch_fraction_max == 0.0 && g.cosine_min == 0.9995);
+
+    /* component NULL: only globs; path NULL: only the component */
+    g = gate_for(c, NULL, "/vae.decode/0003/out");
+    cr_assert(g.rel_l2_max == 0.04);
+    g = gate_for(c, "dit.step", NULL);
+    cr_assert(g.rel_l2_max == 0.03);
+    probe_calibration_free(c);
+}
+
+Test(calibration, tensor_glob_wins_first_match_in_file_order)
+{
+    probe_calibration *c = load_ok(valid_path(), KNOWN);
+    // glob "/vae.decode/*/out" replaces the whole component entry
+    probe_gate g = gate_for(c, "vae.decode", "/vae.decode/0001/out");
+    cr_assert(g.rel_l2_max == 0.04 && g.cosine_min == 0.99);
+    /* without FNM_PATHNAME, '*' also crosses '/' */
+    g = gate_for(c, "vae.decode", "/vae.decode/0001/sub/out");
+    cr_assert(g.rel_l2_max == 0.04);
+    // both "/dit.step/0000/*" and "/dit.step/000*/out" match: the first listed wins
+    g = gate_for(c, "dit.step", "/dit.step/0000/out");
+    cr_assert(g.rel_l2_max == 0.08, "got %g", g.rel_l2_max);
+    cr_assert(isinf(g.cosine_min), "the tensor entry replaces, it does not merge");
+    cr_assert(g.atol == 0.0);
+    /* only the second matches */
+    g = gate_for(c, "dit.step", "/dit.step/0001/out");
+    cr_assert(g.rel_l2_max == 0.06 && g.cosine_min == -0.5);
+    /* neither: the component entry */
+    g = gate_for(c, "dit.step", "/dit.step/0010/out");
+    cr_assert(g.rel_l2_max == 0.03);
+    probe_calibration_free(c);
+}
+
+Test(calibration, no_entry_is_not_found)
+{
+    probe_calibration *c = load_ok(valid_path(), KNOWN);
+    probe_gate g;
+    cr_assert_eq(probe_calibration_gate(c, "scheduler.step", "/scheduler.step/0000/out", &g),
+                 PROBE_ENOTFOUND);
+    cr_assert(strstr(probe_last_error(), "scheduler.step") != NULL, "%s", probe_last_error());
+    cr_assert(strstr(probe_last_error(), "valid.json") != NULL, "%s", probe_last_error());
+    cr_assert_eq(probe_calibration_gate(c, NULL, NULL, &g), PROBE_ENOTFOUND);
+    cr_assert_eq(probe_calibration_gate(NULL, "dit.step", NULL, &g), PROBE_EINVAL);
+    cr_assert_eq(probe_calibration_gate(c, "dit.step", NULL, NULL), PROBE_EINVAL);
+    probe_calibration_free(c);
+    probe_calibration_free(NULL);
+}
+
+Test(calibration, calibrated_gate_checks_metrics)
+{
+    probe_calibration *c = load_ok(valid_path(), KNOWN);
+    probe_gate g = gate_for(c, "dit.step", "/dit.step/0012/out");
+    /* r = (1, 2, 3, 4), c = r + (0, 0, 0, 0.2): |d| = 0.2 <= 0.05 + 0.05*4 = 0.25,
+     * so no mismatch; rel_l2 = 0.2/sqrt(30) = 0.03651 > 0.03 fails, and so does
+     * p99 (rank ceil(3.96) = 4 of (0, 0, 0, 0.2)) = 0.2 > 0.1; max_abs 0.2 <= 0.5 */
+    const double r[] = {1, 2, 3, 4}, cd[] = {1, 2, 3, 4.2};
+    probe_metrics_opts o = {g.atol, g.rtol};
+    probe_metrics m;
+    cr_assert_eq(probe_metrics_compute(r, cd, 4, &o, &m), PROBE_OK);
+    cr_assert_eq(m.mismatch_count, 0);
+    probe_gate_verdict v;
+    cr_assert_eq(probe_gate_check(&g, &m, &v), PROBE_OK);
+    cr_assert_eq(v.pass, 0);
+    cr_assert_eq(v.nreasons, 2);
+    cr_assert_str_eq(v.reasons[0], "rel_l2 0.03651 > 0.03");
+    cr_assert_str_eq(v.reasons[1], "p99_abs 0.2 > 0.1");
+    probe_calibration_free(c);
+}
+
+Test(calibration, null_known_accepts_any_component)
+{
+    const char *path = write_tmp("any.json", HEAD "\"components\": {\"my.block\": {\"rel_l2_max\": 1}}}");
+    probe_calibration *c = load_ok(path, NULL);
+    probe_gate g = gate_for(c, "my.block", "/my.block/0000/out");
+    cr_assert(g.rel_l2_max == 1.0);
+    probe_calibration_free(c);
+}
+
+Test(calibration, tensors_only_file)
+{
+    const char *path = write_tmp("t.json", HEAD "\"tensors\": {\"/x/*\": {\"p99_abs_max\": 0.5}}}");
+    probe_calibration *c = load_ok(path, KNOWN);
+    probe_gate g = gate_for(c, "dit.step", "/x/0000/out");
+    cr_assert(g.p99_abs_max == 0.5);
+    probe_gate h;
+    cr_assert_eq(probe_calibration_gate(c, "dit.step", "/y/0000/out", &h), PROBE_ENOTFOUND);
+    probe_calibration_free(c);
+}
+
+/* ---- errors ---- */
+
+Test(calibration, missing_file)
+{
+    probe_calibration *c = (probe_calibration *)0x1;
+    cr_assert_eq(probe_calibration_load("no/such/dir/cal.json", KNOWN, &c), PROBE_ENOTFOUND);
+    cr_assert_null(c);
+    cr_assert(strstr(probe_last_error(), "calibration no/such/dir/cal.json: cannot open") != NULL,
+              "%s", probe_last_error());
+    /* a directory opens but cannot be read */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", valid_path());
+    *strrchr(dir, '/') = '\0';
+    cr_assert_eq(probe_calibration_load(dir, KNOWN, &c), PROBE_EIO);
+    cr_assert(strstr(probe_last_error(), "cannot read") != NULL, "%s", probe_last_error());
+}
+
+Test(calibration, bad_arguments)
+{
+    probe_calibration *c;
+    cr_assert_eq(probe_calibration_load(NULL, KNOWN, &c), PROBE_EINVAL);
+    cr_assert_eq(probe_calibration_load(valid_path(), KNOWN, NULL), PROBE_EINVAL);
+}
+
+Test(calibration, not_json)
+{
+    expect_error("garbage.json", "rel_l2_max = 0.03\n", PROBE_EFORMAT, "not valid JSON (line 1");
+    expect_error("empty.json", "", PROBE_EFORMAT, "not valid JSON");
+    expect_error("truncated.json", HEAD "\"components\": {", PROBE_EFORMAT, "not valid JSON");
+    expect_error("array.json", "[1, 2]", PROBE_EFORMAT, "top level must be a JSON object");
+    expect_error("dup.json", HEAD "\"components\": {\"dit.step\": {\"rel_l2_max\": 1, \"rel_l2_max\": 2}}}",
+                 PROBE_EFORMAT, "duplicate");
+}
+
+Test(calibration, wrong_format_or_version)
+{
+    expect_error("fmt.json", "{\"format\": \"probe-compare\", \"version\": 1, \"components\": {}}",
+                 PROBE_EFORMAT, "\"format\" must be \"probe-calibration\" (got \"probe-compare\")");
+    expect_error("nofmt.json", "{\"version\": 1}", PROBE_EFORMAT, "(got nothing)");
+    expect_error("ver2.json", "{\"format\": \"probe-calibration\", \"version\": 2}", PROBE_EFORMAT,
+                 "unsupported version 2 (this build reads 1)");
+    expect_error("verstr.json", "{\"format\": \"probe-calibration\", \"version\": \"1\"}",
+                 PROBE_EFORMAT, "\"version\" must be the integer 1 (got a string)");
+    expect_error("feature.json", HEAD "\"feature\": 3, \"components\": {\"dit.step\": {}}}",
+                 PROBE_EFORMAT, "\"feature\" must be a string");
+    expect_error("headroom.json", HEAD "\"headroom\": -1, \"components\": {\"dit.step\": {}}}",
+                 PROBE_EFORMAT, "\"headroom\" must be a positive number");
+    expect_error("topkey.json", HEAD "\"component\": {\"dit.step\": {}}}", PROBE_EFORMAT,
+                 "unknown key 'component'");
+    expect_error("nothing.json", HEAD "\"components\": {}}", PROBE_EFORMAT, "no thresholds");
+    expect_error("compsarray.json", HEAD "\"components\": [1]}", PROBE_EFORMAT,
+                 "\"components\" must be an object, not an array");
+}
+
+Test(calibration, unknown_component)
+{
+    expect_error("unk.json", HEAD "\"components\": {\"dit.step\": {}, \"foo\": {\"rel_l2_max\": 1}}}",
+                 PROBE_EINVAL,
+                 "unknown component 'foo' (known: text_encoder, dit.step, scheduler.step, "
+                 "vae.encode, vae.decode)");
+}
+
+Test(calibration, threshold_types_and_ranges)
+{
+    expect_error("str.json", HEAD "\"components\": {\"dit.step\": {\"rel_l2_max\": \"0.03\"}}}",
+                 PROBE_EFORMAT, "components 'dit.step': rel_l2_max must be a number, not a string");
+    expect_error("bool.json", HEAD "\"components\": {\"dit.step\": {\"atol\": true}}}",
+                 PROBE_EFORMAT, "atol must be a number, not a boolean");
+    expect_error("null.json", HEAD "\"tensors\": {\"/a/*\": {\"rtol\": null}}}", PROBE_EFORMAT,
+                 "tensors '/a/*': rtol must be a number, not null");
+    expect_error("neg.json", HEAD "\"components\": {\"dit.step\": {\"p99_abs_max\": -0.1}}}",
+                 PROBE_EFORMAT, "p99_abs_max -0.1 is negative");
+    expect_error("negatol.json", HEAD "\"components\": {\"vae.decode\": {\"atol\": -1}}}",
+                 PROBE_EFORMAT, "atol -1 is negative");
+    expect_error("cos.json", HEAD "\"components\": {\"dit.step\": {\"cosine_min\": 1.5}}}",
+                 PROBE_EFORMAT, "cosine_min 1.5 is outside [-1, 1]");
+    expect_error("frac.json", HEAD "\"components\": {\"dit.step\": {\"mismatch_fraction_max\": 5}}}",
+                 PROBE_EFORMAT, "mismatch_fraction_max 5 is a fraction");
+    expect_error("key.json", HEAD "\"components\": {\"dit.step\": {\"rel_l2\": 0.03}}}",
+                 PROBE_EFORMAT, "unknown key 'rel_l2'");
+    expect_error("entry.json", HEAD "\"components\": {\"dit.step\": 0.03}}", PROBE_EFORMAT,
+                 "components 'dit.step' must be an object, not a number");
+    expect_error("emptyglob.json", HEAD "\"tensors\": {\"\": {}}}", PROBE_EFORMAT, "empty name");
+}
+
+Test(calibration, extension_and_observed_keys_accepted)
+{
+    const char *path = write_tmp("ext.json", HEAD
+        "\"components\": {\"dit.step\": {\"cosine_min\": -1, \"x-why\": [1, \"two\"],"
+        " \"observed\": \"anything\"}}, \"x-tool\": {\"name\": \"calibrate\"}}");
+    probe_calibration *c = load_ok(path, KNOWN);
+    probe_gate g = gate_for(c, "dit.step", NULL);
+    cr_assert(g.cosine_min == -1.0);
+    probe_calibration_free(c);
+}
