@@ -1,0 +1,487 @@
+/* cuda.c - device tensors: the CUDA runtime is taken from the copy the
+ * process already loaded (never linked: INTERCEPT.md, last section), and
+ * only when a device tensor arrives.
+ *
+ * Per tap: event on the producer stream -> probe's private non-blocking
+ * stream waits on it -> cudaMemcpyAsync D2H of the strided span into a
+ * pinned staging buffer -> completion event. The writer thread waits on the
+ * completion event. Nothing here synchronizes the producer; a stream that is
+ * capturing a CUDA graph gets nothing enqueued (the tensor is recorded as
+ * skipped). Pinned buffers come from a grow-only pool: cudaFreeHost
+ * synchronizes the device, so it is never called during the run.
+ *
+ * Types and constants are declared locally with the values of the CUDA
+ * runtime API headers (cuda_runtime_api.h, driver_types.h, CUDA 12/13). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shim.h"
+
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+typedef void *cudaEvent_t;
+
+#define cudaSuccess 0
+#define cudaErrorNotReady 600
+#define cudaStreamNonBlocking 0x01u
+#define cudaEventDisableTiming 0x02u
+#define cudaMemcpyDeviceToHost 2
+#define cudaHostAllocPortable 0x01u
+#define cudaStreamCaptureStatusNone 0
+#define cudaStreamCaptureModeRelaxed 2
+
+static struct {
+    cudaError_t (*GetDevice)(int *);
+    cudaError_t (*SetDevice)(int);
+    cudaError_t (*StreamCreateWithFlags)(cudaStream_t *, unsigned);
+    cudaError_t (*EventCreateWithFlags)(cudaEvent_t *, unsigned);
+    cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
+    cudaError_t (*StreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
+    cudaError_t (*MemcpyAsync)(void *, const void *, size_t, int, cudaStream_t);
+    cudaError_t (*EventSynchronize)(cudaEvent_t);
+    cudaError_t (*EventQuery)(cudaEvent_t);
+    cudaError_t (*HostAlloc)(void **, size_t, unsigned);
+    cudaError_t (*StreamIsCapturing)(cudaStream_t, int *);
+    const char *(*GetErrorString)(cudaError_t);
+    cudaError_t (*DriverGetVersion)(int *);
+    cudaError_t (*RuntimeGetVersion)(int *);
+    cudaError_t (*GetDeviceCount)(int *);
+    cudaError_t (*GetDeviceProperties)(void *, int);         /* optional */
+    cudaError_t (*ThreadExchangeStreamCaptureMode)(int *);   /* optional */
+} rt;
+
+static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int rt_ready;
+static const char *rt_soname; /* soname found with RTLD_NOLOAD, or NULL (global scope) */
+
+static void *find_sym(void *h, const char *name)
+{
+    void *p = h ? dlsym(h, name) : NULL;
+    return p ? p : dlsym(RTLD_DEFAULT, name);
+}
+
+/* 1 once every required runtime function is found. Retried on each call
+ * until the runtime shows up (it is never loaded by probe). */
+static int resolve(void)
+{
+    if (atomic_load_explicit(&rt_ready, memory_order_acquire))
+        return 1;
+    pthread_mutex_lock(&rt_lock);
+    if (!atomic_load(&rt_ready)) {
+        static const char *const sonames[] = {"libcudart.so.13", "libcudart.so.12"};
+        void *h = NULL;
+        for (size_t i = 0; i < 2 && !h; ++i) {
+            h = dlopen(sonames[i], RTLD_NOLOAD | RTLD_LAZY);
+            if (h)
+                rt_soname = sonames[i];
+        }
+#define SYM(field, name) *(void **)&rt.field = find_sym(h, name)
+        SYM(GetDevice, "cudaGetDevice");
+        SYM(SetDevice, "cudaSetDevice");
+        SYM(StreamCreateWithFlags, "cudaStreamCreateWithFlags");
+        SYM(EventCreateWithFlags, "cudaEventCreateWithFlags");
+        SYM(EventRecord, "cudaEventRecord");
+        SYM(StreamWaitEvent, "cudaStreamWaitEvent");
+        SYM(MemcpyAsync, "cudaMemcpyAsync");
+        SYM(EventSynchronize, "cudaEventSynchronize");
+        SYM(EventQuery, "cudaEventQuery");
+        SYM(HostAlloc, "cudaHostAlloc");
+        SYM(StreamIsCapturing, "cudaStreamIsCapturing");
+        SYM(GetErrorString, "cudaGetErrorString");
+        SYM(DriverGetVersion, "cudaDriverGetVersion");
+        SYM(RuntimeGetVersion, "cudaRuntimeGetVersion");
+        SYM(GetDeviceCount, "cudaGetDeviceCount");
+        SYM(GetDeviceProperties, "cudaGetDeviceProperties_v2");
+        if (!rt.GetDeviceProperties)
+            SYM(GetDeviceProperties, "cudaGetDeviceProperties");
+        SYM(ThreadExchangeStreamCaptureMode, "cudaThreadExchangeStreamCaptureMode");
+#undef SYM
+        if (rt.GetDevice && rt.SetDevice && rt.StreamCreateWithFlags && rt.EventCreateWithFlags &&
+            rt.EventRecord && rt.StreamWaitEvent && rt.MemcpyAsync && rt.EventSynchronize &&
+            rt.EventQuery && rt.HostAlloc && rt.StreamIsCapturing && rt.GetErrorString &&
+            rt.DriverGetVersion && rt.RuntimeGetVersion && rt.GetDeviceCount)
+            atomic_store_explicit(&rt_ready, 1, memory_order_release);
+        else
+            rt_soname = NULL;
+    }
+    pthread_mutex_unlock(&rt_lock);
+    return atomic_load(&rt_ready);
+}
+
+static const char *errstr(cudaError_t e)
+{
+    const char *s = rt.GetErrorString ? rt.GetErrorString(e) : NULL;
+    return s ? s : "unknown CUDA error";
+}
+
+/* ---- private streams, events, pinned staging ---------------------------- */
+
+static _Atomic(cudaStream_t) priv_stream[SHIM_MAX_DEVICES];
+static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* caller has made `device` current */
+static cudaStream_t private_stream(int device, cudaError_t *err)
+{
+    cudaStream_t s = atomic_load(&priv_stream[device]);
+    *err = cudaSuccess;
+    if (s)
+        return s;
+    pthread_mutex_lock(&stream_lock);
+    s = atomic_load(&priv_stream[device]);
+    if (!s) {
+        *err = rt.StreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (*err == cudaSuccess)
+            atomic_store(&priv_stream[device], s);
+        else
+            s = NULL;
+    }
+    pthread_mutex_unlock(&stream_lock);
+    return s;
+}
+
+struct stack {
+    void **v;
+    size_t n, cap;
+};
+
+static int stack_push(struct stack *s, void *p)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        void **nv = realloc(s->v, nc * sizeof *nv);
+        if (!nv)
+            return 0;
+        s->v = nv;
+        s->cap = nc;
+    }
+    s->v[s->n++] = p;
+    return 1;
+}
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stack event_pool[SHIM_MAX_DEVICES];
+#define PIN_MIN_SHIFT 12
+#define PIN_CLASSES 52
+static struct stack pin_pool[PIN_CLASSES]; /* class k holds buffers of 2^k bytes */
+static atomic_size_t pinned_total;
+
+/* caller has made `device` current */
+static cudaEvent_t event_get(int device, cudaError_t *err)
+{
+    cudaEvent_t ev = NULL;
+    *err = cudaSuccess;
+    pthread_mutex_lock(&pool_lock);
+    if (event_pool[device].n)
+        ev = event_pool[device].v[--event_pool[device].n];
+    pthread_mutex_unlock(&pool_lock);
+    if (!ev) {
+        *err = rt.EventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (*err != cudaSuccess)
+            ev = NULL;
+    }
+    return ev;
+}
+
+static void event_put(int device, cudaEvent_t ev)
+{
+    pthread_mutex_lock(&pool_lock);
+    stack_push(&event_pool[device], ev); /* on failure the event is leaked, never destroyed */
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static int pin_class(size_t bytes)
+{
+    int k = PIN_MIN_SHIFT;
+    while (k < PIN_CLASSES - 1 && ((size_t)1 << k) < bytes)
+        ++k;
+    return ((size_t)1 << k) >= bytes ? k : -1;
+}
+
+static void *pinned_get(size_t bytes, size_t *cap, cudaError_t *err)
+{
+    int k = pin_class(bytes);
+    void *p = NULL;
+    *err = cudaSuccess;
+    if (k < 0) {
+        *err = 2; /* cudaErrorMemoryAllocation */
+        return NULL;
+    }
+    pthread_mutex_lock(&pool_lock);
+    if (pin_pool[k].n)
+        p = pin_pool[k].v[--pin_pool[k].n];
+    pthread_mutex_unlock(&pool_lock);
+    if (!p) {
+        *err = rt.HostAlloc(&p, (size_t)1 << k, cudaHostAllocPortable);
+        if (*err != cudaSuccess)
+            return NULL;
+        atomic_fetch_add(&pinned_total, (size_t)1 << k);
+    }
+    *cap = (size_t)1 << k;
+    return p;
+}
+
+static void pinned_put(void *p, size_t cap)
+{
+    int k = pin_class(cap);
+    pthread_mutex_lock(&pool_lock);
+    if (k >= 0)
+        stack_push(&pin_pool[k], p); /* on failure: leaked, never freed */
+    pthread_mutex_unlock(&pool_lock);
+}
+
+size_t shim_cuda_pinned_bytes(void)
+{
+    return atomic_load(&pinned_total);
+}
+
+/* ---- submit (tapping thread) ------------------------------------------- */
+
+probe_status shim_cuda_submit(struct shim_job *j, const void *data, size_t span_bytes, int device,
+                              void *stream, int *skipped, char *reason, size_t rlen)
+{
+    *skipped = 1;
+    if (!resolve()) {
+        snprintf(reason, rlen,
+                 "CUDA runtime is not loaded in this process (libcudart.so.13/.12 not found)");
+        return PROBE_OK;
+    }
+    if (device >= SHIM_MAX_DEVICES) {
+        snprintf(reason, rlen, "device ordinal %d is beyond probe's limit of %d devices", device,
+                 SHIM_MAX_DEVICES);
+        return PROBE_OK;
+    }
+    int prev = -1;
+    cudaError_t e = rt.GetDevice(&prev);
+    if (e != cudaSuccess) {
+        snprintf(reason, rlen, "cudaGetDevice failed: %s", errstr(e));
+        return PROBE_OK;
+    }
+    if (prev != device && (e = rt.SetDevice(device)) != cudaSuccess) {
+        snprintf(reason, rlen, "cudaSetDevice(%d) failed: %s", device, errstr(e));
+        return PROBE_OK;
+    }
+    probe_status st = PROBE_OK;
+    int mode = cudaStreamCaptureModeRelaxed, mode_set = 0;
+    int cap_status = cudaStreamCaptureStatusNone;
+    /* 1. Never enqueue on a capturing stream (the copy would become a graph
+     * node, or invalidate the capture). A failed query (e.g. the legacy
+     * stream during another stream's global capture) counts as capturing. */
+    e = rt.StreamIsCapturing(stream, &cap_status);
+    if (e != cudaSuccess) {
+        snprintf(reason, rlen, "stream capture status unknown (%s); treated as capturing a CUDA graph",
+                 errstr(e));
+        goto restore;
+    }
+    if (cap_status != cudaStreamCaptureStatusNone) {
+        snprintf(reason, rlen, "stream is capturing a CUDA graph");
+        goto restore;
+    }
+    /* 2. Back-pressure before taking pinned memory. */
+    st = shim_queue_reserve(span_bytes);
+    if (st != PROBE_OK) {
+        *skipped = 0;
+        goto restore;
+    }
+    j->reserved = span_bytes;
+    /* 3. Our own allocations must neither fail nor invalidate a global-mode
+     * capture running on another thread: relaxed mode for this thread. */
+    if (rt.ThreadExchangeStreamCaptureMode && rt.ThreadExchangeStreamCaptureMode(&mode) == cudaSuccess)
+        mode_set = 1;
+    cudaStream_t ps = private_stream(device, &e);
+    if (!ps) {
+        snprintf(reason, rlen, "cannot create probe's copy stream on device %d: %s", device, errstr(e));
+        goto unreserve;
+    }
+    cudaEvent_t ready = event_get(device, &e);
+    if (!ready) {
+        snprintf(reason, rlen, "cudaEventCreateWithFlags failed: %s", errstr(e));
+        goto unreserve;
+    }
+    cudaEvent_t done = event_get(device, &e);
+    if (!done) {
+        event_put(device, ready);
+        snprintf(reason, rlen, "cudaEventCreateWithFlags failed: %s", errstr(e));
+        goto unreserve;
+    }
+    size_t cap = 0;
+    void *staging = pinned_get(span_bytes, &cap, &e);
+    if (!staging) {
+        event_put(device, ready);
+        event_put(device, done);
+        snprintf(reason, rlen, "cannot allocate %zu bytes of pinned staging memory: %s", span_bytes,
+                 errstr(e));
+        goto unreserve;
+    }
+    if ((e = rt.EventRecord(ready, stream)) != cudaSuccess) {
+        event_put(device, ready);
+        event_put(device, done);
+        pinned_put(staging, cap);
+        snprintf(reason, rlen, "cudaEventRecord on the producer stream failed: %s", errstr(e));
+        goto unreserve;
+    }
+    if ((e = rt.StreamWaitEvent(ps, ready, 0)) != cudaSuccess) {
+        /* ready may still be pending on the producer: abandon it */
+        event_put(device, done);
+        pinned_put(staging, cap);
+        snprintf(reason, rlen, "cudaStreamWaitEvent failed: %s", errstr(e));
+        goto unreserve;
+    }
+    event_put(device, ready); /* the wait captured its state; it may be re-recorded */
+    if ((e = rt.MemcpyAsync(staging, data, span_bytes, cudaMemcpyDeviceToHost, ps)) != cudaSuccess) {
+        event_put(device, done);
+        pinned_put(staging, cap);
+        snprintf(reason, rlen, "cudaMemcpyAsync of %zu bytes from %p failed: %s", span_bytes, data,
+                 errstr(e));
+        goto unreserve;
+    }
+    if ((e = rt.EventRecord(done, ps)) != cudaSuccess) {
+        /* the copy is in flight: abandon the staging buffer (never reused) */
+        event_put(device, done);
+        snprintf(reason, rlen, "cudaEventRecord on probe's stream failed: %s", errstr(e));
+        goto unreserve;
+    }
+    j->dev.staging = staging;
+    j->dev.staging_cap = cap;
+    j->dev.device = device;
+    j->dev.done_event = done;
+    *skipped = 0;
+    goto restore;
+unreserve:
+    shim_queue_unreserve(span_bytes);
+    j->reserved = 0;
+restore:
+    if (mode_set)
+        rt.ThreadExchangeStreamCaptureMode(&mode);
+    if (prev != device)
+        rt.SetDevice(prev);
+    return st;
+}
+
+/* ---- writer thread ------------------------------------------------------ */
+
+static int cudart_still_mapped(void)
+{
+    if (!rt_soname)
+        return 1; /* found in the global scope: part of the executable or a preload */
+    void *h = dlopen(rt_soname, RTLD_NOLOAD | RTLD_LAZY);
+    if (!h)
+        return 0;
+    dlclose(h);
+    return 1;
+}
+
+probe_status shim_cuda_wait(struct shim_job *j, char *reason, size_t rlen)
+{
+    static __thread int relaxed;
+    if (!relaxed && rt.ThreadExchangeStreamCaptureMode) {
+        int mode = cudaStreamCaptureModeRelaxed;
+        rt.ThreadExchangeStreamCaptureMode(&mode);
+        relaxed = 1;
+    }
+    cudaError_t e;
+    if (!shim_queue_closing()) {
+        e = rt.EventSynchronize(j->dev.done_event);
+        if (e == cudaSuccess)
+            return PROBE_OK;
+        snprintf(reason, rlen, "device copy failed: %s", errstr(e));
+        return PROBE_EIO;
+    }
+    /* Process exit: the runtime may be tearing down. Only poll, and only
+     * while the runtime is mapped and answers. */
+    static const char exited[] = "process exited before the device copy completed";
+    if (!cudart_still_mapped()) {
+        snprintf(reason, rlen, "%s", exited);
+        return PROBE_EIO;
+    }
+    uint64_t deadline = shim_now_ns() + 5000000000ull;
+    for (;;) {
+        e = rt.EventQuery(j->dev.done_event);
+        if (e == cudaSuccess)
+            return PROBE_OK;
+        if (e != cudaErrorNotReady || shim_now_ns() > deadline) {
+            snprintf(reason, rlen, "%s", exited);
+            return PROBE_EIO;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void shim_cuda_release(struct shim_job *j, int completed)
+{
+    if (!completed || !j->dev.staging)
+        return; /* the copy may still be writing: abandon, never reuse */
+    pinned_put(j->dev.staging, j->dev.staging_cap);
+    event_put(j->dev.device, j->dev.done_event);
+    j->dev.staging = NULL;
+    j->dev.done_event = NULL;
+}
+
+/* ---- probe_tap_stream_v1 ------------------------------------------------ */
+
+/* probe's private copy stream on `device` (cudaStream_t), NULL when none was
+ * created yet (no device tensor tapped on that device) or device is out of
+ * range 0..63. */
+SHIM_EXPORT void *probe_tap_stream_v1(int32_t device)
+{
+    if (device < 0 || device >= SHIM_MAX_DEVICES)
+        return NULL;
+    return atomic_load(&priv_stream[device]);
+}
+
+/* ---- versions and device names for the manifest ------------------------- */
+
+static pthread_mutex_t info_lock = PTHREAD_MUTEX_INITIALIZER;
+static int info_known, info_driver, info_runtime, info_ndev;
+static char info_names[SHIM_MAX_DEVICES][256];
+
+void shim_cuda_info_refresh(void)
+{
+    if (!resolve())
+        return;
+    pthread_mutex_lock(&info_lock);
+    if (!info_known) {
+        int drv = 0, run = 0, n = 0;
+        if (rt.DriverGetVersion(&drv) == cudaSuccess && rt.RuntimeGetVersion(&run) == cudaSuccess &&
+            rt.GetDeviceCount(&n) == cudaSuccess) {
+            if (n > SHIM_MAX_DEVICES)
+                n = SHIM_MAX_DEVICES;
+            /* cudaDeviceProp starts with char name[256]; the struct grows
+             * between releases, so give it ample room. */
+            void *prop = rt.GetDeviceProperties ? calloc(1, 1 << 16) : NULL;
+            for (int d = 0; d < n; ++d) {
+                info_names[d][0] = '\0';
+                if (prop && rt.GetDeviceProperties(prop, d) == cudaSuccess)
+                    snprintf(info_names[d], sizeof info_names[d], "%.255s", (const char *)prop);
+            }
+            free(prop);
+            info_driver = drv;
+            info_runtime = run;
+            info_ndev = n;
+            info_known = 1;
+        }
+    }
+    pthread_mutex_unlock(&info_lock);
+}
+
+void shim_cuda_info_json(struct shim_json *b)
+{
+    pthread_mutex_lock(&info_lock);
+    if (info_known) {
+        shim_json_printf(b, ",\"cuda\":{\"runtime_version\":%d,\"driver_version\":%d,\"devices\":[",
+                         info_runtime, info_driver);
+        for (int d = 0; d < info_ndev; ++d) {
+            if (d)
+                shim_json_raw(b, ",");
+            shim_json_string(b, info_names[d]);
+        }
+        shim_json_printf(b, "],\"runtime_library\":");
+        shim_json_string(b, rt_soname ? rt_soname : "global scope");
+        shim_json_raw(b, "}");
+    }
+    pthread_mutex_unlock(&info_lock);
+}

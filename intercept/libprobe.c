@@ -1,0 +1,118 @@
+/* libprobe.c - load the HDF5-linked writer (libprobe.so) into the process
+ * without putting HDF5 into the global symbol scope (INTERCEPT.md, last
+ * section: a preloaded libhdf5 breaks `import h5py`). */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+struct shim_libprobe shim_lp;
+
+static char self_path[PATH_MAX];
+static pthread_once_t self_once = PTHREAD_ONCE_INIT;
+
+static void find_self(void)
+{
+    Dl_info info;
+    if (dladdr((void *)&find_self, &info) && info.dli_fname && info.dli_fname[0]) {
+        if (!realpath(info.dli_fname, self_path))
+            snprintf(self_path, sizeof self_path, "%s", info.dli_fname);
+    }
+}
+
+const char *shim_self_path(void)
+{
+    pthread_once(&self_once, find_self);
+    return self_path[0] ? self_path : NULL;
+}
+
+/* RTLD_DEEPBIND makes libprobe and its HDF5 prefer their own symbols over
+ * the process's; ASan refuses it (it must see every malloc). */
+static int dlopen_flags(void)
+{
+    int flags = RTLD_NOW | RTLD_LOCAL;
+#if !defined(__SANITIZE_ADDRESS__)
+    if (!dlsym(RTLD_DEFAULT, "__asan_init"))
+        flags |= RTLD_DEEPBIND;
+#endif
+    return flags;
+}
+
+static void *try_open(const char *path, char *why, size_t whylen)
+{
+    void *h = dlopen(path, dlopen_flags());
+    if (!h) {
+        const char *e = dlerror();
+        size_t used = strlen(why);
+        const char *parts[2] = {used ? "; " : "", e ? e : path};
+        for (int i = 0; i < 2; ++i) { /* append, truncating */
+            size_t n = strlen(parts[i]);
+            if (used + n >= whylen)
+                n = whylen - used - 1;
+            memcpy(why + used, parts[i], n);
+            used += n;
+            why[used] = '\0';
+        }
+    }
+    return h;
+}
+
+probe_status shim_libprobe_load(void)
+{
+    char why[1024] = "";
+    void *h = NULL;
+    if (shim_cfg.libprobe_path) {
+        h = try_open(shim_cfg.libprobe_path, why, sizeof why);
+    } else {
+        const char *self = shim_self_path();
+        char dir[PATH_MAX], cand[PATH_MAX + 32];
+        if (!self)
+            return probe_set_error(PROBE_ENOTFOUND,
+                                   "cannot locate libprobe.so: the shim's own path is unknown "
+                                   "(set PROBE_LIBPROBE)");
+        snprintf(dir, sizeof dir, "%s", self);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+        static const char *const names[] = {"libprobe.so.0", "libprobe.so"};
+        for (size_t i = 0; i < 2 && !h; ++i) {
+            snprintf(cand, sizeof cand, "%s/%s", dir, names[i]);
+            h = try_open(cand, why, sizeof why);
+        }
+    }
+    if (!h)
+        return probe_set_error(PROBE_ENOTFOUND, "cannot load libprobe.so: %s", why);
+
+    struct {
+        const char *name;
+        void **slot;
+    } syms[] = {
+        {"probe_writer_open", (void **)&shim_lp.writer_open},
+        {"probe_writer_put", (void **)&shim_lp.writer_put},
+        {"probe_writer_skip", (void **)&shim_lp.writer_skip},
+        {"probe_writer_set_manifest", (void **)&shim_lp.writer_set_manifest},
+        {"probe_writer_flush", (void **)&shim_lp.writer_flush},
+        {"probe_writer_close", (void **)&shim_lp.writer_close},
+        {"probe_last_error", (void **)&shim_lp.last_error},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; ++i) {
+        *syms[i].slot = dlsym(h, syms[i].name);
+        if (!*syms[i].slot) {
+            memset(&shim_lp, 0, sizeof shim_lp);
+            return probe_set_error(PROBE_ENOTFOUND, "libprobe.so lacks %s", syms[i].name);
+        }
+    }
+    return PROBE_OK; /* the handle stays open for the life of the process */
+}
+
+const char *shim_libprobe_error(void)
+{
+    const char *e = shim_lp.last_error ? shim_lp.last_error() : NULL;
+    return e && *e ? e : "unknown error";
+}

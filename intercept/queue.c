@@ -1,0 +1,329 @@
+/* queue.c - the job queue between tapping threads and the one writer thread
+ * that owns the probe_writer (capture.h: one thread uses one writer).
+ *
+ * Tapping threads reserve bytes (back-pressure: wait while the queue holds
+ * more than PROBE_QUEUE_MB), build a job, push it. The writer thread pops
+ * jobs in order, waits for device copies (cudaEventSynchronize, on this
+ * thread only), gathers, and calls probe_writer_put/skip/flush. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shim.h"
+
+static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_nonempty = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t q_space = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t q_done; /* CLOCK_MONOTONIC, set up by init_once */
+static pthread_once_t q_once = PTHREAD_ONCE_INIT;
+
+static struct shim_job *head, *tail;
+static size_t queued_bytes;
+static int started, stopping, exited, joined;
+static atomic_int closing;
+static uint64_t next_ticket, done_ticket;
+static probe_status flush_status;
+static pthread_t writer_thread;
+static struct shim_job stop_job = {.kind = SHIM_JOB_STOP};
+
+static void init_once(void)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&q_done, &a);
+    pthread_condattr_destroy(&a);
+}
+
+void shim_job_record(const struct shim_job *j, probe_record *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->path = j->path;
+    rec->component = j->component;
+    rec->slot = j->slot;
+    rec->call = j->call;
+    rec->step = j->step;
+    rec->cfg_branch = j->cfg_branch;
+    rec->timestep = j->timestep;
+    rec->scope = j->scope;
+    rec->device = j->device_name;
+    rec->seq = j->seq;
+    rec->dtype = j->dtype;
+    rec->rank = j->rank;
+    rec->shape = j->shape;
+}
+
+/* caller holds qlock */
+static void append(struct shim_job *j)
+{
+    j->next = NULL;
+    if (tail)
+        tail->next = j;
+    else
+        head = j;
+    tail = j;
+    pthread_cond_signal(&q_nonempty);
+}
+
+int shim_queue_closing(void)
+{
+    return atomic_load(&closing);
+}
+
+static void skip_record(probe_writer *w, const struct shim_job *j, const char *reason)
+{
+    probe_record rec;
+    shim_job_record(j, &rec);
+    probe_status st = shim_lp.writer_skip(w, &rec, reason);
+    if (st == PROBE_EIO)
+        shim_fail_io(shim_libprobe_error());
+}
+
+static void put_record(probe_writer *w, const struct shim_job *j, const void *data, size_t nbytes)
+{
+    probe_record rec;
+    shim_job_record(j, &rec);
+    probe_status st = shim_lp.writer_put(w, &rec, data, nbytes);
+    if (st == PROBE_OK)
+        return;
+    if (st == PROBE_EIO) {
+        shim_fail_io(shim_libprobe_error());
+        return;
+    }
+    /* Not an I/O failure (the writer refused this tensor): keep capturing,
+     * and leave a trace in probe.skips so the tensor is not silently absent. */
+    atomic_fetch_add(&shim_stats.write_errors, 1);
+    char reason[SHIM_REASON_MAX];
+    snprintf(reason, sizeof reason, "writer rejected the tensor: %s", shim_libprobe_error());
+    skip_record(w, j, reason);
+}
+
+static void process(struct shim_job *j)
+{
+    probe_writer *w = shim_writer();
+    int live = !shim_disabled() && w;
+    switch (j->kind) {
+    case SHIM_JOB_HOST:
+        if (live)
+            put_record(w, j, j->data, j->nbytes);
+        free(j->data);
+        j->data = NULL;
+        break;
+    case SHIM_JOB_DEVICE: {
+        char reason[SHIM_REASON_MAX] = "";
+        if (!live) {
+            shim_cuda_release(j, 0);
+            break;
+        }
+        if (shim_cuda_wait(j, reason, sizeof reason) != PROBE_OK) {
+            atomic_fetch_add(&shim_stats.skipped, 1);
+            skip_record(w, j, reason);
+            shim_cuda_release(j, 0);
+            break;
+        }
+        const void *src = j->dev.staging;
+        void *tmp = NULL;
+        if (j->dev.has_strides) {
+            tmp = malloc(j->nbytes ? j->nbytes : 1);
+            if (!tmp) {
+                atomic_fetch_add(&shim_stats.skipped, 1);
+                skip_record(w, j, "out of host memory while gathering the device copy");
+                shim_cuda_release(j, 1);
+                break;
+            }
+            shim_gather(tmp, j->dev.staging, j->rank, j->shape, j->dev.strides,
+                        probe_dtype_size(j->dtype));
+            src = tmp;
+        }
+        put_record(w, j, src, j->nbytes);
+        free(tmp);
+        shim_cuda_release(j, 1);
+        break;
+    }
+    case SHIM_JOB_SKIP:
+        if (live)
+            skip_record(w, j, j->reason);
+        break;
+    case SHIM_JOB_FLUSH: {
+        probe_status st = PROBE_EIO;
+        if (live) {
+            st = shim_lp.writer_flush(w);
+            if (st == PROBE_EIO)
+                shim_fail_io(shim_libprobe_error());
+        }
+        pthread_mutex_lock(&qlock);
+        flush_status = st;
+        pthread_mutex_unlock(&qlock);
+        break;
+    }
+    case SHIM_JOB_STOP:
+        break;
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&qlock);
+        while (!head)
+            pthread_cond_wait(&q_nonempty, &qlock);
+        struct shim_job *j = head;
+        head = j->next;
+        if (!head)
+            tail = NULL;
+        pthread_mutex_unlock(&qlock);
+
+        process(j);
+
+        pthread_mutex_lock(&qlock);
+        queued_bytes -= j->reserved;
+        pthread_cond_broadcast(&q_space);
+        if (j->kind == SHIM_JOB_FLUSH) {
+            done_ticket = j->ticket;
+            pthread_cond_broadcast(&q_done);
+        }
+        int stop = j->kind == SHIM_JOB_STOP;
+        pthread_mutex_unlock(&qlock);
+        if (stop)
+            break;
+        free(j);
+    }
+    pthread_mutex_lock(&qlock);
+    exited = 1;
+    pthread_cond_broadcast(&q_done);
+    pthread_cond_broadcast(&q_space);
+    pthread_mutex_unlock(&qlock);
+    return NULL;
+}
+
+probe_status shim_queue_start(void)
+{
+    pthread_once(&q_once, init_once);
+    pthread_mutex_lock(&qlock);
+    if (started) {
+        pthread_mutex_unlock(&qlock);
+        return PROBE_OK;
+    }
+    /* The writer thread takes no signals: the user's handlers stay on the
+     * user's threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&writer_thread, NULL, writer_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        started = 1;
+    pthread_mutex_unlock(&qlock);
+    if (rc != 0)
+        return probe_set_error(PROBE_EIO, "cannot start the writer thread: %s", strerror(rc));
+    return PROBE_OK;
+}
+
+probe_status shim_queue_reserve(size_t bytes)
+{
+    size_t max = shim_cfg.queue_max_bytes;
+    pthread_mutex_lock(&qlock);
+    if (!started || stopping) {
+        pthread_mutex_unlock(&qlock);
+        return probe_set_error(PROBE_ESTATE, "tap: the capture file is closed");
+    }
+    if (queued_bytes > 0 && (queued_bytes >= max || bytes > max - queued_bytes)) {
+        uint64_t t0 = shim_now_ns();
+        atomic_fetch_add(&shim_stats.queue_waits, 1);
+        while (!stopping && !exited && queued_bytes > 0 &&
+               (queued_bytes >= max || bytes > max - queued_bytes))
+            pthread_cond_wait(&q_space, &qlock);
+        atomic_fetch_add(&shim_stats.queue_wait_ns, shim_now_ns() - t0);
+        if (stopping || exited) {
+            pthread_mutex_unlock(&qlock);
+            return probe_set_error(PROBE_ESTATE, "tap: the capture file is closed");
+        }
+    }
+    queued_bytes += bytes;
+    pthread_mutex_unlock(&qlock);
+    return PROBE_OK;
+}
+
+void shim_queue_unreserve(size_t bytes)
+{
+    pthread_mutex_lock(&qlock);
+    queued_bytes -= bytes;
+    pthread_cond_broadcast(&q_space);
+    pthread_mutex_unlock(&qlock);
+}
+
+probe_status shim_queue_push(struct shim_job *j)
+{
+    pthread_mutex_lock(&qlock);
+    if (!started || stopping) {
+        pthread_mutex_unlock(&qlock);
+        return probe_set_error(PROBE_ESTATE, "tap: the capture file is closed");
+    }
+    append(j);
+    pthread_mutex_unlock(&qlock);
+    return PROBE_OK;
+}
+
+probe_status shim_queue_flush(void)
+{
+    struct shim_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return probe_set_error(PROBE_ENOMEM, "probe_tap_flush_v1: out of memory");
+    j->kind = SHIM_JOB_FLUSH;
+    pthread_mutex_lock(&qlock);
+    if (!started || stopping) {
+        pthread_mutex_unlock(&qlock);
+        free(j);
+        return probe_set_error(PROBE_ESTATE, "probe_tap_flush_v1: the capture file is closed");
+    }
+    uint64_t ticket = j->ticket = ++next_ticket;
+    append(j);
+    while (done_ticket < ticket && !exited)
+        pthread_cond_wait(&q_done, &qlock);
+    probe_status st = done_ticket >= ticket ? flush_status : PROBE_ESTATE;
+    pthread_mutex_unlock(&qlock);
+    if (st != PROBE_OK)
+        return probe_set_error(st, "probe_tap_flush_v1: %s",
+                               st == PROBE_EIO ? "capture disabled after a write error"
+                                               : "the capture file is closed");
+    return PROBE_OK;
+}
+
+int shim_queue_stop(unsigned timeout_ms)
+{
+    pthread_mutex_lock(&qlock);
+    if (!started) {
+        pthread_mutex_unlock(&qlock);
+        return 1;
+    }
+    if (!stopping) {
+        stopping = 1;
+        atomic_store(&closing, 1);
+        append(&stop_job);
+        pthread_cond_broadcast(&q_space);
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec += 1;
+        dl.tv_nsec -= 1000000000L;
+    }
+    while (!exited) {
+        if (pthread_cond_timedwait(&q_done, &qlock, &dl) == ETIMEDOUT)
+            break;
+    }
+    int done = exited, join = exited && !joined;
+    if (join)
+        joined = 1;
+    pthread_mutex_unlock(&qlock);
+    if (join)
+        pthread_join(writer_thread, NULL);
+    return done;
+}

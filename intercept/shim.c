@@ -1,0 +1,438 @@
+/* shim.c - configuration, ownership of the capture file, and the life cycle
+ * of the preloaded library: constructor (read config, set env, nothing
+ * heavy), lazy open of the capture file, fork handling, and the finalizer
+ * that drains the queue and closes the file at exit.
+ *
+ * Ownership: LD_PRELOAD is inherited by every child. The first process that
+ * loads the shim with PROBE_OUT set exports PROBE_OWNER_PID=<its pid>; only
+ * the process with that pid captures. exec keeps the pid (so `bash -c
+ * 'exec python x.py'` captures); forked children and their exec'd images
+ * never do. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "shim.h"
+
+struct shim_config shim_cfg;
+struct shim_stats shim_stats;
+
+static atomic_int disabled;     /* an I/O error disabled capture */
+static atomic_int forked_child; /* set by the atfork child handler */
+static atomic_int closed;       /* the finalizer has started */
+static atomic_int warned_io;
+
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int open_state; /* 0 not tried, 1 open, 2 failed */
+static probe_writer *writer;
+
+/* Descriptors that refer to the capture file, so a forked child can point
+ * them at /dev/null: whatever the child's copy of HDF5 flushes at its exit
+ * then never reaches the parent's file. */
+#define MAX_FILE_FDS 8
+static int file_fds[MAX_FILE_FDS];
+static atomic_int nfile_fds;
+
+#define DEFAULT_QUEUE_MB 2048u
+#define STOP_TIMEOUT_MS 60000u
+
+uint64_t shim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void shim_warn(const char *fmt, ...)
+{
+    char line[1024];
+    int n = snprintf(line, sizeof line, "probe: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    for (size_t i = 0; i < len; ++i) { /* one line, whatever the reason text holds */
+        if (line[i] == '\n' || line[i] == '\r')
+            line[i] = ' ';
+    }
+    line[len++] = '\n';
+    ssize_t off = 0;
+    while ((size_t)off < len) {
+        ssize_t w = write(STDERR_FILENO, line + off, len - (size_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += w;
+    }
+}
+
+int shim_is_foreign_process(void)
+{
+    return shim_cfg.mode != SHIM_OWNER || atomic_load(&forked_child) ||
+           (long)getpid() != shim_cfg.owner_pid;
+}
+
+int shim_disabled(void)
+{
+    return atomic_load(&disabled);
+}
+
+int shim_closed(void)
+{
+    return atomic_load(&closed);
+}
+
+int shim_capturing(void)
+{
+    return shim_cfg.mode == SHIM_OWNER && !atomic_load(&forked_child) && !atomic_load(&disabled) &&
+           !atomic_load(&closed);
+}
+
+probe_writer *shim_writer(void)
+{
+    return atomic_load(&open_state) == 1 ? writer : NULL;
+}
+
+void shim_fail_io(const char *reason)
+{
+    atomic_store(&disabled, 1);
+    if (atomic_exchange(&warned_io, 1) == 0)
+        shim_warn("cannot write capture file %s: %s; capture disabled, the run continues",
+                  shim_cfg.out_path, reason);
+}
+
+/* ---- opening the file ----------------------------------------------------- */
+
+static void remember_file_fds(void)
+{
+    struct stat want;
+    if (stat(shim_cfg.out_path, &want) != 0)
+        return;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < MAX_FILE_FDS) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end || fd < 0 || fd == dirfd(d))
+            continue;
+        struct stat st;
+        if (fstat((int)fd, &st) == 0 && st.st_dev == want.st_dev && st.st_ino == want.st_ino)
+            file_fds[n++] = (int)fd;
+    }
+    closedir(d);
+    atomic_store(&nfile_fds, n);
+}
+
+static void finalize(void);
+
+static void atexit_finalize(void)
+{
+    finalize();
+}
+
+probe_status shim_file_open(void)
+{
+    int s = atomic_load(&open_state);
+    if (s == 1)
+        return PROBE_OK;
+    if (s == 2)
+        return probe_set_error(PROBE_EIO, "capture file %s: capture disabled", shim_cfg.out_path);
+    pthread_mutex_lock(&open_lock);
+    probe_status st = PROBE_OK;
+    if (atomic_load(&open_state) == 0) {
+        char *manifest = NULL;
+        st = shim_libprobe_load();
+        if (st != PROBE_OK) {
+            shim_fail_io(probe_last_error());
+        } else {
+            manifest = shim_manifest_build(0);
+            probe_writer *w = NULL;
+            st = shim_lp.writer_open(shim_cfg.out_path, manifest, &w);
+            if (st != PROBE_OK) {
+                shim_fail_io(shim_libprobe_error());
+            } else {
+                writer = w;
+                remember_file_fds();
+                st = shim_queue_start();
+                if (st != PROBE_OK) {
+                    shim_fail_io(probe_last_error());
+                    shim_lp.writer_close(w);
+                    writer = NULL;
+                } else {
+                    /* Registered after HDF5 (and usually the CUDA runtime)
+                     * registered theirs, so it runs before their teardown. */
+                    atexit(atexit_finalize);
+                }
+            }
+        }
+        free(manifest);
+        atomic_store(&open_state, st == PROBE_OK ? 1 : 2);
+        if (st != PROBE_OK)
+            st = PROBE_EIO;
+    } else if (atomic_load(&open_state) == 2) {
+        st = PROBE_EIO;
+    }
+    pthread_mutex_unlock(&open_lock);
+    if (st != PROBE_OK)
+        return probe_set_error(PROBE_EIO, "capture file %s: capture disabled", shim_cfg.out_path);
+    return PROBE_OK;
+}
+
+/* ---- exit ---------------------------------------------------------------- */
+
+/* Drain and close. Runs once, in the owner only: from the atexit handler
+ * registered at open (before HDF5's and cudart's teardown), else from the
+ * constructor-registered handler or the ELF destructor. If nothing was ever
+ * tapped, the file is still created, with the manifest and no tensors. */
+static void finalize(void)
+{
+    if (shim_is_foreign_process())
+        return;
+    if (atomic_exchange(&closed, 1))
+        return;
+    if (atomic_load(&open_state) == 0 && !atomic_load(&disabled))
+        shim_file_open();
+    if (atomic_load(&open_state) != 1)
+        return;
+    if (!shim_queue_stop(STOP_TIMEOUT_MS)) {
+        shim_warn("capture file %s may be incomplete: the writer did not finish within %u s at exit",
+                  shim_cfg.out_path, STOP_TIMEOUT_MS / 1000);
+        return; /* the writer thread still uses the file: leave it */
+    }
+    shim_cuda_info_refresh(); /* no-op unless the runtime is loaded and answers */
+    char *manifest = shim_manifest_build(1);
+    if (manifest && !atomic_load(&disabled))
+        shim_lp.writer_set_manifest(writer, manifest);
+    free(manifest);
+    probe_status st = shim_lp.writer_close(writer);
+    writer = NULL;
+    if (st == PROBE_EIO && !atomic_load(&disabled))
+        shim_fail_io(shim_libprobe_error());
+}
+
+__attribute__((destructor)) static void shim_fini(void)
+{
+    if (shim_cfg.mode == SHIM_OWNER)
+        finalize();
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+/* Child side of fork(): no capture, no CUDA, no HDF5. Only async-signal-safe
+ * calls: the capture file's descriptors are redirected to /dev/null. */
+static void atfork_child(void)
+{
+    atomic_store(&forked_child, 1);
+    int n = atomic_load(&nfile_fds);
+    if (n <= 0)
+        return;
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nul < 0)
+        return;
+    for (int i = 0; i < n; ++i)
+        dup2(nul, file_fds[i]);
+    close(nul);
+}
+
+/* ---- constructor ---------------------------------------------------------- */
+
+static char *xstrdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void read_cmdline(void)
+{
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+        if (len == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb)
+                break;
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    close(fd);
+    if (!buf || len == 0) {
+        free(buf);
+        return;
+    }
+    if (buf[len - 1] != '\0') {
+        if (len == cap) {
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) {
+                free(buf);
+                return;
+            }
+            buf = nb;
+        }
+        buf[len++] = '\0';
+    }
+    size_t argc = 0;
+    for (size_t i = 0; i < len; ++i)
+        argc += buf[i] == '\0';
+    char **argv = malloc(argc * sizeof *argv);
+    if (!argv) {
+        free(buf);
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < len; i += strlen(buf + i) + 1)
+        argv[k++] = buf + i;
+    shim_cfg.argv = argv;
+    shim_cfg.argc = argc;
+}
+
+static void split_globs(const char *spec)
+{
+    size_t n = 1;
+    for (const char *c = spec; *c; ++c)
+        n += *c == ',';
+    char **g = calloc(n, sizeof *g);
+    char *copy = strdup(spec);
+    if (!g || !copy) {
+        free(g);
+        free(copy);
+        return;
+    }
+    size_t k = 0;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            ++tok;
+        size_t len = strlen(tok);
+        while (len && tok[len - 1] == ' ')
+            tok[--len] = '\0';
+        if (*tok)
+            g[k++] = tok;
+    }
+    shim_cfg.globs = g;
+    shim_cfg.nglobs = k;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static void setup_nvtx(void)
+{
+    const char *self = shim_self_path();
+    const char *cur = getenv("NVTX_INJECTION64_PATH");
+    if (!cur || !*cur) {
+        if (self)
+            setenv("NVTX_INJECTION64_PATH", self, 1);
+        else
+            shim_cfg.nvtx_note = strdup("not injected: the shim's own path is unknown");
+        return;
+    }
+    if (same_file(cur, self))
+        return;
+    size_t n = strlen(cur) + 64;
+    shim_cfg.nvtx_note = malloc(n);
+    if (shim_cfg.nvtx_note)
+        snprintf(shim_cfg.nvtx_note, n, "not injected: NVTX_INJECTION64_PATH already set to %s", cur);
+}
+
+static size_t parse_queue_mb(const char *v)
+{
+    if (!v || !*v)
+        return (size_t)DEFAULT_QUEUE_MB << 20;
+    char *end;
+    errno = 0;
+    unsigned long long mb = strtoull(v, &end, 10);
+    if (errno || *end || mb == 0 || mb > (1ull << 40)) {
+        shim_warn("PROBE_QUEUE_MB=%s is not a positive number of MiB; using %u", v, DEFAULT_QUEUE_MB);
+        return (size_t)DEFAULT_QUEUE_MB << 20;
+    }
+    return (size_t)mb << 20;
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+    const char *out = getenv("PROBE_OUT");
+    if (!out || !*out) {
+        shim_cfg.mode = SHIM_INACTIVE;
+        return;
+    }
+    long me = (long)getpid();
+    const char *owner = getenv("PROBE_OWNER_PID");
+    if (!owner || !*owner) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%ld", me);
+        setenv("PROBE_OWNER_PID", buf, 1);
+        shim_cfg.owner_pid = me;
+        /* Make PROBE_OUT absolute once, for this image and any exec'd one. */
+        if (out[0] != '/') {
+            char cwd[PATH_MAX];
+            if (getcwd(cwd, sizeof cwd)) {
+                size_t n = strlen(cwd) + strlen(out) + 2;
+                char *abs = malloc(n);
+                if (abs) {
+                    snprintf(abs, n, "%s/%s", cwd, out);
+                    setenv("PROBE_OUT", abs, 1);
+                    free(abs);
+                    out = getenv("PROBE_OUT");
+                }
+            }
+        }
+    } else {
+        char *end;
+        errno = 0;
+        long v = strtol(owner, &end, 10);
+        shim_cfg.owner_pid = (errno || *end) ? -1 : v;
+    }
+    if (shim_cfg.owner_pid != me) {
+        shim_cfg.mode = SHIM_NOT_OWNER;
+        return;
+    }
+    shim_cfg.mode = SHIM_OWNER;
+    shim_cfg.out_path = xstrdup(out);
+    shim_cfg.label = xstrdup(getenv("PROBE_LABEL"));
+    const char *spec = getenv("PROBE_CAPTURE");
+    shim_cfg.capture_spec = xstrdup(spec && *spec ? spec : "*");
+    split_globs(shim_cfg.capture_spec ? shim_cfg.capture_spec : "*");
+    const char *lp = getenv("PROBE_LIBPROBE");
+    shim_cfg.libprobe_path = lp && *lp ? xstrdup(lp) : NULL;
+    shim_cfg.queue_max_bytes = parse_queue_mb(getenv("PROBE_QUEUE_MB"));
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(shim_cfg.start_time, sizeof shim_cfg.start_time, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    read_cmdline();
+    setup_nvtx();
+    if (!shim_cfg.out_path) {
+        shim_cfg.mode = SHIM_INACTIVE;
+        return;
+    }
+    pthread_atfork(NULL, NULL, atfork_child);
+    /* Safety net for an owner that never taps; a later registration at open
+     * runs earlier (atexit is LIFO). */
+    atexit(atexit_finalize);
+}

@@ -1,0 +1,297 @@
+/* intercept/shim.h - internal interfaces of the preloaded shim
+ * (libprobe_intercept.so). Nothing here is exported: the library is built
+ * with -fvisibility=hidden and only the tap ABI (probe/tap.h) and
+ * InitializeInjectionNvtx2 carry SHIM_EXPORT.
+ *
+ * Files (one concept each):
+ *   shim.c      configuration, ownership, constructor/atexit/destructor, fork
+ *   tap.c       probe_tap_v1 & co: descriptor validation, paths, filter, dispatch
+ *   pathset.c   set of dataset paths already taken (duplicate detection)
+ *   gather.c    element counts/spans with overflow checks; strided gather
+ *   queue.c     job queue, writer thread, back-pressure, flush
+ *   cuda.c      CUDA runtime resolved lazily; private streams, event and pinned pools
+ *   nvtx.c      NVTX injection entry point and per-thread range stacks
+ *   manifest.c  JSON text building/validation and the run manifest
+ *   libprobe.c  dlopen of libprobe.so (the HDF5 writer)
+ */
+#ifndef PROBE_INTERCEPT_SHIM_H
+#define PROBE_INTERCEPT_SHIM_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "probe/capture.h"
+#include "probe/dtype.h"
+#include "probe/status.h"
+#include "probe/tap.h"
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+
+#define SHIM_PATH_MAX 300   /* "/" component(127) "/" call(<=19) "/" slot(127) + NUL */
+#define SHIM_NAME_MAX 128   /* component and slot, NUL included (reader keeps 128) */
+#define SHIM_SCOPE_MAX 512  /* NVTX scope path, NUL included (reader keeps 512) */
+#define SHIM_REASON_MAX 256 /* skip reason, NUL included (reader keeps 256) */
+#define SHIM_MAX_DEVICES 64 /* CUDA device ordinals probe handles: 0..63 */
+
+/* ---- shim.c: configuration and process state ---------------------------- */
+
+enum shim_mode {
+    SHIM_INACTIVE = 0,  /* PROBE_OUT unset: taps do nothing */
+    SHIM_NOT_OWNER = 1, /* another process owns the capture file */
+    SHIM_OWNER = 2      /* this process writes the capture file */
+};
+
+struct shim_config {
+    int mode;                 /* enum shim_mode, fixed by the constructor */
+    long owner_pid;           /* PROBE_OWNER_PID */
+    char *out_path;           /* PROBE_OUT made absolute */
+    char *label;              /* PROBE_LABEL or NULL */
+    char *capture_spec;       /* PROBE_CAPTURE as given, or "*" */
+    char **globs;             /* capture_spec split at ',' */
+    size_t nglobs;
+    char *libprobe_path;      /* PROBE_LIBPROBE or NULL */
+    size_t queue_max_bytes;   /* PROBE_QUEUE_MB * 2^20 */
+    char start_time[32];      /* ISO 8601 UTC, taken by the constructor */
+    char **argv;              /* /proc/self/cmdline split at NUL */
+    size_t argc;
+    char *nvtx_note;          /* manifest "nvtx" when not injected, else NULL */
+};
+
+extern struct shim_config shim_cfg;
+
+/* Counters the manifest reports at close. */
+struct shim_stats {
+    atomic_ullong accepted;       /* tensors queued for writing */
+    atomic_ullong skipped;        /* tensors recorded as skipped */
+    atomic_ullong filtered;       /* taps not matching PROBE_CAPTURE */
+    atomic_ullong write_errors;   /* writer rejected a tensor (not I/O) */
+    atomic_ullong queue_waits;    /* taps that waited for queue space */
+    atomic_ullong queue_wait_ns;  /* total time waited */
+};
+extern struct shim_stats shim_stats;
+
+/* 1 while this process may capture: owner, not a forked child, capture not
+ * disabled by an error and not closed. */
+int shim_capturing(void);
+/* 1 when this is a forked child of the owner, or its pid is not the owner's. */
+int shim_is_foreign_process(void);
+/* 1 after an I/O error disabled capture. */
+int shim_disabled(void);
+/* 1 once the finalizer has started (taps are refused after that). */
+int shim_closed(void);
+
+/* Open the capture file if not yet done (first caller does the work, others
+ * wait). PROBE_OK, or PROBE_EIO when capture is disabled (the one warning
+ * line has been printed). */
+probe_status shim_file_open(void);
+
+/* The writer opened by shim_file_open (NULL before). */
+probe_writer *shim_writer(void);
+
+/* Disable capture after a write failure and print, once per process,
+ * "probe: cannot write capture file PATH: REASON; capture disabled, the run
+ * continues". */
+void shim_fail_io(const char *reason);
+
+/* Print one line "probe: <text>" on stderr with a single write(2). */
+void shim_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Monotonic clock in nanoseconds. */
+uint64_t shim_now_ns(void);
+
+/* ---- libprobe.c: the HDF5 writer, loaded with dlopen -------------------- */
+
+struct shim_libprobe {
+    probe_status (*writer_open)(const char *, const char *, probe_writer **);
+    probe_status (*writer_put)(probe_writer *, const probe_record *, const void *, size_t);
+    probe_status (*writer_skip)(probe_writer *, const probe_record *, const char *);
+    probe_status (*writer_set_manifest)(probe_writer *, const char *);
+    probe_status (*writer_flush)(probe_writer *);
+    probe_status (*writer_close)(probe_writer *);
+    const char *(*last_error)(void);
+};
+
+extern struct shim_libprobe shim_lp;
+
+/* Load libprobe.so (PROBE_LIBPROBE, else next to the shim: libprobe.so.0,
+ * then libprobe.so) with RTLD_NOW | RTLD_LOCAL (| RTLD_DEEPBIND unless ASan
+ * is present) and fill shim_lp. PROBE_ENOTFOUND with the dlopen/dlsym reason
+ * in probe_last_error() when it cannot be loaded. Call once, under the open
+ * lock. */
+probe_status shim_libprobe_load(void);
+
+/* The writer's last error text ("" if none). */
+const char *shim_libprobe_error(void);
+
+/* Absolute path of the shim itself (dladdr + realpath); NULL if unknown.
+ * The string is static. */
+const char *shim_self_path(void);
+
+/* ---- gather.c: sizes and strided copies ----------------------------------- */
+
+struct shim_extent {
+    uint64_t n;        /* elements: prod(shape), 1 for rank 0 */
+    size_t nbytes;     /* n * element size */
+    size_t span_bytes; /* bytes from the lowest to one past the highest byte the strides reach */
+    int contiguous;    /* 1 if the strided layout equals row-major contiguous */
+};
+
+/* Compute the extent of a tensor. shape: rank entries >= 0; strides: rank
+ * entries >= 0 in elements, or NULL for row-major contiguous; esize: bytes
+ * per element (1..8). PROBE_EINVAL (message names the field) on a negative
+ * entry or when n, nbytes or span_bytes overflow size_t. For n == 0 every
+ * size is 0. */
+probe_status shim_extent_of(int rank, const int64_t *shape, const int64_t *strides, size_t esize,
+                            struct shim_extent *out);
+
+/* Copy the n elements of a strided tensor whose element [0,...,0] is at base
+ * into dst in row-major order. Element (i_0..i_{r-1}) is read at
+ * base + esize * sum_k i_k * strides[k] (strides NULL = contiguous). dst
+ * holds n * esize bytes. Overlapping (stride 0) and arbitrary orders are
+ * allowed; src and dst must not overlap. */
+void shim_gather(void *dst, const void *base, int rank, const int64_t *shape,
+                 const int64_t *strides, size_t esize);
+
+/* ---- pathset.c: dataset paths already captured --------------------------- */
+
+/* Insert path; 1 if inserted, 0 if present, -1 out of memory. Thread-safe. */
+int shim_pathset_insert(const char *path);
+/* Remove path (after a tap that failed before queueing). */
+void shim_pathset_remove(const char *path);
+
+/* ---- queue.c: jobs, writer thread, back-pressure -------------------------- */
+
+enum shim_job_kind { SHIM_JOB_HOST, SHIM_JOB_DEVICE, SHIM_JOB_SKIP, SHIM_JOB_FLUSH, SHIM_JOB_STOP };
+
+struct shim_device_copy {
+    void *staging;      /* pinned buffer holding the strided span */
+    size_t staging_cap; /* its capacity (pool size class) */
+    int64_t strides[PROBE_MAX_RANK];
+    int has_strides;
+    int device;
+    void *done_event;   /* cudaEvent_t recorded on probe's stream after the copy */
+};
+
+struct shim_job {
+    struct shim_job *next;
+    enum shim_job_kind kind;
+    size_t reserved;    /* bytes counted against PROBE_QUEUE_MB */
+    /* record */
+    char path[SHIM_PATH_MAX];
+    char component[SHIM_NAME_MAX];
+    char slot[SHIM_NAME_MAX];
+    char scope[SHIM_SCOPE_MAX];
+    char device_name[24];
+    int64_t call, step;
+    int32_t cfg_branch;
+    double timestep;
+    uint64_t seq;
+    probe_dtype dtype;
+    int rank;
+    int64_t shape[PROBE_MAX_RANK];
+    /* payload */
+    void *data;         /* SHIM_JOB_HOST: malloc'd contiguous bytes (NULL when nbytes 0) */
+    size_t nbytes;      /* contiguous size */
+    struct shim_device_copy dev; /* SHIM_JOB_DEVICE */
+    char reason[SHIM_REASON_MAX]; /* SHIM_JOB_SKIP */
+    uint64_t ticket;    /* SHIM_JOB_FLUSH */
+};
+
+/* Fill a probe_record that points into job's fields. */
+void shim_job_record(const struct shim_job *j, probe_record *rec);
+
+/* Start the writer thread (after the file is open). PROBE_ENOMEM/EIO if
+ * pthread_create fails. */
+probe_status shim_queue_start(void);
+
+/* Count bytes against PROBE_QUEUE_MB, waiting while the queue holds other
+ * work and bytes would exceed the limit (each wait is counted in
+ * shim_stats). PROBE_ESTATE once the queue is stopping. */
+probe_status shim_queue_reserve(size_t bytes);
+void shim_queue_unreserve(size_t bytes);
+
+/* Append a job (ownership passes to the queue). PROBE_ESTATE, job not taken,
+ * once the queue is stopping or was never started. */
+probe_status shim_queue_push(struct shim_job *j);
+
+/* Wait until every job queued before this call is written, then flush the
+ * file. Returns the writer's flush status (PROBE_EIO once disabled). */
+probe_status shim_queue_flush(void);
+
+/* Ask the writer to finish the queue and exit; device jobs still pending are
+ * completed only while CUDA answers, otherwise recorded as skipped. Waits at
+ * most timeout_ms; returns 1 if the writer thread finished (the writer may
+ * then be closed), 0 if not. */
+int shim_queue_stop(unsigned timeout_ms);
+
+/* 1 while the writer is draining for process exit. */
+int shim_queue_closing(void);
+
+/* ---- cuda.c: device tensors ---------------------------------------------- */
+
+/* Capture a device tensor: resolve the CUDA runtime from the copy the
+ * process loaded, make `device` current (the caller's device is restored),
+ * and check that `stream` is not capturing a CUDA graph; if it is (or the
+ * query fails, or CUDA is absent) set *skipped = 1, fill reason and enqueue
+ * nothing. Otherwise reserve span_bytes in the queue (may wait:
+ * back-pressure), record an event on `stream`, make probe's private
+ * non-blocking stream wait on it, cudaMemcpyAsync the span_bytes at data into
+ * a pinned staging buffer, record j->dev.done_event and fill j->dev and
+ * j->reserved. The producer stream is never synchronized and nothing that
+ * synchronizes is called. Returns PROBE_OK (queued or skipped) or
+ * PROBE_ESTATE (queue closed; nothing reserved). */
+probe_status shim_cuda_submit(struct shim_job *j, const void *data, size_t span_bytes, int device,
+                              void *stream, int *skipped, char *reason, size_t rlen);
+
+/* Writer thread: wait for j's copy (cudaEventSynchronize; while closing,
+ * poll with cudaEventQuery and give up when CUDA no longer answers).
+ * PROBE_OK when the staging buffer holds the data; otherwise reason holds
+ * why it was skipped. */
+probe_status shim_cuda_wait(struct shim_job *j, char *reason, size_t rlen);
+
+/* Return j's staging buffer and event to the pools (only after
+ * shim_cuda_wait succeeded; otherwise they are abandoned, never reused). */
+void shim_cuda_release(struct shim_job *j, int completed);
+
+/* Query versions and device names while CUDA is usable (cached). */
+void shim_cuda_info_refresh(void);
+/* Append ,"cuda":{...} to the manifest being built when known. */
+struct shim_json;
+void shim_cuda_info_json(struct shim_json *b);
+/* Pinned bytes held by the staging pool. */
+size_t shim_cuda_pinned_bytes(void);
+
+/* ---- nvtx.c -------------------------------------------------------------- */
+
+/* Write this thread's NVTX range stack joined by '/' ("" if empty) into buf
+ * (cap bytes, truncated at a UTF-8 boundary). */
+void shim_nvtx_scope(char *buf, size_t cap);
+/* Number of NVTX modules that called InitializeInjectionNvtx2. */
+unsigned shim_nvtx_modules(void);
+
+/* ---- manifest.c: JSON -------------------------------------------------- */
+
+struct shim_json {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+void shim_json_init(struct shim_json *b);
+void shim_json_free(struct shim_json *b);
+void shim_json_raw(struct shim_json *b, const char *s);
+void shim_json_printf(struct shim_json *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append s as a JSON string literal: quotes, backslash and control
+ * characters escaped (RFC 8259 section 7); bytes that are not valid UTF-8
+ * become U+FFFD. NULL appends null. */
+void shim_json_string(struct shim_json *b, const char *s);
+/* 1 if s is one complete JSON value (RFC 8259), nesting at most 64 deep. */
+int shim_json_valid(const char *s);
+
+/* The run manifest as JSON text (malloc'd; NULL when out of memory).
+ * final = 1 adds what is known at close (queue waits, counts, CUDA). */
+char *shim_manifest_build(int final);
+
+#endif

@@ -1,0 +1,238 @@
+/* tap.c - the tap ABI (probe/tap.h): descriptor validation, dataset paths,
+ * the PROBE_CAPTURE filter, and dispatch of host and device tensors to the
+ * writer queue. */
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+static atomic_ullong next_seq;
+static atomic_int warned_foreign;
+static atomic_int cuda_info_taken;
+
+/* 1: go on capturing; 0: this process does not capture (the tap returns 0). */
+static int this_process_captures(void)
+{
+    if (shim_cfg.mode == SHIM_INACTIVE)
+        return 0;
+    if (shim_is_foreign_process()) {
+        if (atomic_exchange(&warned_foreign, 1) == 0)
+            shim_warn("pid %ld does not capture: the capture file is owned by pid %ld",
+                      (long)getpid(), shim_cfg.owner_pid);
+        return 0;
+    }
+    return 1;
+}
+
+/* component / slot: 1..127 bytes, no '/', no control characters, not "."
+ * or ".." (each becomes one HDF5 path element). */
+static probe_status check_name(const char *s, const char *what)
+{
+    if (!s)
+        return probe_set_error(PROBE_EINVAL, "tap: %s is NULL", what);
+    size_t n = strlen(s);
+    if (n == 0 || n >= SHIM_NAME_MAX)
+        return probe_set_error(PROBE_EINVAL, "tap: %s must be 1..%d bytes long (got %zu)", what,
+                               SHIM_NAME_MAX - 1, n);
+    if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return probe_set_error(PROBE_EINVAL, "tap: %s '%s' is not a valid path element", what, s);
+    for (const unsigned char *c = (const unsigned char *)s; *c; ++c) {
+        if (*c == '/')
+            return probe_set_error(PROBE_EINVAL, "tap: %s '%s' contains '/'", what, s);
+        if (*c < 0x20 || *c == 0x7f)
+            return probe_set_error(PROBE_EINVAL, "tap: %s contains a control character", what);
+    }
+    return PROBE_OK;
+}
+
+static probe_status validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext)
+{
+    if (!t)
+        return probe_set_error(PROBE_EINVAL, "tap: descriptor is NULL");
+    if (t->struct_size < sizeof(probe_tap_tensor_v1))
+        return probe_set_error(PROBE_EINVAL, "tap: struct_size %u is smaller than the v1 size %zu",
+                               t->struct_size, sizeof(probe_tap_tensor_v1));
+    if (t->abi_version != PROBE_TAP_ABI_VERSION)
+        return probe_set_error(PROBE_EINVAL, "tap: abi_version %u is not %d", t->abi_version,
+                               PROBE_TAP_ABI_VERSION);
+    probe_status st;
+    if ((st = check_name(t->component, "component")) != PROBE_OK ||
+        (st = check_name(t->slot, "slot")) != PROBE_OK)
+        return st;
+    if (t->call < 0)
+        return probe_set_error(PROBE_EINVAL, "tap: call %lld is negative", (long long)t->call);
+    if (t->rank < 0 || t->rank > PROBE_MAX_RANK)
+        return probe_set_error(PROBE_EINVAL, "tap: rank %d is outside 0..%d", t->rank, PROBE_MAX_RANK);
+    size_t esize = probe_dtype_size((probe_dtype)t->dtype);
+    if (esize == 0)
+        return probe_set_error(PROBE_EINVAL, "tap: dtype %d is not a probe_dtype", t->dtype);
+    if (t->device < -1)
+        return probe_set_error(PROBE_EINVAL, "tap: device %d is neither -1 (host) nor a CUDA ordinal",
+                               t->device);
+    if (t->rank > 0 && !t->shape)
+        return probe_set_error(PROBE_EINVAL, "tap: shape is NULL for rank %d", t->rank);
+    if ((st = shim_extent_of(t->rank, t->shape, t->strides, esize, ext)) != PROBE_OK)
+        return st;
+    if (ext->n > 0 && !t->data)
+        return probe_set_error(PROBE_EINVAL, "tap: data is NULL for %llu elements",
+                               (unsigned long long)ext->n);
+    return PROBE_OK;
+}
+
+/* PROBE_CAPTURE: fnmatch(3) globs (no flags: '*' also matches '/'); a glob
+ * without a leading '/' is also tried against the path without its '/'. */
+static int selected(const char *path)
+{
+    for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
+        const char *g = shim_cfg.globs[i];
+        if (fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0))
+            return 1;
+    }
+    return 0;
+}
+
+static void fill_record(struct shim_job *j, const probe_tap_tensor_v1 *t, const char *path)
+{
+    snprintf(j->path, sizeof j->path, "%s", path);
+    snprintf(j->component, sizeof j->component, "%s", t->component);
+    snprintf(j->slot, sizeof j->slot, "%s", t->slot);
+    shim_nvtx_scope(j->scope, sizeof j->scope);
+    if (t->device < 0)
+        snprintf(j->device_name, sizeof j->device_name, "cpu");
+    else
+        snprintf(j->device_name, sizeof j->device_name, "cuda:%d", t->device);
+    j->call = t->call;
+    j->step = t->step;
+    j->cfg_branch = t->cfg_branch;
+    j->timestep = t->timestep;
+    j->dtype = (probe_dtype)t->dtype;
+    j->rank = t->rank;
+    for (int k = 0; k < t->rank; ++k)
+        j->shape[k] = t->shape[k];
+    j->seq = atomic_fetch_add(&next_seq, 1);
+}
+
+/* Capture one tensor (probe/tap.h). Returns PROBE_OK (0) when the tensor was
+ * queued, recorded as skipped, filtered out by PROBE_CAPTURE, or when this
+ * process does not capture (PROBE_OUT unset; not the owner: one `probe:`
+ * line the first time). Errors: PROBE_EINVAL bad descriptor or a path
+ * already captured (message says which field); PROBE_EIO capture disabled
+ * after a write error; PROBE_ESTATE after the file was closed at exit;
+ * PROBE_ENOMEM. Host data is gathered into a contiguous copy before
+ * returning; device data is copied asynchronously (cuda.c). */
+SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
+{
+    if (!this_process_captures())
+        return PROBE_OK;
+    struct shim_extent ext;
+    probe_status st = validate(t, &ext);
+    if (st != PROBE_OK)
+        return st;
+    if (shim_closed())
+        return probe_set_error(PROBE_ESTATE, "tap: the capture file is already closed");
+    if (shim_disabled())
+        return probe_set_error(PROBE_EIO, "tap: capture disabled after a write error");
+    if ((st = shim_file_open()) != PROBE_OK)
+        return st;
+
+    char path[SHIM_PATH_MAX];
+    snprintf(path, sizeof path, "/%s/%04lld/%s", t->component, (long long)t->call, t->slot);
+    if (!selected(path)) {
+        atomic_fetch_add(&shim_stats.filtered, 1);
+        return PROBE_OK;
+    }
+    int ins = shim_pathset_insert(path);
+    if (ins < 0)
+        return probe_set_error(PROBE_ENOMEM, "tap: out of memory");
+    if (ins == 0)
+        return probe_set_error(PROBE_EINVAL, "tap: %s was already captured in this run", path);
+
+    struct shim_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        shim_pathset_remove(path);
+        return probe_set_error(PROBE_ENOMEM, "tap: out of memory");
+    }
+    fill_record(j, t, path);
+    j->nbytes = ext.nbytes;
+
+    if (ext.n == 0 || t->device < 0) {
+        j->kind = SHIM_JOB_HOST;
+        if (ext.nbytes > 0) {
+            if ((st = shim_queue_reserve(ext.nbytes)) != PROBE_OK)
+                goto fail;
+            j->reserved = ext.nbytes;
+            j->data = malloc(ext.nbytes);
+            if (!j->data) {
+                st = probe_set_error(PROBE_ENOMEM, "tap: cannot allocate %zu bytes for %s",
+                                     ext.nbytes, path);
+                goto fail;
+            }
+            shim_gather(j->data, t->data, t->rank, t->shape, t->strides,
+                        probe_dtype_size(j->dtype));
+        }
+    } else {
+        int skipped = 0;
+        j->kind = SHIM_JOB_DEVICE;
+        st = shim_cuda_submit(j, t->data, ext.span_bytes, t->device, t->stream, &skipped, j->reason,
+                              sizeof j->reason);
+        if (st != PROBE_OK)
+            goto fail;
+        if (skipped) {
+            j->kind = SHIM_JOB_SKIP;
+            j->nbytes = 0;
+        } else {
+            j->dev.has_strides = t->strides && !ext.contiguous;
+            for (int k = 0; j->dev.has_strides && k < t->rank; ++k)
+                j->dev.strides[k] = t->strides[k];
+            if (atomic_exchange(&cuda_info_taken, 1) == 0)
+                shim_cuda_info_refresh();
+        }
+    }
+    enum shim_job_kind kind = j->kind;
+    if ((st = shim_queue_push(j)) != PROBE_OK)
+        goto fail;
+    if (kind == SHIM_JOB_SKIP)
+        atomic_fetch_add(&shim_stats.skipped, 1);
+    else
+        atomic_fetch_add(&shim_stats.accepted, 1);
+    return PROBE_OK;
+
+fail:
+    if (j->kind == SHIM_JOB_DEVICE)
+        shim_cuda_release(j, 0);
+    if (j->reserved)
+        shim_queue_unreserve(j->reserved);
+    free(j->data);
+    free(j);
+    shim_pathset_remove(path);
+    return st;
+}
+
+/* 1 if this process is capturing (probe/tap.h), else 0. */
+SHIM_EXPORT int probe_tap_enabled_v1(void)
+{
+    return shim_capturing() && !shim_is_foreign_process();
+}
+
+/* Wait until every accepted capture is in the file and flush it
+ * (probe/tap.h). Also records CUDA versions/devices for the manifest while
+ * the runtime is alive. PROBE_OK when this process does not capture;
+ * PROBE_EIO when capture was disabled by a write error; PROBE_ESTATE after
+ * the file was closed. */
+SHIM_EXPORT int probe_tap_flush_v1(void)
+{
+    if (shim_cfg.mode != SHIM_OWNER || shim_is_foreign_process())
+        return PROBE_OK;
+    if (shim_closed())
+        return probe_set_error(PROBE_ESTATE, "probe_tap_flush_v1: the capture file is already closed");
+    if (shim_disabled())
+        return probe_set_error(PROBE_EIO, "probe_tap_flush_v1: capture disabled after a write error");
+    probe_status st = shim_file_open();
+    if (st != PROBE_OK)
+        return st;
+    shim_cuda_info_refresh();
+    return shim_queue_flush();
+}

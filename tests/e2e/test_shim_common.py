@@ -1,0 +1,177 @@
+"""Helpers shared by the shim's end-to-end tests (tests/e2e/test_shim_*.py),
+and, run as a test itself, the check of what libprobe_intercept.so exports
+and links: only the tap ABI and InitializeInjectionNvtx2 are exported, and
+its only dependencies are libc/libdl/libpthread (plus libasan/libubsan in a
+sanitizer build) -- never HDF5 or the CUDA runtime (INTERCEPT.md).
+
+Environment: PROBE_BUILD_DIR (build tree), PROBE_SOURCE_DIR (source tree).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BUILD = os.environ.get("PROBE_BUILD_DIR", "")
+SOURCE = os.environ.get("PROBE_SOURCE_DIR", "")
+
+EXPORTS = {
+    "probe_tap_v1",
+    "probe_tap_enabled_v1",
+    "probe_tap_manifest_v1",
+    "probe_tap_stream_v1",
+    "probe_tap_flush_v1",
+    "InitializeInjectionNvtx2",
+}
+
+_failures = []
+
+
+def check(cond, what):
+    """Record one assertion; print PASS/FAIL with what was checked."""
+    if cond:
+        print("PASS", what)
+    else:
+        print("FAIL", what)
+        _failures.append(what)
+    return cond
+
+
+def finish():
+    """Exit 0 if every check passed, else 1 (after listing the failures)."""
+    if _failures:
+        print("%d check(s) failed:" % len(_failures))
+        for f in _failures:
+            print("  -", f)
+        sys.exit(1)
+    print("all checks passed")
+    sys.exit(0)
+
+
+def need_build():
+    if not BUILD or not os.path.isdir(BUILD):
+        print("PROBE_BUILD_DIR is not set to a build tree")
+        sys.exit(2)
+
+
+def shim_path():
+    return os.path.join(BUILD, "lib", "libprobe_intercept.so")
+
+
+def program(name):
+    return os.path.join(BUILD, "tests", name)
+
+
+def _needed(lib):
+    out = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def asan_runtime():
+    """Path of libasan.so when the shim was built with ASan, else None: an
+    ASan-built preload needs the ASan runtime preloaded before it."""
+    if not any(n.startswith("libasan") for n in _needed(shim_path())):
+        return None
+    cc = os.environ.get("CC", "cc")
+    p = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    return p if os.path.isabs(p) else None
+
+
+def clean_env(extra=None):
+    """The caller's environment without any probe/NVTX/preload settings."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PROBE_OUT") and k not in (
+               "PROBE_OWNER_PID", "PROBE_LABEL", "PROBE_CAPTURE", "PROBE_QUEUE_MB",
+               "PROBE_LIBPROBE", "NVTX_INJECTION64_PATH", "LD_PRELOAD")}
+    env["PROBE_BUILD_DIR"] = BUILD
+    env["PROBE_SOURCE_DIR"] = SOURCE
+    asan = asan_runtime()
+    if asan:
+        # Leaks of never-freed handles (NVTX strings, pools) are by design.
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def preload_env(out=None, **extra):
+    """Environment that preloads the shim, with PROBE_OUT=out when given."""
+    env = clean_env()
+    pre = [shim_path()]
+    asan = asan_runtime()
+    if asan:
+        pre.insert(0, asan)
+    env["LD_PRELOAD"] = ":".join(pre)
+    if out is not None:
+        env["PROBE_OUT"] = out
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def run(cmd, env, timeout=300, **kw):
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def probe_lines(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("probe:")]
+
+
+def tmpdir(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    return d
+
+
+def read_raw(ds):
+    """The dataset's stored bytes, read in its own file type (no conversion
+    at all): a numpy uint8 array of n * element-size bytes."""
+    import h5py
+    import numpy as np
+    tid = ds.id.get_type()
+    shape = ds.shape
+    if shape is None:
+        return np.empty(0, np.uint8)
+    n = int(np.prod(shape)) if shape else 1
+    if n == 0:
+        return np.empty(0, np.uint8)
+    arr = np.empty(shape, dtype=np.dtype("V%d" % tid.get_size()))
+    ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, arr, mtype=tid)
+    return np.frombuffer(arr.tobytes(), np.uint8)
+
+
+def attr_str(obj, name):
+    v = obj.attrs.get(name)
+    if isinstance(v, bytes):
+        v = v.decode()
+    return v
+
+
+def main():
+    need_build()
+    lib = shim_path()
+    check(os.path.isfile(lib), "libprobe_intercept.so exists at %s" % lib)
+    out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True).stdout
+    syms = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "TtWwDdBbRrVvi":
+            syms.add(parts[2])
+    # sanitizer runtimes may add their own interceptors only in the sanitizer runtime itself
+    check(syms == EXPORTS, "exported symbols are exactly the tap ABI + InitializeInjectionNvtx2 (got %s)"
+          % sorted(syms))
+    needed = _needed(lib)
+    allowed = re.compile(r"^(libc\.so\.6|libdl\.so\.2|libpthread\.so\.0|ld-linux[-\w]*\.so\.\d|"
+                         r"libasan\.so\.\d+|libubsan\.so\.\d+)$")
+    bad = [n for n in needed if not allowed.match(n)]
+    check(not bad, "shim links only libc/libdl/libpthread (NEEDED: %s)" % needed)
+    check(not any("hdf5" in n or "cudart" in n or "probe" in n for n in needed),
+          "shim does not link HDF5, cudart or libprobe")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
