@@ -220,7 +220,7 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -
 
 @dataclass
 class ToyDenoiserOutput:
-    sample: torch.Tensor  # [B, C, F, H, W], the transformer's dtype
+    sample: torch.Tensor  # [B, C, F, H, W], in the denoiser's parameter dtype
 
 
 class AttnBlock(nn.Module):
@@ -250,7 +250,8 @@ class ToyDiTDenoiser(nn.Module):
     timestep [B] float32 in [0, 1000], encoder_hidden_states [B, L, text_dim])
     -> ToyDenoiserOutput(sample [B, C, F, H, W]): the flow-matching velocity.
     Patchify (1 x p x p), `blocks` AttnBlocks, adaLN final layer, unpatchify.
-    Runs in the dtype of its parameters (inputs are expected in that dtype)."""
+    Computes in the dtype of its parameters: float inputs of any dtype are
+    cast to it, and the output is in it."""
 
     def __init__(self, in_channels: int = 4, dim: int = 64, heads: int = 4, blocks: int = 2,
                  text_dim: int = 32, patch: int = 2):

@@ -16,8 +16,10 @@ here independently of probe:
      exit 1; reference vs second reference: exit 0, identical everywhere;
      all JSON v1 keys present;
  (e) bf16-denoiser (the demo's feature): bfloat16 captures bit-exact, first
-     failure in dit.step, metrics recomputed across dtypes;
- (f) scripts/demo runs the same job and exits 1 with its explanation.
+     failure /dit.step/0000/out.sample, metrics recomputed across dtypes;
+ (f) scripts/demo runs the same job and exits 1 with its explanation;
+ (g) chunked-attention (transparent): passes T1, feature active, metrics
+     recomputed.
 
 Environment: PROBE_BUILD_DIR (build tree, required), PROBE_SOURCE_DIR
 (source tree; default: two levels above this file), PROBE_PYTHON (python for
@@ -430,6 +432,7 @@ def main():
             "ref2": ("ref2", []),
             "perturb": ("perturb", ["--feature", "perturb-denoiser"]),
             "bf16": ("bf16", ["--feature", "bf16-denoiser"]),
+            "chunked": ("chunked", ["--feature", "chunked-attention"]),
         }
         for name, (label, extra) in runs.items():
             save = [] if name == "ref2" else ["--save", j(name + "_save")]
@@ -442,9 +445,12 @@ def main():
         ref = check_capture("ref", j("ref.h5"), j("ref_save"), STEPS, "ref")
         perturb = check_capture("perturb", j("perturb.h5"), j("perturb_save"), STEPS, "perturb")
         bf16 = check_capture("bf16", j("bf16.h5"), j("bf16_save"), STEPS, "bf16")
-        bf16_dit = [e for e in bf16[0] if e["component"] == "dit.step" and e["slot"] != "in.timestep"]
-        check(bf16_dit and all(e["dtype"] == "bfloat16" for e in bf16_dit),
-              f"bf16: the {len(bf16_dit)} dit.step latent/embedding/output tensors are bfloat16")
+        bf16_types = sorted({(e["component"], e["slot"], e["dtype"]) for e in bf16[0]
+                             if e["dtype"] != {"in.input_ids": "int64",
+                                               "in.attention_mask": "int64"}.get(e["slot"], "float32")})
+        check(bf16_types == [("dit.step", "out.sample", "bfloat16")],
+              f"bf16: dit.step out.sample is bfloat16, every other tensor has the reference's dtype "
+              f"({bf16_types})")
 
         # (c), (d): perturbed denoiser
         rc, doc = compare("ref-vs-perturb", j("ref.h5"), j("perturb.h5"))
@@ -479,12 +485,22 @@ def main():
         rc, doc = compare("ref-vs-bf16", j("ref.h5"), j("bf16.h5"))
         check(rc == 1, f"ref-vs-bf16: probe-compare exits 1 (got {rc})")
         verdicts, first = check_metrics("ref-vs-bf16", doc, ref, bf16, STEPS)
-        check(str(doc.get("first_failure")).startswith("/dit.step/0000/")
-              and doc.get("first_failure") == first,
+        check(doc.get("first_failure") == "/dit.step/0000/out.sample" == first,
               f"ref-vs-bf16: first_failure {doc.get('first_failure')!r} == oracle's {first!r}")
         te = [t for t in doc["tensors"] if t["path"].startswith("/text_encoder/")]
         check(len(te) == 6 and all(t["verdict"] == "pass" and t["identical"] for t in te),
               "ref-vs-bf16: the text encoder is untouched (identical)")
+
+        # (g): chunked (online-softmax) attention, a transparent kernel swap:
+        # differs by rounding only, passes T1, and the feature is active
+        rc, doc = compare("ref-vs-chunked", j("ref.h5"), j("chunked.h5"))
+        check(rc == 0, f"ref-vs-chunked: probe-compare exits 0 (got {rc})")
+        check_metrics("ref-vs-chunked", doc, ref, load_saved(j("chunked_save")), STEPS)
+        ts = doc.get("tensors", [])
+        worst = max((t.get("rel_l2") or 0.0 for t in ts), default=None)
+        check(doc.get("verdict") == "pass" and doc.get("feature_active") is True
+              and any(not t.get("identical") for t in ts) and worst is not None and 0 < worst < 1e-5,
+              f"ref-vs-chunked: pass, feature active, differs only by rounding (max rel_l2 {worst})")
 
         # probe-run passes a failing pipeline's status through
         p = run(pipeline_cmd(j("bad.h5"), "bad", "--height", "30"))
