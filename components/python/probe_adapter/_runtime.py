@@ -110,8 +110,8 @@ class Runtime:
 
     # -- exit --------------------------------------------------------------
     def at_exit(self):
-        if not self.enabled:
-            return
+        if not self.enabled or not self.lib.enabled():
+            return  # nothing to flush, or the library already reported why
         try:
             self.manifest_libraries()
             rc = self.lib.flush()
@@ -415,6 +415,11 @@ class Runtime:
         )
         rc = self.lib.tap(ctypes.byref(desc))
         if rc != 0:
+            if not self.lib.enabled():
+                # The library disabled capture (it said why on stderr): stop
+                # tapping, the program goes on uncaptured.
+                self.enabled = False
+                return
             self.note("tap-%d" % rc, "probe_tap_v1 refused /%s/%04d/%s with status %d"
                       % (component, ctx["call"], slot, rc))
             return
