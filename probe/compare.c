@@ -21,7 +21,9 @@ static void add_reason(probe_gate_verdict *v, const char *fmt, const char *a, co
 {
     if (v->nreasons >= PROBE_GATE_MAX_REASONS)
         return;
-    snprintf(v->reasons[v->nreasons], sizeof v->reasons[0], fmt, a, b);
+    /* A reason longer than the slot is cut: it is a one-line message. */
+    if (snprintf(v->reasons[v->nreasons], sizeof v->reasons[0], fmt, a, b) < 0)
+        v->reasons[v->nreasons][0] = 0;
     v->nreasons++;
 }
 
@@ -31,8 +33,8 @@ static void shape_str(char *buf, size_t cap, int rank, const int64_t *shape)
     len += (size_t)snprintf(buf + len, cap - len, "[");
     for (int i = 0; i < rank && len < cap; i++)
         len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (len < cap)
-        snprintf(buf + len, cap - len, "]");
+    if (len < cap && snprintf(buf + len, cap - len, "]") < 0)
+        buf[len] = 0;
 }
 
 static void offset_to_index(uint64_t off, int rank, const int64_t *shape, int64_t *idx)
