@@ -23,6 +23,8 @@
 
 #include "shim.h"
 
+extern char **environ;
+
 struct shim_config shim_cfg;
 struct shim_stats shim_stats;
 
@@ -107,6 +109,11 @@ probe_writer *shim_writer(void)
 void shim_fail_io(const char *reason)
 {
     atomic_store(&disabled, 1);
+    /* The writer's messages start with the file name, which the line
+     * already gives. */
+    size_t n = strlen(shim_cfg.out_path);
+    if (strncmp(reason, shim_cfg.out_path, n) == 0 && strncmp(reason + n, ": ", 2) == 0)
+        reason += n + 2;
     if (atomic_exchange(&warned_io, 1) == 0)
         shim_warn("cannot write capture file %s: %s; capture disabled, the run continues",
                   shim_cfg.out_path, reason);
@@ -360,6 +367,27 @@ static void setup_nvtx(void)
         snprintf(shim_cfg.nvtx_note, n, "not injected: NVTX_INJECTION64_PATH already set to %s", cur);
 }
 
+/* Replace an existing variable's value in the environment array itself
+ * (the array main() received, when nothing added a variable before us), as
+ * well as through setenv: a shell such as bash defines its own setenv and
+ * imports its variables from main()'s array after our constructor ran. The
+ * new string is never freed. */
+static void replace_env(const char *name, const char *value)
+{
+    size_t nl = strlen(name), n = nl + strlen(value) + 2;
+    char *entry = malloc(n);
+    if (entry) {
+        snprintf(entry, n, "%s=%s", name, value);
+        for (char **e = environ; e && *e; ++e) {
+            if (strncmp(*e, name, nl) == 0 && (*e)[nl] == '=') {
+                *e = entry;
+                break;
+            }
+        }
+    }
+    setenv(name, value, 1);
+}
+
 static size_t parse_queue_mb(const char *v)
 {
     if (!v || !*v)
@@ -384,10 +412,6 @@ __attribute__((constructor)) static void shim_init(void)
     long me = (long)getpid();
     const char *owner = getenv("PROBE_OWNER_PID");
     if (!owner || !*owner) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%ld", me);
-        setenv("PROBE_OWNER_PID", buf, 1);
-        shim_cfg.owner_pid = me;
         /* Make PROBE_OUT absolute once, for this image and any exec'd one. */
         if (out[0] != '/') {
             char cwd[PATH_MAX];
@@ -396,12 +420,16 @@ __attribute__((constructor)) static void shim_init(void)
                 char *abs = malloc(n);
                 if (abs) {
                     snprintf(abs, n, "%s/%s", cwd, out);
-                    setenv("PROBE_OUT", abs, 1);
+                    replace_env("PROBE_OUT", abs);
                     free(abs);
                     out = getenv("PROBE_OUT");
                 }
             }
         }
+        char buf[32];
+        snprintf(buf, sizeof buf, "%ld", me);
+        setenv("PROBE_OWNER_PID", buf, 1);
+        shim_cfg.owner_pid = me;
     } else {
         char *end;
         errno = 0;
