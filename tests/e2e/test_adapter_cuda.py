@@ -19,6 +19,8 @@ device. Two programs run under probe-run:
    default table with the expected paths, step and cfg_branch; the
    transformer's input/output (taken independently by a torch forward hook)
    must be bit-identical to the capture.
+3. a module run through torch.compile: its calls are still tapped once each,
+   with the values the compiled module computed.
 """
 
 import json
@@ -166,6 +168,29 @@ WAN = textwrap.dedent('''
 ''')
 
 
+COMPILED = textwrap.dedent('''
+    import os, sys
+    import numpy as np
+    import torch
+
+    class DemoDiT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 64)
+        def forward(self, hidden_states, timestep):
+            return torch.nn.functional.gelu(self.lin(hidden_states)) * timestep
+
+    torch.manual_seed(0)
+    m = DemoDiT().cuda()
+    cm = torch.compile(m)
+    x = torch.randn(8, 64, device="cuda")
+    outs = [cm(x, 0.5 * (i + 1)).clone() for i in range(3)]
+    np.save(os.path.join(sys.argv[1], "x.npy"), x.cpu().numpy())
+    np.save(os.path.join(sys.argv[1], "outs.npy"), torch.stack(outs).cpu().numpy())
+    print("compiled ok")
+''')
+
+
 def main():
     probe_cuda = subprocess.run([PYTHON, "-c", "import torch; print(int(torch.cuda.is_available()))"],
                                 capture_output=True, text=True)
@@ -288,6 +313,37 @@ def main():
                             a = np.load(os.path.join(work, "wexp", fname))
                             if not bits_equal(a, np.asarray(h5[p + slot][()], dtype=a.dtype)):
                                 failures.append("wan: %s%s differs from the forward hook's copy" % (p, slot))
+
+        # --- 3. a torch.compile'd module -----------------------------------------
+        with open(os.path.join(work, "compiled.py"), "w") as f:
+            f.write(COMPILED)
+        h5path = os.path.join(work, "compiled.h5")
+        os.makedirs(os.path.join(work, "cexp"))
+        r = subprocess.run([run, "--out", h5path, "--", PYTHON, "compiled.py", os.path.join(work, "cexp")],
+                           cwd=work, env=env, capture_output=True, text=True)
+        if r.returncode != 0 or r.stdout != "compiled ok\n":
+            failures.append("compiled: rc %d stdout %r stderr %s" % (r.returncode, r.stdout, r.stderr[-3000:]))
+        else:
+            notes = [l for l in r.stderr.splitlines() if l.startswith("probe:")]
+            if notes:
+                failures.append("compiled: probe: notes %r" % notes)
+            x = np.load(os.path.join(work, "cexp", "x.npy"))
+            outs = np.load(os.path.join(work, "cexp", "outs.npy"))
+            with h5py.File(h5path, "r") as h5:
+                found = set()
+                h5.visititems(lambda n, o: found.add("/" + n) if isinstance(o, h5py.Dataset) else None)
+                want = {"/dit.step/%04d/%s" % (i, s) for i in range(3) for s in ("in.hidden_states", "out")}
+                if found != want:
+                    failures.append("compiled: datasets %s, want %s" % (sorted(found), sorted(want)))
+                for i in range(3):
+                    p = "/dit.step/%04d/" % i
+                    if p + "out" in found and not bits_equal(outs[i], np.asarray(h5[p + "out"][()])):
+                        failures.append("compiled: %sout differs" % p)
+                    if p + "in.hidden_states" in found and not bits_equal(x, np.asarray(h5[p + "in.hidden_states"][()])):
+                        failures.append("compiled: %sin.hidden_states differs" % p)
+                    if p + "out" in found and attr(h5[p + "out"], "probe.timestep") != 0.5 * (i + 1):
+                        failures.append("compiled: %s timestep %r" % (p, attr(h5[p + "out"], "probe.timestep")))
+            print("compiled: checked")
 
     if failures:
         for f in failures:

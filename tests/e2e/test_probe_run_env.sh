@@ -49,7 +49,7 @@ expect_eq "LD_PRELOAD first" "$(readlink -f "$(envval "$work/env1" LD_PRELOAD | 
     fail "PROBE_OWNER_PID=1 from the caller reached the command"
 
 # --- without options: no stale variables from the caller ------------------
-PROBE_LABEL=stale PROBE_CAPTURE=stale PROBE_TAPS=stale "$RUN" --out "$work/e2.h5" -- env -0 >"$work/env2"
+env -u PYTHONPATH PROBE_LABEL=stale PROBE_CAPTURE=stale PROBE_TAPS=stale "$RUN" --out "$work/e2.h5" -- env -0 >"$work/env2"
 has_var "$work/env2" PROBE_LABEL && fail "stale PROBE_LABEL kept" || checks=$((checks + 1))
 has_var "$work/env2" PROBE_CAPTURE && fail "stale PROBE_CAPTURE kept" || checks=$((checks + 1))
 has_var "$work/env2" PROBE_TAPS && fail "stale PROBE_TAPS kept" || checks=$((checks + 1))

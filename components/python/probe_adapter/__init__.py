@@ -37,6 +37,14 @@ def _note(msg):
         pass
 
 
+def _flush_only(lib):
+    try:
+        if lib.enabled():
+            lib.flush()
+    except Exception:
+        pass
+
+
 def activate():
     """Activate once per process. Returns the Runtime, or None when inert.
     Problems are reported as one `probe:` line on stderr each; nothing is
@@ -59,6 +67,9 @@ def activate():
         table = _table.Table(path)
     except _table.TableError as e:
         _note("%s; Python components are not captured" % e)
+        # Still close the capture file from the interpreter's exit, while the
+        # frameworks' libraries are alive, as an active adapter would.
+        atexit.register(_flush_only, lib)
         return None
     for name, pat in _table.parse_taps(os.environ.get("PROBE_TAPS", "")):
         if pat is None:
