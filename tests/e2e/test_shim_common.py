@@ -25,6 +25,12 @@ EXPORTS = {
     "InitializeInjectionNvtx2",
 }
 
+# probe_dtype values (include/probe/dtype.h) -> name, element size
+NAMES = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8", 7: "uint16",
+         8: "uint32", 9: "uint64", 10: "float16", 11: "bfloat16", 12: "float32", 13: "float64",
+         14: "float8_e4m3fn", 15: "float8_e5m2"}
+SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 2, 12: 4, 13: 8, 14: 1, 15: 1}
+
 _failures = []
 
 
@@ -141,6 +147,27 @@ def read_raw(ds):
     arr = np.empty(shape, dtype=np.dtype("V%d" % tid.get_size()))
     ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, arr, mtype=tid)
     return np.frombuffer(arr.tobytes(), np.uint8)
+
+
+def expected_bytes(case, d):
+    """Contiguous row-major bytes of the view a test program described:
+    numpy's as_strided over the raw base buffer it saved (case: dtype, bin,
+    offset and strides in elements, shape), as unsigned integers of the
+    element size so nothing is converted."""
+    import numpy as np
+    from numpy.lib.stride_tricks import as_strided
+    es = SIZES[case["dtype"]]
+    base = np.fromfile(os.path.join(d, case["bin"]), dtype=np.dtype("u%d" % es))
+    shape = tuple(case["shape"])
+    n = int(np.prod(shape)) if shape else 1
+    if n == 0:
+        return b""
+    off = case["offset"]
+    if case["strides"] is None:
+        view = base[off:off + n].reshape(shape)
+    else:
+        view = as_strided(base[off:], shape=shape, strides=tuple(s * es for s in case["strides"]))
+    return np.ascontiguousarray(view).tobytes()
 
 
 def attr_str(obj, name):

@@ -14,33 +14,10 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import (attr_str, check, finish, need_build, preload_env, probe_lines,  # noqa: E402
-                              program, read_raw, run, tmpdir)
+from test_shim_common import (NAMES, attr_str, check, expected_bytes, finish, need_build,  # noqa: E402
+                              preload_env, probe_lines, program, read_raw, run, tmpdir)
 
 import h5py  # noqa: E402
-import numpy as np  # noqa: E402
-from numpy.lib.stride_tricks import as_strided  # noqa: E402
-
-NAMES = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8", 7: "uint16",
-         8: "uint32", 9: "uint64", 10: "float16", 11: "bfloat16", 12: "float32", 13: "float64",
-         14: "float8_e4m3fn", 15: "float8_e5m2"}
-SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 2, 12: 4, 13: 8, 14: 1, 15: 1}
-
-
-def expected_bytes(case, d):
-    es = SIZES[case["dtype"]]
-    base = np.fromfile(os.path.join(d, case["bin"]), dtype=np.dtype("u%d" % es))
-    shape = tuple(case["shape"])
-    n = int(np.prod(shape)) if shape else 1
-    if n == 0:
-        return b""
-    off = case["offset"]
-    if case["strides"] is None:
-        view = base[off:off + n].reshape(shape)
-    else:
-        view = as_strided(base[off:], shape=shape, strides=tuple(s * es for s in case["strides"]))
-    return np.ascontiguousarray(view).tobytes()
-
 
 def main():
     need_build()

@@ -1,0 +1,108 @@
+"""The shim's device path on a CPU, against a mock CUDA runtime.
+
+tests/gpu/mock_cudart.c is compiled here into libcudart.so.13 (the real
+soname) and loaded by tests/programs/shim_tap_device_mock the way torch
+loads its runtime. The mock runs every stream through one FIFO worker
+thread (copies really are asynchronous), and counts forbidden calls and rule
+violations. Checked:
+- device tensors of several layouts/dtypes (transposed, sliced with offset,
+  channels-last fp16, bf16, broadcast int8, rank 0, zero-size, the legacy
+  stream) are bit-exact against numpy's as_strided over the saved base buffer;
+- a tap behind a 300 ms "kernel" returns at once and captures what the
+  kernel wrote (event ordering), both times printed;
+- taps on a capturing stream, and on the legacy stream during a capture,
+  enqueue nothing and are recorded as skipped with a reason;
+- a device-1 tensor from a device-0 thread: current device restored, a
+  private stream per device;
+- 4 threads x 50 taps: all present and correct;
+- no cudaFreeHost / cudaStreamSynchronize / cudaDeviceSynchronize /
+  cudaMalloc, no cudaEventSynchronize on a tapping thread, pinned buffers
+  pooled, manifest "cuda" filled;
+- a copy still pending when main returns and the runtime tears down first
+  is recorded as skipped, and exit does not wait for the 2 s kernel.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import (NAMES, SOURCE, attr_str, check, expected_bytes, finish, need_build,  # noqa: E402
+                              preload_env, probe_lines, program, read_raw, run, tmpdir)
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def build_mock(d):
+    src = os.path.join(SOURCE, "tests", "gpu", "mock_cudart.c")
+    lib = os.path.join(d, "libcudart.so.13")
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror",
+                    "-Wl,-soname,libcudart.so.13", "-o", lib, src, "-lpthread"], check=True)
+    return lib
+
+
+def main():
+    need_build()
+    d = tmpdir("probe-shim-cudamock-")
+    lib = build_mock(d)
+    out = os.path.join(d, "cap.h5")
+    r = run([program("shim_tap_device_mock"), lib, d, "main"], preload_env(out))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, "device program: every expectation held (rc=%d)" % r.returncode)
+    check(probe_lines(r.stderr) == [], "no probe: warnings")
+    cases = [json.loads(l) for l in open(os.path.join(d, "cases.jsonl"))]
+    with h5py.File(out, "r") as f:
+        for c in cases:
+            p = c["path"]
+            if not check(p in f, "%s present" % p):
+                continue
+            ds = f[p]
+            exp = expected_bytes(c, d)
+            check(read_raw(ds).tobytes() == exp, "%s bit-exact (%s, %d bytes)" % (p, NAMES[c["dtype"]], len(exp)))
+            check(tuple(ds.shape) == tuple(c["shape"]), "%s shape" % p)
+            check(attr_str(ds, "probe.device") == "cuda:%d" % c["device"], "%s probe.device" % p)
+        bad = 0
+        for t in range(4):
+            for i in range(50):
+                p = "/dthr%d/%04d/out" % (t, i)
+                rows = 3 + i % 5
+                want = (t * 1000003 + i * 1009 + np.arange(rows * 11)).astype(np.int32).reshape(rows, 11)
+                if p not in f or not np.array_equal(f[p][()], want):
+                    bad += 1
+        check(bad == 0, "4 threads x 50 device taps present and correct (%d bad)" % bad)
+        skips = {s["path"]: s["reason"] for s in json.loads(attr_str(f, "probe.skips"))}
+        print("skips:", skips)
+        check(skips.get("/cap/0000/out") == "stream is capturing a CUDA graph",
+              "tap on a capturing stream recorded as skipped")
+        check("treated as capturing" in skips.get("/cap/0001/out", ""),
+              "legacy-stream tap during a capture recorded as skipped")
+        check(len(skips) == 2, "exactly those two skips")
+        m = json.loads(attr_str(f, "probe.manifest"))
+        check(m.get("cuda") == {"runtime_version": 13000, "driver_version": 13000,
+                                "devices": ["Mock GPU 0", "Mock GPU 1"], "runtime_library": "libcudart.so.13"},
+              "manifest cuda: %s" % m.get("cuda"))
+        check(m["taps"]["pinned_pool_bytes"] > 0, "manifest reports the pinned pool size")
+
+    d2 = tmpdir("probe-shim-cudamock-exit-")
+    out2 = os.path.join(d2, "cap.h5")
+    t0 = time.monotonic()
+    r = run([program("shim_tap_device_mock"), lib, d2, "exitpending"], preload_env(out2))
+    wall = time.monotonic() - t0
+    print(r.stdout, r.stderr, "wall %.3f s" % wall)
+    check(r.returncode == 0, "exitpending program exits 0")
+    check(wall < 1.8, "exit does not wait for the 2 s kernel (%.3f s)" % wall)
+    with h5py.File(out2, "r") as f:
+        check(list(f["/first/0000/out"][()]) == [1.0, 2.0, 3.0, 4.0], "tensor flushed before exit is intact")
+        check("/pending/0000/out" not in f, "pending device tensor not written")
+        skips = {s["path"]: s["reason"] for s in json.loads(attr_str(f, "probe.skips"))}
+        reason = skips.get("/pending/0000/out", "")
+        check(reason == "process exited before the device copy completed" or reason.startswith("device copy failed"),
+              "pending device tensor recorded as skipped (%r)" % reason)
+    finish()
+
+
+if __name__ == "__main__":
+    main()

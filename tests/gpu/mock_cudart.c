@@ -1,0 +1,393 @@
+/* mock_cudart.c - a CPU stand-in for the CUDA runtime, so the shim's device
+ * path (intercept/cuda.c) runs and is checked on machines without a GPU.
+ * Built by tests/e2e/test_shim_cuda_mock.py as libcudart.so.13 (same soname
+ * as the real one, so the shim's dlopen("libcudart.so.13", RTLD_NOLOAD)
+ * finds it) and loaded RTLD_GLOBAL by tests/programs/shim_tap_device_mock.
+ *
+ * Model: "device memory" is host memory; every stream feeds one FIFO that a
+ * worker thread executes in order (a serialized device), so an event
+ * recorded on a stream completes after everything enqueued before it, and a
+ * copy on probe's stream after a wait on that event sees the producer's
+ * earlier writes. mock_cuda_spin() enqueues a long "kernel" that writes the
+ * buffer when it finishes.
+ *
+ * It also polices the rules the shim promises (docs/intercept.md): nothing
+ * enqueued on a capturing stream, no cudaEventSynchronize on a tapping
+ * thread, no cudaFreeHost / cudaStreamSynchronize / cudaDeviceSynchronize /
+ * cudaMalloc, events recorded on streams of their own device. Violations
+ * are counted and reported by mock_cuda_stats().
+ *
+ * Values of errors and enums: cuda_runtime_api.h / driver_types.h.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int cudaError_t;
+#define EXPORT __attribute__((visibility("default")))
+
+enum {
+    S_HOSTALLOC, S_FREEHOST, S_STREAMSYNC, S_DEVICESYNC, S_MALLOC, S_MEMCPY_ASYNC,
+    S_EVENT_SYNC, S_VIOLATION, S_SYNC_ON_TAPPER, S_EXCHANGE, S_SETDEVICE, S_STREAMS,
+    S_EVENTS, S_RECORD, S_WAIT, S_COUNT
+};
+static atomic_llong stats[S_COUNT];
+
+struct mstream {
+    unsigned magic;
+    int device;
+    unsigned flags;
+    atomic_int capturing;
+};
+struct mevent {
+    unsigned magic;
+    int device;
+    /* guarded by lock: the latest record's number and the highest completed
+     * one; as in CUDA, the event stands for its most recent record */
+    unsigned long long recorded, completed;
+};
+
+enum opkind { OP_COPY, OP_RECORD, OP_SPIN };
+struct op {
+    struct op *next;
+    enum opkind kind;
+    void *dst;
+    const void *src;
+    void *owned; /* OP_SPIN: copy of the data written at the end */
+    size_t n;
+    int ms;
+    struct mevent *ev;
+    unsigned long long gen;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static struct op *head, *tail;
+static pthread_t worker;
+static int started;
+static atomic_int unloading;
+static atomic_int ncapturing;
+static __thread int cur_device;
+static __thread int capture_mode; /* 0 global, 1 thread-local, 2 relaxed */
+static __thread int is_tapper;
+
+static void *work(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (!head)
+            pthread_cond_wait(&cond, &lock);
+        struct op *o = head;
+        head = o->next;
+        if (!head)
+            tail = NULL;
+        pthread_mutex_unlock(&lock);
+        if (o->kind == OP_SPIN) {
+            struct timespec ts = {o->ms / 1000, (long)(o->ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            memcpy(o->dst, o->owned, o->n);
+            free(o->owned);
+        } else if (o->kind == OP_COPY) {
+            struct timespec ts = {0, 200000}; /* a copy takes a while */
+            nanosleep(&ts, NULL);
+            memcpy(o->dst, o->src, o->n);
+        }
+        pthread_mutex_lock(&lock);
+        if (o->kind == OP_RECORD && o->gen > o->ev->completed)
+            o->ev->completed = o->gen;
+        pthread_cond_broadcast(&cond);
+        pthread_mutex_unlock(&lock);
+        free(o);
+    }
+    return NULL;
+}
+
+static void enqueue(struct op *o)
+{
+    pthread_mutex_lock(&lock);
+    if (!started) {
+        pthread_create(&worker, NULL, work, NULL);
+        pthread_detach(worker);
+        started = 1;
+    }
+    o->next = NULL;
+    if (tail)
+        tail->next = o;
+    else
+        head = o;
+    tail = o;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+static int capturing(void *s)
+{
+    struct mstream *ms = s;
+    return ms && atomic_load(&ms->capturing);
+}
+
+/* ---- runtime API subset --------------------------------------------------- */
+
+EXPORT cudaError_t cudaGetDevice(int *d)
+{
+    if (atomic_load(&unloading))
+        return 4; /* cudaErrorCudartUnloading */
+    *d = cur_device;
+    return 0;
+}
+
+EXPORT cudaError_t cudaSetDevice(int d)
+{
+    if (d < 0 || d > 1)
+        return 101; /* cudaErrorInvalidDevice */
+    atomic_fetch_add(&stats[S_SETDEVICE], 1);
+    cur_device = d;
+    return 0;
+}
+
+EXPORT cudaError_t cudaGetDeviceCount(int *n)
+{
+    if (atomic_load(&unloading))
+        return 4;
+    *n = 2;
+    return 0;
+}
+
+EXPORT cudaError_t cudaGetDeviceProperties_v2(void *prop, int d)
+{
+    snprintf(prop, 256, "Mock GPU %d", d);
+    return 0;
+}
+
+EXPORT cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = 13000;
+    return 0;
+}
+
+EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    *v = 13000;
+    return 0;
+}
+
+EXPORT const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case 4: return "mock: driver shutting down (cudaErrorCudartUnloading)";
+    case 600: return "mock: not ready";
+    case 906: return "mock: operation would make the legacy stream depend on a capturing blocking stream";
+    default: return "mock: error";
+    }
+}
+
+EXPORT cudaError_t cudaStreamCreateWithFlags(void **s, unsigned flags)
+{
+    struct mstream *m = calloc(1, sizeof *m);
+    m->magic = 0x5354524d;
+    m->device = cur_device;
+    m->flags = flags;
+    *s = m;
+    atomic_fetch_add(&stats[S_STREAMS], 1);
+    return 0;
+}
+
+EXPORT cudaError_t cudaEventCreateWithFlags(void **e, unsigned flags)
+{
+    (void)flags;
+    struct mevent *m = calloc(1, sizeof *m);
+    m->magic = 0x4556454d;
+    m->device = cur_device;
+    *e = m;
+    atomic_fetch_add(&stats[S_EVENTS], 1);
+    return 0;
+}
+
+EXPORT cudaError_t cudaStreamIsCapturing(void *s, int *status)
+{
+    if (atomic_load(&unloading))
+        return 4;
+    if (!s && atomic_load(&ncapturing) > 0)
+        return 906; /* cudaErrorStreamCaptureImplicit */
+    *status = capturing(s) ? 1 : 0;
+    return 0;
+}
+
+EXPORT cudaError_t cudaEventRecord(void *e, void *s)
+{
+    struct mevent *ev = e;
+    struct mstream *ms = s;
+    if (atomic_load(&unloading))
+        return 4;
+    atomic_fetch_add(&stats[S_RECORD], 1);
+    if (capturing(s) || (!s && atomic_load(&ncapturing) > 0)) {
+        atomic_fetch_add(&stats[S_VIOLATION], 1);
+        return 900; /* cudaErrorStreamCaptureUnsupported */
+    }
+    if ((ms ? ms->device : cur_device) != ev->device) {
+        atomic_fetch_add(&stats[S_VIOLATION], 1);
+        return 400; /* cudaErrorInvalidResourceHandle */
+    }
+    struct op *o = calloc(1, sizeof *o);
+    o->kind = OP_RECORD;
+    o->ev = ev;
+    pthread_mutex_lock(&lock);
+    o->gen = ++ev->recorded;
+    pthread_mutex_unlock(&lock);
+    enqueue(o);
+    return 0;
+}
+
+EXPORT cudaError_t cudaStreamWaitEvent(void *s, void *e, unsigned flags)
+{
+    (void)e;
+    (void)flags;
+    atomic_fetch_add(&stats[S_WAIT], 1);
+    if (capturing(s))
+        atomic_fetch_add(&stats[S_VIOLATION], 1);
+    return 0; /* one FIFO: the order is already kept */
+}
+
+EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
+{
+    if (atomic_load(&unloading))
+        return 4;
+    atomic_fetch_add(&stats[S_MEMCPY_ASYNC], 1);
+    if (kind != 2 || capturing(s) || !s)
+        atomic_fetch_add(&stats[S_VIOLATION], 1);
+    struct op *o = calloc(1, sizeof *o);
+    o->kind = OP_COPY;
+    o->dst = dst;
+    o->src = src;
+    o->n = n;
+    enqueue(o);
+    return 0;
+}
+
+EXPORT cudaError_t cudaEventSynchronize(void *e)
+{
+    struct mevent *ev = e;
+    atomic_fetch_add(&stats[S_EVENT_SYNC], 1);
+    if (is_tapper)
+        atomic_fetch_add(&stats[S_SYNC_ON_TAPPER], 1);
+    if (atomic_load(&ncapturing) > 0 && capture_mode != 2)
+        atomic_fetch_add(&stats[S_VIOLATION], 1); /* would invalidate a global capture */
+    pthread_mutex_lock(&lock);
+    unsigned long long want = ev->recorded;
+    while (ev->completed < want && !atomic_load(&unloading))
+        pthread_cond_wait(&cond, &lock);
+    int done = ev->completed >= want;
+    pthread_mutex_unlock(&lock);
+    return done ? 0 : 4;
+}
+
+EXPORT cudaError_t cudaEventQuery(void *e)
+{
+    struct mevent *ev = e;
+    if (atomic_load(&unloading))
+        return 4;
+    pthread_mutex_lock(&lock);
+    int done = ev->completed >= ev->recorded;
+    pthread_mutex_unlock(&lock);
+    return done ? 0 : 600;
+}
+
+EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
+{
+    (void)flags;
+    atomic_fetch_add(&stats[S_HOSTALLOC], 1);
+    if (atomic_load(&ncapturing) > 0 && capture_mode != 2)
+        atomic_fetch_add(&stats[S_VIOLATION], 1);
+    *p = malloc(n ? n : 1);
+    return *p ? 0 : 2;
+}
+
+EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode)
+{
+    atomic_fetch_add(&stats[S_EXCHANGE], 1);
+    int old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return 0;
+}
+
+/* Calls the shim must never make. */
+EXPORT cudaError_t cudaFreeHost(void *p)
+{
+    atomic_fetch_add(&stats[S_FREEHOST], 1);
+    free(p);
+    return 0;
+}
+
+EXPORT cudaError_t cudaStreamSynchronize(void *s)
+{
+    (void)s;
+    atomic_fetch_add(&stats[S_STREAMSYNC], 1);
+    return 0;
+}
+
+EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+    atomic_fetch_add(&stats[S_DEVICESYNC], 1);
+    return 0;
+}
+
+EXPORT cudaError_t cudaMalloc(void **p, size_t n)
+{
+    atomic_fetch_add(&stats[S_MALLOC], 1);
+    *p = malloc(n);
+    return 0;
+}
+
+/* ---- control for the test program ---------------------------------------- */
+
+/* Enqueue a "kernel" on s that runs ms milliseconds, then writes n bytes
+ * (copied now from src) to dst. */
+EXPORT void mock_cuda_spin(void *s, int ms, void *dst, const void *src, size_t n)
+{
+    (void)s;
+    struct op *o = calloc(1, sizeof *o);
+    o->kind = OP_SPIN;
+    o->ms = ms;
+    o->dst = dst;
+    o->owned = malloc(n);
+    memcpy(o->owned, src, n);
+    o->n = n;
+    enqueue(o);
+}
+
+EXPORT void mock_cuda_capture(void *s, int on)
+{
+    struct mstream *ms = s;
+    int was = atomic_exchange(&ms->capturing, on);
+    atomic_fetch_add(&ncapturing, on - was);
+}
+
+EXPORT void mock_cuda_mark_tapper(void)
+{
+    is_tapper = 1;
+}
+
+EXPORT int mock_cuda_capture_mode(void)
+{
+    return capture_mode;
+}
+
+/* What cudart's own exit handler does: every later call fails. */
+EXPORT void mock_cuda_teardown(void)
+{
+    atomic_store(&unloading, 1);
+    pthread_mutex_lock(&lock);
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void mock_cuda_stats(long long *out, int n)
+{
+    for (int i = 0; i < n && i < S_COUNT; ++i)
+        out[i] = atomic_load(&stats[i]);
+}
