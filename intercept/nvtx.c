@@ -123,8 +123,11 @@ static void wide_to_utf8(char *dst, size_t cap, const wchar_t *w)
 #define REG_MAGIC 0x70726f62u /* "prob" */
 struct reg {
     unsigned magic;
+    struct reg *next; /* all handles stay listed: never freed, never lost */
     char s[];
 };
+
+static _Atomic(struct reg *) regs;
 
 static const char *reg_text(const void *h)
 {
@@ -139,6 +142,9 @@ static struct reg *reg_new(const char *s)
     if (r) {
         r->magic = REG_MAGIC;
         memcpy(r->s, s, n + 1);
+        r->next = atomic_load(&regs);
+        while (!atomic_compare_exchange_weak(&regs, &r->next, r))
+            ;
     }
     return r; /* never freed: handles may be used until exit */
 }

@@ -92,22 +92,23 @@ def clean_env(extra=None):
                "PROBE_LIBPROBE", "NVTX_INJECTION64_PATH", "LD_PRELOAD")}
     env["PROBE_BUILD_DIR"] = BUILD
     env["PROBE_SOURCE_DIR"] = SOURCE
-    asan = asan_runtime()
-    if asan:
-        # Leaks of never-freed handles (NVTX strings, pools) are by design.
-        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     if extra:
         env.update(extra)
     return env
 
 
-def preload_env(out=None, **extra):
-    """Environment that preloads the shim, with PROBE_OUT=out when given."""
+def preload_env(out=None, leaks=True, **extra):
+    """Environment that preloads the shim, with PROBE_OUT=out when given.
+    In a sanitizer build, leaks=False turns LeakSanitizer off for programs
+    whose other libraries leak at exit (Python itself, HDF5 after a failed
+    create); the shim's own programs run with it on."""
     env = clean_env()
     pre = [shim_path()]
     asan = asan_runtime()
     if asan:
         pre.insert(0, asan)
+        if not leaks:
+            env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     env["LD_PRELOAD"] = ":".join(pre)
     if out is not None:
         env["PROBE_OUT"] = out

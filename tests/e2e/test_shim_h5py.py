@@ -62,7 +62,7 @@ def main():
     d = tmpdir("probe-shim-h5py-")
     out = os.path.join(d, "cap.h5")
     before, after, left = (os.path.join(d, n) for n in ("before.h5", "after.h5", "left-open.h5"))
-    r = run([sys.executable, "-c", SCRIPT, before, after, left], preload_env(out))
+    r = run([sys.executable, "-c", SCRIPT, before, after, left], preload_env(out, leaks=False))
     print(r.stdout, r.stderr)
     check(r.returncode == 0, "python with h5py under the shim exits 0")
     check("rc 0 0 readback True" in r.stdout, "taps return 0 and h5py reads its own file back")

@@ -69,7 +69,8 @@ def main():
         check(not os.path.exists(rofile), "read-only directory: nothing created")
 
     if os.path.exists("/dev/full"):
-        expect_failure("disk full (/dev/full)", "/dev/full", [], preload_env("/dev/full"))
+        # HDF5 keeps the half-created file open and leaks it: no LeakSanitizer
+        expect_failure("disk full (/dev/full)", "/dev/full", [], preload_env("/dev/full", leaks=False))
 
     # A write that fails mid-run (the file size limit, EFBIG): the tensors
     # written before stay readable, one warning, the later taps get EIO.
