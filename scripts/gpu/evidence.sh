@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# GPU evidence for the main job (run on the device machine from the repo root):
+# builds probe, runs the CUDA self-test and the CUDA end-to-end tests, then the
+# diffusers WanPipeline (scripts/gpu/wan_run.py) under probe-run for:
+#   - determinism floor: reference vs reference (bf16 + SDPA math, fp32)
+#   - attention backend swap: SDPA math vs flash (bf16), gate T1
+#   - bf16 vs fp32: calibrate T2 thresholds on seeds 1-3 (scripts/gpu/calibrate.py),
+#     then gate seed 4 with them
+# Logs, JSON results and the calibration go to $OUT/evidence.tar.gz (or ./gpu-out).
+# Needs: the CUDA toolkit, libhdf5-dev, torch, transformers; diffusers and the
+# jansson/xxhash headers are taken from ./.whl and ./.debs when present.
+set -uo pipefail
+# The device tool brings back at most 8 files from $OUT: everything is written
+# to $WORK and packed into $OUT/evidence.tar.gz at the end, next to summary.txt.
+OUT=${OUT:-$PWD/gpu-out}
+WORK=$(mktemp -d /tmp/probe-evidence.XXXX)
+mkdir -p "$OUT"
+log() { echo "== $*" | tee -a "$WORK/summary.txt"; }
+
+# Headers this machine lacks, unpacked from Debian packages into a private root.
+if ls .debs/*.deb >/dev/null 2>&1; then
+  root=/tmp/probe-debroot
+  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
+  libdir=$root/usr/lib/x86_64-linux-gnu
+  for l in jansson xxhash; do
+    real=$(ls /usr/lib/x86_64-linux-gnu/lib$l.so.* 2>/dev/null | head -1)
+    [ -n "$real" ] && ln -sf "$real" "$libdir/lib$l.so"
+  done
+  export PKG_CONFIG_PATH=$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
+fi
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%FT%TZ)"
+log "torch $(python3 -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $(python3 -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+cmake -S . -B build-gpu -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v python3)" \
+  > "$WORK/build.log" 2>&1 && cmake --build build-gpu >> "$WORK/build.log" 2>&1
+log "build: exit $?"
+B=$PWD/build-gpu/bin
+
+if [ -x scripts/gpu-selftest ]; then
+  scripts/gpu-selftest > "$WORK/selftest.log" 2>&1
+  log "gpu-selftest: exit $?"; grep -E "PASS|FAIL" "$WORK/selftest.log" | tee -a "$WORK/summary.txt"
+fi
+(cd build-gpu && ctest -R 'e2e.test_(adapter_cuda|compare_cli|shim_host|main_job)' --output-on-failure) \
+  > "$WORK/ctest.log" 2>&1
+log "ctest (CUDA and CPU end-to-end on this machine): exit $?"; grep -E "Test +#|tests passed" "$WORK/ctest.log" | tee -a "$WORK/summary.txt"
+
+W=$WORK/wan; mkdir -p "$W"
+run() { # label, args...
+  local label=$1; shift
+  "$B/probe-run" --out "$W/$label.h5" --label "$label" -- python3 scripts/gpu/wan_run.py "$@" \
+    > "$W/$label.log" 2>&1
+  log "run $label ($*): exit $? $(grep wan_run: "$W/$label.log")"
+}
+cmp() { # ref, cand, name, compare args...
+  local ref=$1 cand=$2 name=$3; shift 3
+  "$B/probe-compare" "$W/$ref.h5" "$W/$cand.h5" --json "$W/$name.json" "$@" > "$W/$name.txt" 2>&1
+  log "compare $name ($ref vs $cand $*): exit $?"; tail -3 "$W/$name.txt" | tee -a "$WORK/summary.txt"
+}
+run bf16-math-a --dtype bf16 --attn math --seed 1
+run bf16-math-b --dtype bf16 --attn math --seed 1
+run bf16-flash  --dtype bf16 --attn flash --seed 1
+run fp32-a      --dtype fp32 --attn math --seed 1
+run fp32-b      --dtype fp32 --attn math --seed 1
+cmp bf16-math-a bf16-math-b floor-bf16 --gate T1
+cmp fp32-a fp32-b floor-fp32 --gate T1
+cmp bf16-math-a bf16-flash attn-swap-T1 --gate T1
+cmp bf16-math-a bf16-flash attn-swap-relaxed --gate T1-relaxed:backend-swap
+for s in 1 2 3 4; do
+  [ $s = 1 ] || run fp32-s$s --dtype fp32 --attn math --seed $s
+  run bf16-s$s --dtype bf16 --attn math --seed $s
+done
+cmp fp32-a bf16-s1 bf16-vs-fp32-s1 --gate T1
+for s in 2 3 4; do cmp fp32-s$s bf16-s$s bf16-vs-fp32-s$s --gate T1; done
+python3 scripts/gpu/calibrate.py --feature bf16-transformer --headroom 1.5 \
+  --out "$W/calibration-bf16.json" "$W"/bf16-vs-fp32-s1.json "$W"/bf16-vs-fp32-s2.json \
+  "$W"/bf16-vs-fp32-s3.json > "$W/calibrate.log" 2>&1
+log "calibrate (seeds 1-3): exit $?"
+cmp fp32-s4 bf16-s4 bf16-vs-fp32-s4-T2 --gate T2 --calibration "$W/calibration-bf16.json"
+rm -f "$W"/*.h5
+log "done"
+cp "$WORK/summary.txt" "$OUT/summary.txt"
+tar czf "$OUT/evidence.tar.gz" -C "$WORK" .
