@@ -1,0 +1,633 @@
+/* probe/reader.c - the capture-file reader (include/probe/capture.h,
+ * docs/file-format.md). Reads probe capture files and any other HDF5 file:
+ * every numeric dataset reachable through hard links is a tensor.
+ *
+ * Every HDF5 call runs inside H5E_BEGIN_TRY/H5E_END_TRY: no HDF5 error stack
+ * is ever printed; failures become probe_set_error messages that name the
+ * file and the dataset path.
+ */
+#include "probe/capture.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h5types.h"
+
+struct probe_file {
+    hid_t file;
+    char *path;
+    probe_tensor_info *t; /* execution order (seq) or path order */
+    size_t n, cap;
+    const probe_tensor_info **by_path; /* into t, sorted by path, for probe_file_find */
+    size_t ignored;
+    char *manifest;
+    probe_skip_info *skips;
+    size_t nskips;
+};
+
+/* --- attributes (call inside H5E_BEGIN_TRY); an attribute of an unexpected
+ * type or shape is treated as absent --- */
+
+static hid_t attr_open_1(hid_t obj, const char *name, H5T_class_t *cls)
+{
+    if (H5Aexists(obj, name) <= 0)
+        return H5I_INVALID_HID;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0)
+        return H5I_INVALID_HID;
+    hid_t sp = H5Aget_space(a), ty = H5Aget_type(a);
+    int ok = sp >= 0 && ty >= 0 && H5Sget_simple_extent_npoints(sp) == 1;
+    *cls = ty >= 0 ? H5Tget_class(ty) : H5T_NO_CLASS;
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (ty >= 0)
+        H5Tclose(ty);
+    if (!ok) {
+        H5Aclose(a);
+        return H5I_INVALID_HID;
+    }
+    return a;
+}
+
+/* A string attribute (variable or fixed length, ASCII or UTF-8) as a new
+ * malloc'd string in *out. Returns 1 found, 0 absent/not a string, -1 out of
+ * memory. */
+static int attr_str(hid_t obj, const char *name, char **out)
+{
+    H5T_class_t cls;
+    *out = NULL;
+    hid_t a = attr_open_1(obj, name, &cls);
+    if (a < 0)
+        return 0;
+    int found = 0;
+    hid_t ft = H5Aget_type(a);
+    if (cls == H5T_STRING && ft >= 0) {
+        if (H5Tis_variable_str(ft) > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            char *p = NULL;
+            if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
+                H5Tset_cset(mt, H5Tget_cset(ft)) >= 0 && H5Aread(a, mt, &p) >= 0) {
+                *out = strdup(p != NULL ? p : "");
+                found = *out != NULL ? 1 : -1;
+                if (p != NULL)
+                    H5free_memory(p);
+            }
+            if (mt >= 0)
+                H5Tclose(mt);
+        } else {
+            size_t size = H5Tget_size(ft);
+            char *buf = size > 0 ? calloc(size + 1, 1) : NULL;
+            if (buf == NULL) {
+                found = size > 0 ? -1 : 0;
+            } else if (H5Aread(a, ft, buf) >= 0) {
+                size_t len = strnlen(buf, size);
+                if (H5Tget_strpad(ft) == H5T_STR_SPACEPAD)
+                    while (len > 0 && buf[len - 1] == ' ')
+                        len--;
+                buf[len] = '\0';
+                *out = buf;
+                buf = NULL;
+                found = 1;
+            }
+            free(buf);
+        }
+    }
+    if (ft >= 0)
+        H5Tclose(ft);
+    H5Aclose(a);
+    return found;
+}
+
+/* An integer attribute (any integer type, one element) into *v; 1 if found.
+ * Values beyond int64 are clipped by HDF5's conversion. */
+static int attr_i64(hid_t obj, const char *name, int64_t *v)
+{
+    H5T_class_t cls;
+    hid_t a = attr_open_1(obj, name, &cls);
+    if (a < 0)
+        return 0;
+    int64_t x = 0;
+    int ok = cls == H5T_INTEGER && H5Aread(a, H5T_NATIVE_INT64, &x) >= 0;
+    H5Aclose(a);
+    if (ok)
+        *v = x;
+    return ok;
+}
+
+/* A numeric attribute (float or integer, one element) into *v; 1 if found. */
+static int attr_f64(hid_t obj, const char *name, double *v)
+{
+    H5T_class_t cls;
+    hid_t a = attr_open_1(obj, name, &cls);
+    if (a < 0)
+        return 0;
+    double x = 0;
+    int ok = (cls == H5T_FLOAT || cls == H5T_INTEGER) && H5Aread(a, H5T_NATIVE_DOUBLE, &x) >= 0;
+    H5Aclose(a);
+    if (ok)
+        *v = x;
+    return ok;
+}
+
+/* Copy a string attribute into a fixed buffer (truncating); -1 on ENOMEM. */
+static int attr_str_into(hid_t obj, const char *name, char *dst, size_t size)
+{
+    char *s;
+    int r = attr_str(obj, name, &s);
+    if (r == 1)
+        snprintf(dst, size, "%s", s);
+    free(s);
+    return r;
+}
+
+/* --- indexing --- */
+
+struct visit {
+    probe_file *f;
+    probe_status status; /* PROBE_OK or the error that stopped the visit */
+};
+
+static const char *last_elem(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s != NULL ? s + 1 : path;
+}
+
+/* Describe dataset d at path into *t. Returns 1 if it is a tensor, 0 if it is
+ * ignored (not numeric, NULL dataspace, rank > PROBE_MAX_RANK, element count
+ * or byte size overflow), -1 out of memory. */
+static int describe(hid_t d, const char *path, probe_tensor_info *t)
+{
+    memset(t, 0, sizeof *t);
+    if (strlen(path) >= sizeof t->path)
+        return 0;
+    snprintf(t->path, sizeof t->path, "%s", path);
+
+    char *dtname = NULL;
+    if (attr_str(d, "probe.dtype", &dtname) < 0)
+        return -1;
+    probe_dtype hint = dtname != NULL ? probe_dtype_from_name(dtname) : PROBE_DTYPE_INVALID;
+    free(dtname);
+    hid_t ft = H5Dget_type(d), mt = H5I_INVALID_HID;
+    t->dtype = ft >= 0 ? probe_h5_classify(ft, hint, &mt) : PROBE_DTYPE_INVALID;
+    if (ft >= 0)
+        H5Tclose(ft);
+    if (mt >= 0)
+        H5Tclose(mt);
+    if (t->dtype == PROBE_DTYPE_INVALID)
+        return 0;
+
+    hid_t sp = H5Dget_space(d);
+    if (sp < 0)
+        return 0;
+    H5S_class_t sc = H5Sget_simple_extent_type(sp);
+    int rank = sc == H5S_SCALAR ? 0 : sc == H5S_SIMPLE ? H5Sget_simple_extent_ndims(sp) : -1;
+    hsize_t dims[H5S_MAX_RANK];
+    int ok = rank >= 0 && rank <= PROBE_MAX_RANK &&
+             (rank == 0 || H5Sget_simple_extent_dims(sp, dims, NULL) == rank);
+    H5Sclose(sp);
+    if (!ok)
+        return 0;
+    uint64_t n = 1, bytes;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] > (hsize_t)INT64_MAX || __builtin_mul_overflow(n, (uint64_t)dims[i], &n))
+            return 0;
+        t->shape[i] = (int64_t)dims[i];
+    }
+    if (__builtin_mul_overflow(n, (uint64_t)probe_dtype_size(t->dtype), &bytes) || bytes > SIZE_MAX ||
+        n > SIZE_MAX / sizeof(double))
+        return 0;
+    t->rank = rank;
+    t->n = n;
+
+    if (attr_str_into(d, "probe.component", t->component, sizeof t->component) == 0) {
+        const char *s = path + 1, *e = strchr(s, '/');
+        snprintf(t->component, sizeof t->component, "%.*s", (int)(e != NULL ? (size_t)(e - s) : strlen(s)), s);
+    }
+    if (attr_str_into(d, "probe.slot", t->slot, sizeof t->slot) == 0)
+        snprintf(t->slot, sizeof t->slot, "%s", last_elem(path));
+    if (attr_str_into(d, "probe.scope", t->scope, sizeof t->scope) < 0)
+        return -1;
+    char *hash = NULL;
+    if (attr_str(d, "probe.hash", &hash) < 0)
+        return -1;
+    if (hash != NULL && strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16)
+        memcpy(t->hash, hash, 17);
+    free(hash);
+    t->seq = t->call = t->step = -1;
+    t->cfg_branch = -1;
+    t->timestep = NAN;
+    int64_t v;
+    if (attr_i64(d, "probe.seq", &v) && v >= 0)
+        t->seq = v;
+    if (attr_i64(d, "probe.call", &v) && v >= 0)
+        t->call = v;
+    if (attr_i64(d, "probe.step", &v) && v >= 0)
+        t->step = v;
+    if (attr_i64(d, "probe.cfg_branch", &v) && v >= 0 && v <= INT32_MAX)
+        t->cfg_branch = (int32_t)v;
+    attr_f64(d, "probe.timestep", &t->timestep);
+    return 1;
+}
+
+static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, void *data)
+{
+    struct visit *v = data;
+    probe_file *f = v->f;
+    if (info->type != H5L_TYPE_HARD)
+        return 0; /* soft and external links: the target is indexed by its own hard link, or not ours */
+    hid_t o = H5Oopen(group, name, H5P_DEFAULT);
+    if (o < 0) {
+        f->ignored++; /* a hard link to an unreadable object: counted, not fatal */
+        return 0;
+    }
+    H5I_type_t type = H5Iget_type(o);
+    if (type != H5I_DATASET) {
+        H5Oclose(o);
+        return 0;
+    }
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 64;
+        probe_tensor_info *t = realloc(f->t, cap * sizeof *t);
+        if (t == NULL) {
+            H5Oclose(o);
+            v->status = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+            return -1;
+        }
+        f->t = t;
+        f->cap = cap;
+    }
+    char path[sizeof f->t->path + 1];
+    int len = snprintf(path, sizeof path, "/%s", name);
+    int r = len < 0 || (size_t)len >= sizeof path ? 0 : describe(o, path, &f->t[f->n]);
+    H5Oclose(o);
+    if (r < 0) {
+        v->status = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+        return -1;
+    }
+    if (r == 0)
+        f->ignored++;
+    else
+        f->n++;
+    return 0;
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+    return strcmp(((const probe_tensor_info *)a)->path, ((const probe_tensor_info *)b)->path);
+}
+
+static int cmp_seq(const void *a, const void *b)
+{
+    const probe_tensor_info *x = a, *y = b;
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? -1 : 1;
+    return strcmp(x->path, y->path);
+}
+
+static int cmp_ptr_path(const void *a, const void *b)
+{
+    return strcmp((*(const probe_tensor_info *const *)a)->path,
+                  (*(const probe_tensor_info *const *)b)->path);
+}
+
+/* --- root attributes --- */
+
+static probe_status parse_skips(probe_file *f, const char *text)
+{
+    json_error_t err;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &err);
+    if (j == NULL || !json_is_array(j)) {
+        json_decref(j);
+        return probe_set_error(PROBE_EFORMAT, "%s: root attribute probe.skips is not a JSON array", f->path);
+    }
+    size_t n = json_array_size(j);
+    f->skips = n > 0 ? calloc(n, sizeof *f->skips) : NULL;
+    if (n > 0 && f->skips == NULL) {
+        json_decref(j);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(j, i);
+        const char *p = json_string_value(json_object_get(e, "path"));
+        const char *r = json_string_value(json_object_get(e, "reason"));
+        if (p == NULL || r == NULL) {
+            json_decref(j);
+            return probe_set_error(PROBE_EFORMAT,
+                                   "%s: root attribute probe.skips: entry %zu lacks string \"path\" and \"reason\"",
+                                   f->path, i);
+        }
+        snprintf(f->skips[i].path, sizeof f->skips[i].path, "%s", p);
+        snprintf(f->skips[i].reason, sizeof f->skips[i].reason, "%s", r);
+        f->nskips = i + 1;
+    }
+    json_decref(j);
+    return PROBE_OK;
+}
+
+/* Read the root attributes; PROBE_EUNSUPPORTED for a newer capture format
+ * version. Call inside H5E_BEGIN_TRY. */
+static probe_status read_root(probe_file *f)
+{
+    char *format = NULL;
+    if (attr_str(f->file, "probe.format", &format) < 0)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    int64_t version = 0;
+    int is_capture = format != NULL && strcmp(format, "probe-capture") == 0;
+    free(format);
+    if (is_capture && attr_i64(f->file, "probe.version", &version) &&
+        version > PROBE_CAPTURE_FORMAT_VERSION)
+        return probe_set_error(PROBE_EUNSUPPORTED,
+                               "%s: capture format version %lld is newer than this reader (version %d)",
+                               f->path, (long long)version, PROBE_CAPTURE_FORMAT_VERSION);
+    if (attr_str(f->file, "probe.manifest", &f->manifest) < 0)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    char *skips = NULL;
+    if (attr_str(f->file, "probe.skips", &skips) < 0)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    probe_status s = skips != NULL ? parse_skips(f, skips) : PROBE_OK;
+    free(skips);
+    return s;
+}
+
+/* --- open/close --- */
+
+/* Classify why path cannot be opened before HDF5 sees it. */
+static probe_status precheck(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        return probe_set_error(e == ENOENT || e == ENOTDIR ? PROBE_ENOTFOUND : PROBE_EIO, "%s: %s",
+                               path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode))
+        return probe_set_error(PROBE_EFORMAT, "%s: not an HDF5 file (%s)", path, strerror(EISDIR));
+    if (!S_ISREG(st.st_mode)) /* a FIFO would block HDF5's open forever */
+        return probe_set_error(PROBE_EFORMAT, "%s: not an HDF5 file (not a regular file)", path);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return probe_set_error(PROBE_EIO, "%s: %s", path, strerror(errno));
+    close(fd);
+    if (st.st_size == 0)
+        return probe_set_error(PROBE_EFORMAT, "%s: not an HDF5 file (empty file)", path);
+    return PROBE_OK;
+}
+
+/* Status for an HDF5 file whose superblock HDF5 cannot read: a lock held by
+ * a writer is PROBE_EIO, everything else (truncation, corruption) is
+ * PROBE_EFORMAT. Call inside H5E_BEGIN_TRY, right after the failing call. */
+static probe_status open_failure(const char *path)
+{
+    char text[256];
+    probe_h5_error_text(text, sizeof text);
+    if (strstr(text, "unable to lock") != NULL)
+        return probe_set_error(PROBE_EIO, "%s: cannot open (%s; is another process writing it?)", path, text);
+    return probe_set_error(PROBE_EFORMAT, "%s: truncated or corrupt HDF5 file (%s)", path, text);
+}
+
+probe_status probe_file_open(const char *path, probe_file **out)
+{
+    if (out == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_open: out is NULL");
+    *out = NULL;
+    if (path == NULL || path[0] == '\0')
+        return probe_set_error(PROBE_EINVAL, "probe_file_open: path is NULL or empty");
+    probe_status s = precheck(path);
+    if (s != PROBE_OK)
+        return s;
+    probe_file *f = calloc(1, sizeof *f);
+    if (f == NULL || (f->path = strdup(path)) == NULL) {
+        free(f);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    }
+    f->file = H5I_INVALID_HID;
+
+    char text[256] = "";
+    H5E_BEGIN_TRY {
+        htri_t is = H5Fis_hdf5(path); /* finds the signature, reads the superblock */
+        if (is == 0) {
+            s = probe_set_error(PROBE_EFORMAT, "%s: not an HDF5 file", path);
+        } else if (is < 0) {
+            s = open_failure(path);
+        } else {
+            hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 10, 7)
+            if (fapl >= 0) /* lock, but work on file systems without flock */
+                H5Pset_file_locking(fapl, 1, 1);
+#endif
+            f->file = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
+            if (f->file < 0)
+                s = open_failure(path);
+            if (fapl >= 0)
+                H5Pclose(fapl);
+        }
+        if (s == PROBE_OK)
+            s = read_root(f);
+        if (s == PROBE_OK) {
+            struct visit v = {f, PROBE_OK};
+            if (H5Lvisit(f->file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v) < 0) {
+                if (v.status != PROBE_OK) {
+                    s = v.status;
+                } else {
+                    probe_h5_error_text(text, sizeof text);
+                    s = probe_set_error(PROBE_EFORMAT, "%s: truncated or corrupt HDF5 file (%s)", path, text);
+                }
+            }
+        }
+    } H5E_END_TRY;
+    if (s == PROBE_OK && f->n > 0) {
+        f->by_path = malloc(f->n * sizeof *f->by_path);
+        if (f->by_path == NULL)
+            s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    }
+    if (s != PROBE_OK) {
+        probe_file_close(f);
+        return s;
+    }
+    int all_seq = 1;
+    for (size_t i = 0; i < f->n; i++)
+        all_seq &= f->t[i].seq >= 0;
+    if (f->n > 0)
+        qsort(f->t, f->n, sizeof *f->t, all_seq ? cmp_seq : cmp_path);
+    for (size_t i = 0; i < f->n; i++)
+        f->by_path[i] = &f->t[i];
+    if (f->n > 0 && all_seq)
+        qsort(f->by_path, f->n, sizeof *f->by_path, cmp_ptr_path);
+    *out = f;
+    return PROBE_OK;
+}
+
+void probe_file_close(probe_file *f)
+{
+    if (f == NULL)
+        return;
+    if (f->file >= 0) {
+        H5E_BEGIN_TRY { H5Fclose(f->file); } H5E_END_TRY;
+    }
+    free(f->t);
+    free(f->by_path);
+    free(f->manifest);
+    free(f->skips);
+    free(f->path);
+    free(f);
+}
+
+/* --- queries --- */
+
+size_t probe_file_count(const probe_file *f)
+{
+    return f != NULL ? f->n : 0;
+}
+
+const probe_tensor_info *probe_file_tensor(const probe_file *f, size_t i)
+{
+    return f != NULL && i < f->n ? &f->t[i] : NULL;
+}
+
+probe_status probe_file_find(const probe_file *f, const char *path, size_t *index)
+{
+    if (f == NULL || path == NULL || index == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_find: %s is NULL",
+                               f == NULL ? "file" : path == NULL ? "path" : "index");
+    size_t lo = 0, hi = f->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->by_path[mid]->path, path);
+        if (c == 0) {
+            *index = (size_t)(f->by_path[mid] - f->t);
+            return PROBE_OK;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return probe_set_error(PROBE_ENOTFOUND, "%s: no tensor at %s", f->path, path);
+}
+
+const char *probe_file_manifest(const probe_file *f)
+{
+    return f != NULL ? f->manifest : NULL;
+}
+
+size_t probe_file_skip_count(const probe_file *f)
+{
+    return f != NULL ? f->nskips : 0;
+}
+
+const probe_skip_info *probe_file_skip(const probe_file *f, size_t i)
+{
+    return f != NULL && i < f->nskips ? &f->skips[i] : NULL;
+}
+
+size_t probe_file_ignored_count(const probe_file *f)
+{
+    return f != NULL ? f->ignored : 0;
+}
+
+const char *probe_file_path(const probe_file *f)
+{
+    return f != NULL ? f->path : NULL;
+}
+
+/* --- reading --- */
+
+/* Read all n elements of tensor t, converted to t's logical type in
+ * little-endian order, into dst (n * probe_dtype_size bytes). */
+static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *dst)
+{
+    probe_status s = PROBE_OK;
+    char text[256];
+    H5E_BEGIN_TRY {
+        hid_t d = H5Dopen2(f->file, t->path, H5P_DEFAULT);
+        hid_t ft = d >= 0 ? H5Dget_type(d) : H5I_INVALID_HID;
+        hid_t sp = d >= 0 ? H5Dget_space(d) : H5I_INVALID_HID;
+        hid_t mt = H5I_INVALID_HID;
+        if (d < 0 || ft < 0 || sp < 0) {
+            probe_h5_error_text(text, sizeof text);
+            s = probe_set_error(PROBE_EIO, "%s: %s: cannot open dataset (%s)", f->path, t->path, text);
+        } else if (probe_h5_classify(ft, t->dtype, &mt) != t->dtype ||
+                   (uint64_t)H5Sget_simple_extent_npoints(sp) != t->n) {
+            s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
+                                f->path, t->path);
+        } else if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
+            probe_h5_error_text(text, sizeof text);
+            s = probe_set_error(PROBE_EIO, "%s: %s: cannot read dataset (%s)", f->path, t->path, text);
+        }
+        if (mt >= 0)
+            H5Tclose(mt);
+        if (sp >= 0)
+            H5Sclose(sp);
+        if (ft >= 0)
+            H5Tclose(ft);
+        if (d >= 0)
+            H5Dclose(d);
+    } H5E_END_TRY;
+    return s;
+}
+
+static probe_status check_read(const probe_file *f, size_t i, const void *dst, const char *fn)
+{
+    if (f == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: file is NULL", fn);
+    if (i >= f->n)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: tensor index %zu out of range (%zu tensors)", fn,
+                               f->path, i, f->n);
+    if (dst == NULL && f->t[i].n > 0)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: %s: dst is NULL", fn, f->path, f->t[i].path);
+    return PROBE_OK;
+}
+
+probe_status probe_file_read_raw(probe_file *f, size_t i, void *dst, size_t nbytes)
+{
+    probe_status s = check_read(f, i, dst, "probe_file_read_raw");
+    if (s != PROBE_OK)
+        return s;
+    const probe_tensor_info *t = &f->t[i];
+    size_t want = (size_t)t->n * probe_dtype_size(t->dtype); /* cannot overflow: checked in describe() */
+    if (nbytes != want)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: nbytes is %zu, the tensor has %zu bytes", f->path,
+                               t->path, nbytes, want);
+    return t->n == 0 ? PROBE_OK : read_into(f, t, dst);
+}
+
+probe_status probe_file_read_f64(probe_file *f, size_t i, double *dst)
+{
+    probe_status s = check_read(f, i, dst, "probe_file_read_f64");
+    if (s != PROBE_OK)
+        return s;
+    const probe_tensor_info *t = &f->t[i];
+    if (t->n == 0)
+        return PROBE_OK;
+    /* The raw elements (esize <= 8 bytes each) are read into the tail of dst
+     * and converted front to back in blocks through a small buffer: block k's
+     * doubles end at or before the raw bytes of block k+1 start, because
+     * base + j*esize >= 8*j for every j <= n when base = n*(8 - esize). */
+    size_t n = (size_t)t->n, esize = probe_dtype_size(t->dtype);
+    unsigned char *raw = (unsigned char *)dst + n * (sizeof(double) - esize);
+    s = read_into(f, t, raw);
+    if (s != PROBE_OK)
+        return s;
+    enum { BLOCK = 1024 };
+    unsigned char buf[BLOCK * sizeof(double)];
+    for (size_t k = 0; k < n; k += BLOCK) {
+        size_t m = n - k < BLOCK ? n - k : BLOCK;
+        memcpy(buf, raw + k * esize, m * esize);
+        s = probe_dtype_to_f64(t->dtype, buf, dst + k, m);
+        if (s != PROBE_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", probe_last_error());
+            return probe_set_error(s, "%s: %s: cannot convert %s to double (%s)", f->path, t->path,
+                                   probe_dtype_name(t->dtype), why);
+        }
+    }
+    return PROBE_OK;
+}

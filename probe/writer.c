@@ -1,0 +1,714 @@
+/* probe/writer.c - the capture-file writer (include/probe/capture.h,
+ * docs/file-format.md).
+ *
+ * One HDF5 dataset per tensor, contiguous, with probe.* attributes; root
+ * attributes probe.format, probe.version, probe.manifest, probe.skips.
+ * Every HDF5 call runs inside H5E_BEGIN_TRY/H5E_END_TRY: the library never
+ * prints an HDF5 error stack (the same libhdf5 may serve the user's h5py, so
+ * printing is suppressed per call, never globally). After each tensor the
+ * file is flushed so that a later failure (disk full, a killed process)
+ * leaves the tensors written so far readable.
+ */
+#include "probe/capture.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "h5types.h"
+
+/* Room kept beyond the payload before each write. HDF5's metadata for one
+ * tensor (object header, attributes, heaps, B-tree growth) is a few KiB;
+ * tensors ask for far more than root attributes do, so that when tensors are
+ * refused for lack of space there is still room to write probe.skips and
+ * probe.manifest and close the file. */
+#define SLACK_TENSOR (1u << 20)
+#define SLACK_ROOT (64u << 10)
+
+struct probe_writer {
+    hid_t file;
+    int fd;             /* the HDF5 sec2 driver's descriptor, -1 unknown */
+    int can_reserve;    /* fallocate works on this file system (so far) */
+    uint64_t reserved_end; /* file blocks are reserved up to this offset */
+    char *path;         /* the file's name, for messages */
+    char *manifest;     /* current manifest JSON text, or NULL */
+    int manifest_dirty; /* probe.manifest on disk differs from manifest */
+    json_t *skips;      /* array of {"path", "reason"} */
+    size_t skips_written; /* entries in probe.skips on disk */
+    size_t skips_bytes;   /* approximate length of skips as JSON text */
+    probe_status failed;  /* PROBE_OK, or the error of a write that failed half-way */
+    char failure[512];    /* its message */
+};
+
+uint64_t probe_capture_hash(const void *data, size_t n)
+{
+    static const unsigned char empty = 0;
+    return (uint64_t)XXH64(data != NULL ? data : &empty, n, 0);
+}
+
+/* --- attributes (call inside H5E_BEGIN_TRY) --- */
+
+/* (Re)create attribute name of file type ftype from buf in memory type mtype. */
+static herr_t attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hid_t space,
+                         const void *buf)
+{
+    if (H5Aexists(obj, name) > 0 && H5Adelete(obj, name) < 0)
+        return -1;
+    hid_t a = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0)
+        return -1;
+    herr_t r = H5Awrite(a, mtype, buf);
+    if (H5Aclose(a) < 0)
+        r = -1;
+    return r;
+}
+
+/* Scalar variable-length UTF-8 string: h5py reads it as str. */
+static herr_t attr_write_str(hid_t obj, const char *name, const char *value)
+{
+    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR);
+    herr_t r = -1;
+    if (t >= 0 && s >= 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 &&
+        H5Tset_cset(t, H5T_CSET_UTF8) >= 0)
+        r = attr_write(obj, name, t, t, s, &value);
+    if (t >= 0)
+        H5Tclose(t);
+    if (s >= 0)
+        H5Sclose(s);
+    return r;
+}
+
+/* Scalar number of file type ftype from *v in memory type mtype. */
+static herr_t attr_write_scalar(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    if (s < 0)
+        return -1;
+    herr_t r = attr_write(obj, name, ftype, mtype, s, v);
+    H5Sclose(s);
+    return r;
+}
+
+/* probe.shape: int64 array of rank entries; rank 0 is an empty array (a
+ * simple dataspace of one dimension of size 0), which h5py reads as
+ * array([], dtype=int64). */
+static herr_t attr_write_shape(hid_t obj, int rank, const int64_t *shape)
+{
+    hsize_t n = (hsize_t)rank;
+    static const int64_t none = 0;
+    hid_t s = H5Screate_simple(1, &n, NULL);
+    if (s < 0)
+        return -1;
+    herr_t r = attr_write(obj, "probe.shape", H5T_STD_I64LE, H5T_NATIVE_INT64, s,
+                          rank > 0 ? (const void *)shape : &none);
+    H5Sclose(s);
+    return r;
+}
+
+/* --- errors --- */
+
+/* The reason a file at path cannot be created, from the OS's point of view:
+ * missing directory, permission, a directory in the way; else HDF5's text. */
+static void create_reason(const char *path, char *buf, size_t size)
+{
+    char hdf5_text[256];
+    probe_h5_error_text(hdf5_text, sizeof hdf5_text);
+    char *dir = strdup(path);
+    if (dir == NULL) {
+        snprintf(buf, size, "%s", hdf5_text);
+        return;
+    }
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, strlen(dir) + 1, ".");
+    else if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        snprintf(buf, size, "directory %s: %s", dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        snprintf(buf, size, "%s is not a directory", dir);
+    else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(buf, size, "%s", strerror(EISDIR));
+    else if (access(dir, W_OK) != 0)
+        snprintf(buf, size, "directory %s: %s", dir, strerror(errno));
+    else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        snprintf(buf, size, "%s", strerror(errno));
+    else
+        snprintf(buf, size, "%s", hdf5_text);
+    free(dir);
+}
+
+static probe_status h5_fail(const probe_writer *w, const char *what, const char *obj)
+{
+    char text[256];
+    probe_h5_error_text(text, sizeof text);
+    if (obj != NULL)
+        return probe_set_error(PROBE_EIO, "%s: %s: %s (%s)", w->path, obj, what, text);
+    return probe_set_error(PROBE_EIO, "%s: %s (%s)", w->path, what, text);
+}
+
+/* --- failure handling --- */
+
+/* Before a write of about payload bytes: make sure HDF5's writes up to the
+ * next preflight cannot run out of space, or fail with PROBE_EIO touching
+ * nothing. HDF5 1.10 does not recover from a flush that fails half-way (its
+ * metadata cache is left inconsistent, H5Fclose fails, and the failed close
+ * leaves a dangling handle that crashes the process at exit), so a full disk
+ * must be found before HDF5 writes:
+ *   - the process's file size limit (RLIMIT_FSIZE) is checked;
+ *   - the file's blocks from its current end to its allocated size plus the
+ *     payload plus slack are reserved with fallocate(KEEP_SIZE),
+ *     so another process filling the disk cannot take them;
+ *   - where fallocate is not supported (some network file systems) the free
+ *     space (fstatvfs) is checked instead. */
+static probe_status preflight(probe_writer *w, const char *obj, uint64_t payload, uint64_t slack)
+{
+    uint64_t need = payload + slack;
+    hsize_t size = 0;
+    H5E_BEGIN_TRY {
+        if (H5Fget_filesize(w->file, &size) < 0) /* max(end of allocation, end of file) */
+            size = 0;
+    } H5E_END_TRY;
+    uint64_t end = (uint64_t)size + need;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && end > (uint64_t)rl.rlim_cur)
+        return probe_set_error(PROBE_EIO,
+                               "%s: %s: not written: %s (the file would pass the size limit RLIMIT_FSIZE of %llu bytes)",
+                               w->path, obj, strerror(EFBIG), (unsigned long long)rl.rlim_cur);
+    if (w->fd < 0 || end <= w->reserved_end)
+        return PROBE_OK;
+    struct stat st;
+    if (w->can_reserve && fstat(w->fd, &st) == 0 && (uint64_t)st.st_size < end) {
+        if (fallocate(w->fd, FALLOC_FL_KEEP_SIZE, st.st_size, (off_t)(end - (uint64_t)st.st_size)) == 0) {
+            w->reserved_end = end;
+            return PROBE_OK;
+        }
+        int e = errno;
+        if (e == ENOSPC || e == EDQUOT || e == EFBIG)
+            return probe_set_error(PROBE_EIO, "%s: %s: not written: %s (reserving %llu bytes)", w->path,
+                                   obj, strerror(e), (unsigned long long)(end - (uint64_t)st.st_size));
+        w->can_reserve = 0; /* EOPNOTSUPP and the like: check the free space instead */
+    }
+    struct statvfs vfs;
+    if (fstatvfs(w->fd, &vfs) == 0 && vfs.f_frsize > 0) {
+        uint64_t blocks = geteuid() == 0 ? (uint64_t)vfs.f_bfree : (uint64_t)vfs.f_bavail;
+        uint64_t avail = blocks > UINT64_MAX / vfs.f_frsize ? UINT64_MAX : blocks * vfs.f_frsize;
+        if (avail < need)
+            return probe_set_error(PROBE_EIO,
+                                   "%s: %s: not written: %s (%llu bytes free, about %llu needed)",
+                                   w->path, obj, strerror(ENOSPC), (unsigned long long)avail,
+                                   (unsigned long long)need);
+    }
+    return PROBE_OK;
+}
+
+/* Give back the blocks reserved beyond the end of the file (before close,
+ * after a successful flush). Best effort. */
+static void release_reservation(probe_writer *w)
+{
+    hsize_t size = 0;
+    struct stat st;
+    if (w->fd < 0 || w->reserved_end == 0 || fstat(w->fd, &st) != 0)
+        return;
+    H5E_BEGIN_TRY {
+        if (H5Fget_filesize(w->file, &size) < 0)
+            size = 0;
+    } H5E_END_TRY;
+    uint64_t from = (uint64_t)st.st_size > (uint64_t)size ? (uint64_t)st.st_size : (uint64_t)size;
+    if (w->reserved_end > from)
+        fallocate(w->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)from,
+                  (off_t)(w->reserved_end - from));
+    w->reserved_end = 0;
+}
+
+/* A write failed after HDF5 started it: from now on nothing more is written
+ * (the file keeps what the last successful flush put there). Returns s. */
+static probe_status mark_failed(probe_writer *w, probe_status s)
+{
+    if (w->failed == PROBE_OK) {
+        w->failed = s;
+        snprintf(w->failure, sizeof w->failure, "%s", probe_last_error());
+    }
+    return s;
+}
+
+static probe_status check_usable(const probe_writer *w)
+{
+    if (w->failed != PROBE_OK)
+        return probe_set_error(PROBE_EIO, "%s: not written: an earlier write failed (%s)", w->path,
+                               w->failure);
+    return PROBE_OK;
+}
+
+/* --- root attributes --- */
+
+static probe_status write_skips(probe_writer *w)
+{
+    probe_status s = preflight(w, "root attribute probe.skips", w->skips_bytes, SLACK_ROOT);
+    if (s != PROBE_OK)
+        return s;
+    char *text = json_dumps(w->skips, JSON_COMPACT);
+    if (text == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: cannot format probe.skips", w->path);
+    H5E_BEGIN_TRY {
+        if (attr_write_str(w->file, "probe.skips", text) < 0)
+            s = mark_failed(w, h5_fail(w, "cannot write root attribute probe.skips", NULL));
+    } H5E_END_TRY;
+    free(text);
+    if (s == PROBE_OK)
+        w->skips_written = json_array_size(w->skips);
+    return s;
+}
+
+/* Write (or, for a NULL manifest, delete) the root attribute probe.manifest. */
+static probe_status write_manifest(probe_writer *w)
+{
+    probe_status s = preflight(w, "root attribute probe.manifest",
+                               w->manifest != NULL ? strlen(w->manifest) : 0, SLACK_ROOT);
+    if (s != PROBE_OK)
+        return s;
+    H5E_BEGIN_TRY {
+        if (w->manifest != NULL) {
+            if (attr_write_str(w->file, "probe.manifest", w->manifest) < 0)
+                s = mark_failed(w, h5_fail(w, "cannot write root attribute probe.manifest", NULL));
+        } else if (H5Aexists(w->file, "probe.manifest") > 0 &&
+                   H5Adelete(w->file, "probe.manifest") < 0) {
+            s = mark_failed(w, h5_fail(w, "cannot delete root attribute probe.manifest", NULL));
+        }
+    } H5E_END_TRY;
+    if (s == PROBE_OK)
+        w->manifest_dirty = 0;
+    return s;
+}
+
+/* Write pending root attributes and flush HDF5's caches to the file. With
+ * after_put set, probe.skips is rewritten only once the list has grown by
+ * half since it was last written (so rewriting it costs time linear in its
+ * final size), and a root attribute refused for lack of space stays pending
+ * without failing the put: the tensor itself was written. */
+static probe_status flush_file(probe_writer *w, int after_put)
+{
+    probe_status s = PROBE_OK;
+    if (w->manifest_dirty)
+        s = write_manifest(w);
+    size_t n = json_array_size(w->skips);
+    if (s == PROBE_OK && n != w->skips_written &&
+        (!after_put || n >= w->skips_written + w->skips_written / 2 + 1))
+        s = write_skips(w);
+    if (w->failed != PROBE_OK)
+        return s;
+    if (after_put)
+        s = PROBE_OK;
+    H5E_BEGIN_TRY {
+        if (H5Fflush(w->file, H5F_SCOPE_LOCAL) < 0)
+            s = mark_failed(w, h5_fail(w, "cannot flush", NULL));
+    } H5E_END_TRY;
+    return s;
+}
+
+static probe_status check_manifest(const char *manifest_json, const char *path)
+{
+    if (manifest_json == NULL)
+        return PROBE_OK;
+    json_error_t err;
+    json_t *j = json_loads(manifest_json, JSON_DECODE_ANY, &err);
+    if (j == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: manifest is not valid JSON (line %d column %d: %s)",
+                               path, err.line, err.column, err.text);
+    json_decref(j);
+    return PROBE_OK;
+}
+
+/* --- open --- */
+
+probe_status probe_writer_open(const char *path, const char *manifest_json, probe_writer **out)
+{
+    if (out == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_open: out is NULL");
+    *out = NULL;
+    if (path == NULL || path[0] == '\0')
+        return probe_set_error(PROBE_EINVAL, "probe_writer_open: path is NULL or empty");
+    probe_status s = check_manifest(manifest_json, path);
+    if (s != PROBE_OK)
+        return s;
+
+    probe_writer *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    w->file = H5I_INVALID_HID;
+    w->fd = -1;
+    w->can_reserve = 1;
+    w->path = strdup(path);
+    w->manifest = manifest_json != NULL ? strdup(manifest_json) : NULL;
+    w->manifest_dirty = manifest_json != NULL;
+    w->skips = json_array();
+    if (w->path == NULL || (manifest_json != NULL && w->manifest == NULL) || w->skips == NULL) {
+        probe_writer_close(w);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    }
+
+    char reason[512];
+    H5E_BEGIN_TRY {
+        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 10, 7)
+        if (fapl >= 0) /* lock the file, but work on file systems without flock */
+            H5Pset_file_locking(fapl, 1, 1);
+#endif
+        w->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl >= 0 ? fapl : H5P_DEFAULT);
+        if (w->file < 0)
+            create_reason(path, reason, sizeof reason);
+        if (fapl >= 0)
+            H5Pclose(fapl);
+        int *fdp = NULL;
+        if (w->file >= 0 && H5Fget_vfd_handle(w->file, H5P_DEFAULT, (void **)&fdp) >= 0 && fdp != NULL)
+            w->fd = *fdp;
+    } H5E_END_TRY;
+    if (w->file < 0) {
+        probe_writer_close(w);
+        return probe_set_error(PROBE_EIO, "%s: cannot create capture file: %s", path, reason);
+    }
+
+    const char *format = "probe-capture";
+    const int64_t version = PROBE_CAPTURE_FORMAT_VERSION;
+    s = preflight(w, "root attributes", w->manifest != NULL ? strlen(w->manifest) : 0, SLACK_TENSOR);
+    H5E_BEGIN_TRY {
+        if (s == PROBE_OK &&
+            (attr_write_str(w->file, "probe.format", format) < 0 ||
+             attr_write_scalar(w->file, "probe.version", H5T_STD_I64LE, H5T_NATIVE_INT64, &version) < 0))
+            s = mark_failed(w, h5_fail(w, "cannot write root attributes", NULL));
+    } H5E_END_TRY;
+    if (s == PROBE_OK)
+        s = write_skips(w); /* "[]": the list is always present */
+    if (s == PROBE_OK)
+        s = flush_file(w, 0);
+    if (s != PROBE_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", probe_last_error());
+        probe_writer_close(w);
+        unlink(path); /* created above: leave no half-made capture file */
+        return probe_set_error(s, "%s", msg);
+    }
+    *out = w;
+    return PROBE_OK;
+}
+
+/* --- put --- */
+
+/* A dataset path: absolute, components non-empty and not "." or "..", no
+ * trailing '/'. Returns NULL if valid, else the reason. */
+static const char *path_problem(const char *path)
+{
+    if (path[0] != '/')
+        return "must start with '/'";
+    if (path[1] == '\0')
+        return "names the root group, not a dataset";
+    const char *p = path + 1;
+    for (;;) {
+        const char *e = strchr(p, '/');
+        size_t len = e != NULL ? (size_t)(e - p) : strlen(p);
+        if (len == 0)
+            return e != NULL ? "has an empty component ('//')" : "ends with '/'";
+        if ((len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
+            return "has a '.' or '..' component";
+        if (e == NULL)
+            return NULL;
+        p = e + 1;
+    }
+}
+
+/* Check the record against data/nbytes and fill dims; PROBE_EINVAL on a problem. */
+static probe_status check_record(const probe_writer *w, const probe_record *rec, const void *data,
+                                 size_t nbytes, hsize_t *dims)
+{
+    const char *why = path_problem(rec->path);
+    if (why != NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: dataset path '%s' %s", w->path, rec->path, why);
+    size_t esize = probe_dtype_size(rec->dtype);
+    if (esize == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: unknown element type %d", w->path, rec->path,
+                               (int)rec->dtype);
+    if (rec->rank < 0 || rec->rank > PROBE_MAX_RANK)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: rank %d is outside 0..%d", w->path, rec->path,
+                               rec->rank, PROBE_MAX_RANK);
+    if (rec->rank > 0 && rec->shape == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: shape is NULL for rank %d", w->path,
+                               rec->path, rec->rank);
+    size_t n = 1;
+    for (int i = 0; i < rec->rank; i++) {
+        if (rec->shape[i] < 0)
+            return probe_set_error(PROBE_EINVAL, "%s: %s: dimension %d is negative (%lld)", w->path,
+                                   rec->path, i, (long long)rec->shape[i]);
+        if ((uint64_t)rec->shape[i] > SIZE_MAX || __builtin_mul_overflow(n, (size_t)rec->shape[i], &n))
+            return probe_set_error(PROBE_EINVAL, "%s: %s: element count overflows", w->path, rec->path);
+        dims[i] = (hsize_t)rec->shape[i];
+    }
+    size_t want;
+    if (__builtin_mul_overflow(n, esize, &want))
+        return probe_set_error(PROBE_EINVAL, "%s: %s: byte size overflows", w->path, rec->path);
+    if (nbytes != want)
+        return probe_set_error(PROBE_EINVAL,
+                               "%s: %s: nbytes is %zu, but %zu elements of %s are %zu bytes", w->path,
+                               rec->path, nbytes, n, probe_dtype_name(rec->dtype), want);
+    if (want > 0 && data == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: data is NULL", w->path, rec->path);
+    return PROBE_OK;
+}
+
+/* PROBE_EINVAL if path exists already or an ancestor exists and is not a
+ * group. Call inside H5E_BEGIN_TRY. */
+static probe_status check_free(probe_writer *w, const char *path)
+{
+    char *buf = strdup(path);
+    if (buf == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", w->path);
+    probe_status s = PROBE_OK;
+    char *p = buf;
+    for (;;) {
+        char *e = strchr(p + 1, '/');
+        if (e != NULL)
+            *e = '\0';
+        htri_t x = H5Lexists(w->file, buf, H5P_DEFAULT);
+        if (x < 0) {
+            s = probe_set_error(PROBE_EINVAL, "%s: %s: cannot look up %s", w->path, path, buf);
+        } else if (x > 0 && e == NULL) {
+            s = probe_set_error(PROBE_EINVAL, "%s: %s: path already written", w->path, path);
+        } else if (x > 0) {
+            H5O_info_t oi;
+            if (H5Oget_info_by_name2(w->file, buf, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+                oi.type != H5O_TYPE_GROUP)
+                s = probe_set_error(PROBE_EINVAL, "%s: %s: %s exists and is not a group", w->path,
+                                    path, buf);
+        }
+        if (x <= 0 || s != PROBE_OK || e == NULL)
+            break; /* a missing group: everything below it is free */
+        *e = '/';
+        p = e;
+    }
+    free(buf);
+    return s;
+}
+
+static herr_t write_attrs(hid_t d, const probe_record *rec, const char *hash)
+{
+    herr_t r = attr_write_str(d, "probe.dtype", probe_dtype_name(rec->dtype));
+    if (r >= 0)
+        r = attr_write_shape(d, rec->rank, rec->shape);
+    if (r >= 0 && rec->component != NULL)
+        r = attr_write_str(d, "probe.component", rec->component);
+    if (r >= 0 && rec->slot != NULL)
+        r = attr_write_str(d, "probe.slot", rec->slot);
+    if (r >= 0 && rec->call >= 0)
+        r = attr_write_scalar(d, "probe.call", H5T_STD_I64LE, H5T_NATIVE_INT64, &rec->call);
+    if (r >= 0 && rec->step >= 0)
+        r = attr_write_scalar(d, "probe.step", H5T_STD_I64LE, H5T_NATIVE_INT64, &rec->step);
+    if (r >= 0 && rec->cfg_branch >= 0)
+        r = attr_write_scalar(d, "probe.cfg_branch", H5T_STD_I32LE, H5T_NATIVE_INT32, &rec->cfg_branch);
+    if (r >= 0 && !isnan(rec->timestep))
+        r = attr_write_scalar(d, "probe.timestep", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &rec->timestep);
+    if (r >= 0 && rec->scope != NULL)
+        r = attr_write_str(d, "probe.scope", rec->scope);
+    if (r >= 0 && rec->device != NULL)
+        r = attr_write_str(d, "probe.device", rec->device);
+    if (r >= 0)
+        r = attr_write_scalar(d, "probe.seq", H5T_STD_U64LE, H5T_NATIVE_UINT64, &rec->seq);
+    if (r >= 0)
+        r = attr_write_str(d, "probe.hash", hash);
+    return r;
+}
+
+/* Strings that are not valid UTF-8 would make h5py fail to decode them. */
+static const char *bad_utf8_field(const probe_record *rec)
+{
+    const char *names[] = {"component", "slot", "scope", "device", "path"};
+    const char *vals[] = {rec->component, rec->slot, rec->scope, rec->device, rec->path};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        if (vals[i] == NULL)
+            continue;
+        json_t *j = json_string(vals[i]); /* NULL unless valid UTF-8 */
+        if (j == NULL)
+            return names[i];
+        json_decref(j);
+    }
+    return NULL;
+}
+
+probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
+                              size_t nbytes)
+{
+    if (w == NULL || rec == NULL || rec->path == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_put: %s is NULL",
+                               w == NULL ? "writer" : rec == NULL ? "record" : "record path");
+    hsize_t dims[PROBE_MAX_RANK + 1];
+    probe_status s = check_record(w, rec, data, nbytes, dims);
+    if (s != PROBE_OK)
+        return s;
+    const char *bad = bad_utf8_field(rec);
+    if (bad != NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: record %s is not valid UTF-8", w->path,
+                               rec->path, bad);
+    if ((s = check_usable(w)) != PROBE_OK)
+        return s;
+    H5E_BEGIN_TRY { s = check_free(w, rec->path); } H5E_END_TRY;
+    if (s != PROBE_OK)
+        return s;
+    if ((s = preflight(w, rec->path, nbytes, SLACK_TENSOR)) != PROBE_OK)
+        return s;
+
+    /* bool is stored as the enum {FALSE = 0, TRUE = 1}: any nonzero byte is
+     * true (dtype.h), so normalise, and hash the bytes actually stored. */
+    unsigned char *norm = NULL;
+    if (rec->dtype == PROBE_DTYPE_BOOL && nbytes > 0) {
+        norm = malloc(nbytes);
+        if (norm == NULL)
+            return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", w->path, rec->path);
+        for (size_t i = 0; i < nbytes; i++)
+            norm[i] = ((const unsigned char *)data)[i] != 0;
+        data = norm;
+    }
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)probe_capture_hash(data, nbytes));
+
+    hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID, lcpl = H5I_INVALID_HID, d = H5I_INVALID_HID;
+    H5E_BEGIN_TRY {
+        type = probe_h5_type_create(rec->dtype);
+        space = rec->rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rec->rank, dims, NULL);
+        lcpl = H5Pcreate(H5P_LINK_CREATE);
+        if (type < 0 || space < 0 || lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0)
+            s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
+        if (s == PROBE_OK) {
+            d = H5Dcreate2(w->file, rec->path, type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+            if (d < 0)
+                s = h5_fail(w, "cannot create dataset", rec->path);
+        }
+        if (s == PROBE_OK && nbytes > 0 && H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+            s = h5_fail(w, "cannot write dataset", rec->path);
+        if (s == PROBE_OK && write_attrs(d, rec, hash) < 0)
+            s = h5_fail(w, "cannot write attributes", rec->path);
+        if (d >= 0 && H5Dclose(d) < 0 && s == PROBE_OK)
+            s = h5_fail(w, "cannot close dataset", rec->path);
+        if (d >= 0 && s != PROBE_OK)
+            H5Ldelete(w->file, rec->path, H5P_DEFAULT); /* do not leave half a tensor */
+        if (lcpl >= 0)
+            H5Pclose(lcpl);
+        if (type >= 0)
+            H5Tclose(type);
+        if (space >= 0)
+            H5Sclose(space);
+    } H5E_END_TRY;
+    free(norm);
+    if (s != PROBE_OK)
+        return mark_failed(w, s);
+    return flush_file(w, 1);
+}
+
+/* --- skips, manifest, flush, close --- */
+
+probe_status probe_writer_skip(probe_writer *w, const probe_record *rec, const char *reason)
+{
+    if (w == NULL || rec == NULL || rec->path == NULL || reason == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_skip: %s is NULL",
+                               w == NULL        ? "writer"
+                               : rec == NULL    ? "record"
+                               : reason == NULL ? "reason"
+                                                : "record path");
+    json_t *e = json_pack("{s:s, s:s}", "path", rec->path, "reason", reason);
+    if (e == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: skip of %s: path or reason is not valid UTF-8",
+                               w->path, rec->path);
+    if (json_array_append_new(w->skips, e) != 0)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", w->path);
+    w->skips_bytes += strlen(rec->path) + strlen(reason) + 32;
+    return PROBE_OK;
+}
+
+probe_status probe_writer_set_manifest(probe_writer *w, const char *manifest_json)
+{
+    if (w == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_set_manifest: writer is NULL");
+    probe_status s = check_manifest(manifest_json, w->path);
+    if (s != PROBE_OK)
+        return s;
+    char *copy = NULL;
+    if (manifest_json != NULL && (copy = strdup(manifest_json)) == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", w->path);
+    free(w->manifest);
+    w->manifest = copy;
+    w->manifest_dirty = 1;
+    return PROBE_OK;
+}
+
+probe_status probe_writer_flush(probe_writer *w)
+{
+    if (w == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_flush: writer is NULL");
+    probe_status s = check_usable(w);
+    return s != PROBE_OK ? s : flush_file(w, 0);
+}
+
+/* After a write that failed half-way, HDF5's metadata cache holds changes
+ * that must not reach the file (they may refer to space that could not be
+ * written), yet H5Fclose flushes them, and a failed H5Fclose in HDF5 1.10
+ * leaves a dangling handle that crashes the process at exit. So point HDF5's
+ * descriptor at an anonymous memory file (memfd) first: the close then
+ * succeeds and the capture file keeps what the last successful flush wrote.
+ * Returns 0 on success. */
+static int detach_file(probe_writer *w)
+{
+    if (w->fd < 0)
+        return -1;
+    int m = memfd_create("probe-detached-capture", MFD_CLOEXEC);
+    if (m < 0)
+        return -1;
+    int r = dup2(m, w->fd);
+    close(m);
+    return r < 0 ? -1 : 0;
+}
+
+probe_status probe_writer_close(probe_writer *w)
+{
+    if (w == NULL)
+        return PROBE_OK;
+    probe_status s = PROBE_OK;
+    if (w->file >= 0 && w->failed == PROBE_OK) {
+        s = flush_file(w, 0); /* a preflight refusal leaves the file consistent */
+        if (w->failed == PROBE_OK)
+            release_reservation(w);
+    }
+    int close_it = w->file >= 0;
+    if (close_it && w->failed != PROBE_OK && detach_file(w) != 0)
+        close_it = 0; /* cannot detach: leave HDF5's handle open (closed at exit) */
+    if (close_it) {
+        char text[256] = "";
+        herr_t r;
+        H5E_BEGIN_TRY {
+            r = H5Fclose(w->file);
+            if (r < 0)
+                probe_h5_error_text(text, sizeof text);
+        } H5E_END_TRY;
+        if (r < 0 && s == PROBE_OK)
+            s = probe_set_error(PROBE_EIO, "%s: cannot close (%s)", w->path, text);
+    }
+    if (w->failed != PROBE_OK)
+        s = probe_set_error(w->failed,
+                            "%s: a write failed (%s); the file holds the tensors written before it",
+                            w->path, w->failure);
+    free(w->path);
+    free(w->manifest);
+    json_decref(w->skips);
+    free(w);
+    return s;
+}
