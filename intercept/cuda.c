@@ -390,10 +390,11 @@ probe_status shim_cuda_wait(struct shim_job *j, char *reason, size_t rlen)
         snprintf(reason, rlen, "device copy failed: %s", errstr(e));
         return PROBE_EIO;
     }
-    /* Process exit: the runtime may be tearing down. Only poll, and only
+    /* Process exit: call CUDA only when the finalizer runs before the
+     * runtime's teardown (shim_exit_after_cuda); then only poll, and only
      * while the runtime is mapped and answers. */
     static const char exited[] = "process exited before the device copy completed";
-    if (!cudart_still_mapped()) {
+    if (!shim_cuda_alive_at_exit() || !cudart_still_mapped()) {
         snprintf(reason, rlen, "%s", exited);
         return PROBE_EIO;
     }

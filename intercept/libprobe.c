@@ -111,6 +111,71 @@ probe_status shim_libprobe_load(void)
     return PROBE_OK; /* the handle stays open for the life of the process */
 }
 
+/* Every call into libprobe (and so HDF5) holds hdf5_lock, and fork() takes
+ * it first (pthread_atfork prepare): a child is never forked while the
+ * writer is inside HDF5. A thread-safe HDF5 (Debian's is) would otherwise be
+ * copied with its global lock held, and the child's exit (HDF5's atexit
+ * handler) would wait for it forever. */
+static pthread_mutex_t hdf5_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shim_hdf5_fork_prepare(void)
+{
+    pthread_mutex_lock(&hdf5_lock);
+}
+
+void shim_hdf5_fork_release(void)
+{
+    pthread_mutex_unlock(&hdf5_lock);
+}
+
+probe_status shim_w_open(const char *path, const char *manifest, probe_writer **out)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_lp.writer_open(path, manifest, out);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_w_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_lp.writer_put(w, rec, data, nbytes);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_w_skip(probe_writer *w, const probe_record *rec, const char *reason)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_lp.writer_skip(w, rec, reason);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_w_set_manifest(probe_writer *w, const char *manifest)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_lp.writer_set_manifest(w, manifest);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_w_flush(probe_writer *w)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_lp.writer_flush(w);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_w_close(probe_writer *w)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_lp.writer_close(w);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
 const char *shim_libprobe_error(void)
 {
     const char *e = shim_lp.last_error ? shim_lp.last_error() : NULL;

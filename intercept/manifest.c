@@ -345,6 +345,8 @@ SHIM_EXPORT int probe_tap_manifest_v1(const char *key, const char *json_value)
         return probe_set_error(PROBE_EINVAL,
                                "probe_tap_manifest_v1: value for key '%s' is not one JSON value",
                                key);
+    if (shim_cfg.mode == SHIM_OWNER && shim_is_foreign_process())
+        return PROBE_OK; /* a forked child: its manifest is never written */
     char *v = strdup(json_value);
     if (!v)
         return probe_set_error(PROBE_ENOMEM, "probe_tap_manifest_v1: out of memory");

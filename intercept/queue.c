@@ -78,7 +78,7 @@ static void skip_record(probe_writer *w, const struct shim_job *j, const char *r
 {
     probe_record rec;
     shim_job_record(j, &rec);
-    probe_status st = shim_lp.writer_skip(w, &rec, reason);
+    probe_status st = shim_w_skip(w, &rec, reason);
     if (st == PROBE_EIO)
         shim_fail_io(shim_libprobe_error());
 }
@@ -87,7 +87,7 @@ static void put_record(probe_writer *w, const struct shim_job *j, const void *da
 {
     probe_record rec;
     shim_job_record(j, &rec);
-    probe_status st = shim_lp.writer_put(w, &rec, data, nbytes);
+    probe_status st = shim_w_put(w, &rec, data, nbytes);
     if (st == PROBE_OK)
         return;
     if (st == PROBE_EIO) {
@@ -151,7 +151,7 @@ static void process(struct shim_job *j)
     case SHIM_JOB_FLUSH: {
         probe_status st = PROBE_EIO;
         if (live) {
-            st = shim_lp.writer_flush(w);
+            st = shim_w_flush(w);
             if (st == PROBE_EIO)
                 shim_fail_io(shim_libprobe_error());
         }

@@ -145,10 +145,28 @@ static void remember_file_fds(void)
 }
 
 static void finalize(void);
+static atomic_int cuda_alive_at_exit, cuda_exit_registered;
 
 static void atexit_finalize(void)
 {
     finalize();
+}
+
+static void atexit_finalize_cuda_alive(void)
+{
+    atomic_store(&cuda_alive_at_exit, 1);
+    finalize();
+}
+
+void shim_exit_after_cuda(void)
+{
+    if (atomic_exchange(&cuda_exit_registered, 1) == 0)
+        atexit(atexit_finalize_cuda_alive);
+}
+
+int shim_cuda_alive_at_exit(void)
+{
+    return atomic_load(&cuda_alive_at_exit);
 }
 
 probe_status shim_file_open(void)
@@ -168,7 +186,7 @@ probe_status shim_file_open(void)
         } else {
             manifest = shim_manifest_build(0);
             probe_writer *w = NULL;
-            st = shim_lp.writer_open(shim_cfg.out_path, manifest, &w);
+            st = shim_w_open(shim_cfg.out_path, manifest, &w);
             if (st != PROBE_OK) {
                 shim_fail_io(shim_libprobe_error());
             } else {
@@ -177,7 +195,7 @@ probe_status shim_file_open(void)
                 st = shim_queue_start();
                 if (st != PROBE_OK) {
                     shim_fail_io(probe_last_error());
-                    shim_lp.writer_close(w);
+                    shim_w_close(w);
                     writer = NULL;
                 } else {
                     /* Registered after HDF5 (and usually the CUDA runtime)
@@ -201,10 +219,15 @@ probe_status shim_file_open(void)
 
 /* ---- exit ---------------------------------------------------------------- */
 
-/* Drain and close. Runs once, in the owner only: from the atexit handler
- * registered at open (before HDF5's and cudart's teardown), else from the
- * constructor-registered handler or the ELF destructor. If nothing was ever
- * tapped, the file is still created, with the manifest and no tensors. */
+/* Drain and close. Runs once, in the owner only, from the latest-registered
+ * of the shim's atexit handlers (after the first device copy: before the
+ * CUDA runtime's teardown; else the one registered at open: before HDF5's),
+ * or from the constructor-registered handler or the ELF destructor. If
+ * nothing was ever tapped, the file is still created, with the manifest and
+ * no tensors. CUDA is called only when it is known to be alive (see
+ * shim_exit_after_cuda); otherwise the CUDA facts are those gathered at the
+ * first device tap or at probe_tap_flush_v1, and pending device copies are
+ * recorded as skipped. */
 static void finalize(void)
 {
     if (shim_is_foreign_process())
@@ -220,12 +243,13 @@ static void finalize(void)
                   shim_cfg.out_path, STOP_TIMEOUT_MS / 1000);
         return; /* the writer thread still uses the file: leave it */
     }
-    shim_cuda_info_refresh(); /* no-op unless the runtime is loaded and answers */
+    if (atomic_load(&cuda_alive_at_exit))
+        shim_cuda_info_refresh();
     char *manifest = shim_manifest_build(1);
     if (manifest && !atomic_load(&disabled))
-        shim_lp.writer_set_manifest(writer, manifest);
+        shim_w_set_manifest(writer, manifest);
     free(manifest);
-    probe_status st = shim_lp.writer_close(writer);
+    probe_status st = shim_w_close(writer);
     writer = NULL;
     if (st == PROBE_EIO && !atomic_load(&disabled))
         shim_fail_io(shim_libprobe_error());
@@ -239,10 +263,23 @@ __attribute__((destructor)) static void shim_fini(void)
 
 /* ---- fork ---------------------------------------------------------------- */
 
+static void atfork_prepare(void)
+{
+    shim_hdf5_fork_prepare();
+}
+
+static void atfork_parent(void)
+{
+    shim_hdf5_fork_release();
+}
+
 /* Child side of fork(): no capture, no CUDA, no HDF5. Only async-signal-safe
- * calls: the capture file's descriptors are redirected to /dev/null. */
+ * calls: the capture file's descriptors are redirected to /dev/null, so
+ * whatever the child's copy of HDF5 writes at its exit (HDF5 closes open
+ * files from an atexit handler) never reaches the parent's file. */
 static void atfork_child(void)
 {
+    shim_hdf5_fork_release();
     atomic_store(&forked_child, 1);
     int n = atomic_load(&nfile_fds);
     if (n <= 0)
@@ -459,7 +496,7 @@ __attribute__((constructor)) static void shim_init(void)
         shim_cfg.mode = SHIM_INACTIVE;
         return;
     }
-    pthread_atfork(NULL, NULL, atfork_child);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     /* Safety net for an owner that never taps; a later registration at open
      * runs earlier (atexit is LIFO). */
     atexit(atexit_finalize);

@@ -98,6 +98,15 @@ void shim_fail_io(const char *reason);
 /* Print one line "probe: <text>" on stderr with a single write(2). */
 void shim_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Called after the first device copy was enqueued (the CUDA runtime is
+ * initialized by then, so its exit handlers are registered): registers one
+ * more atexit handler, which therefore runs before the runtime's teardown
+ * (atexit is LIFO) and marks CUDA as usable for the finalizer. */
+void shim_exit_after_cuda(void);
+/* 1 while the finalizer runs from that handler: only then may it, or the
+ * writer draining for exit, call into CUDA. */
+int shim_cuda_alive_at_exit(void);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t shim_now_ns(void);
 
@@ -122,7 +131,18 @@ extern struct shim_libprobe shim_lp;
  * lock. */
 probe_status shim_libprobe_load(void);
 
-/* The writer's last error text ("" if none). */
+/* The writer API, each call made under one lock that fork() also takes
+ * (shim_hdf5_fork_prepare/release), so no child is forked while HDF5 runs. */
+probe_status shim_w_open(const char *path, const char *manifest, probe_writer **out);
+probe_status shim_w_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes);
+probe_status shim_w_skip(probe_writer *w, const probe_record *rec, const char *reason);
+probe_status shim_w_set_manifest(probe_writer *w, const char *manifest);
+probe_status shim_w_flush(probe_writer *w);
+probe_status shim_w_close(probe_writer *w);
+void shim_hdf5_fork_prepare(void);
+void shim_hdf5_fork_release(void);
+
+/* The writer's last error text on this thread ("unknown error" if none). */
 const char *shim_libprobe_error(void);
 
 /* Absolute path of the shim itself (dladdr + realpath); NULL if unknown.

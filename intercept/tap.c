@@ -187,8 +187,10 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
             j->dev.has_strides = t->strides && !ext.contiguous;
             for (int k = 0; j->dev.has_strides && k < t->rank; ++k)
                 j->dev.strides[k] = t->strides[k];
-            if (atomic_exchange(&cuda_info_taken, 1) == 0)
+            if (atomic_exchange(&cuda_info_taken, 1) == 0) {
                 shim_cuda_info_refresh();
+                shim_exit_after_cuda();
+            }
         }
     }
     enum shim_job_kind kind = j->kind;

@@ -19,7 +19,10 @@ violations. Checked:
   cudaMalloc, no cudaEventSynchronize on a tapping thread, pinned buffers
   pooled, manifest "cuda" filled;
 - a copy still pending when main returns and the runtime tears down first
-  is recorded as skipped, and exit does not wait for the 2 s kernel.
+  is recorded as skipped, and exit does not wait for the 2 s kernel;
+- when the runtime's teardown ran before the shim's finalizer and no device
+  tensor was tapped, the finalizer calls nothing in it (a strict mock aborts
+  on any late call; this crashed with torch on the GPU machine).
 """
 import json
 import os
@@ -102,6 +105,21 @@ def main():
         reason = skips.get("/pending/0000/out", "")
         check(reason == "process exited before the device copy completed" or reason.startswith("device copy failed"),
               "pending device tensor recorded as skipped (%r)" % reason)
+    # The runtime torn down before the finalizer, no device tap made (torch
+    # imported and used, nothing tapped on the GPU): no CUDA call at exit.
+    for mode in ("lateexit-notap", "lateexit-host"):
+        d3 = tmpdir("probe-shim-cudamock-late-")
+        out3 = os.path.join(d3, "cap.h5")
+        r = run([program("shim_tap_device_mock"), lib, d3, mode],
+                preload_env(out3, leaks=False, MOCK_CUDART_STRICT_TEARDOWN="1"))
+        print(r.stdout, r.stderr)
+        check(r.returncode == 0 and "called after its teardown" not in r.stderr,
+              "%s: the shim does not call the CUDA runtime after its teardown (rc=%d)" % (mode, r.returncode))
+        with h5py.File(out3, "r") as f:
+            m = json.loads(attr_str(f, "probe.manifest"))
+            n = len([1 for _ in f.get("host", {})])
+        check("cuda" not in m and n == (1 if mode == "lateexit-host" else 0),
+              "%s: file closed with its manifest (no CUDA facts gathered late)" % mode)
     finish()
 
 

@@ -69,6 +69,7 @@ static struct op *head, *tail;
 static pthread_t worker;
 static int started;
 static atomic_int unloading;
+static atomic_int strict_teardown; /* MOCK_CUDART_STRICT_TEARDOWN=1: a call after teardown aborts */
 static atomic_int ncapturing;
 static __thread int cur_device;
 static __thread int capture_mode; /* 0 global, 1 thread-local, 2 relaxed */
@@ -130,11 +131,25 @@ static int capturing(void *s)
     return ms && atomic_load(&ms->capturing);
 }
 
+/* 1 once the runtime is torn down; in strict mode any call then aborts, as
+ * a real runtime may crash when called from a late exit handler. */
+static int gone(void)
+{
+    if (!atomic_load(&unloading))
+        return 0;
+    if (atomic_load(&strict_teardown)) {
+        static const char msg[] = "mock cudart: called after its teardown\n";
+        fwrite(msg, 1, sizeof msg - 1, stderr);
+        abort();
+    }
+    return 1;
+}
+
 /* ---- runtime API subset --------------------------------------------------- */
 
 EXPORT cudaError_t cudaGetDevice(int *d)
 {
-    if (atomic_load(&unloading))
+    if (gone())
         return 4; /* cudaErrorCudartUnloading */
     *d = cur_device;
     return 0;
@@ -142,6 +157,8 @@ EXPORT cudaError_t cudaGetDevice(int *d)
 
 EXPORT cudaError_t cudaSetDevice(int d)
 {
+    if (gone())
+        return 4;
     if (d < 0 || d > 1)
         return 101; /* cudaErrorInvalidDevice */
     atomic_fetch_add(&stats[S_SETDEVICE], 1);
@@ -151,7 +168,7 @@ EXPORT cudaError_t cudaSetDevice(int d)
 
 EXPORT cudaError_t cudaGetDeviceCount(int *n)
 {
-    if (atomic_load(&unloading))
+    if (gone())
         return 4;
     *n = 2;
     return 0;
@@ -159,18 +176,24 @@ EXPORT cudaError_t cudaGetDeviceCount(int *n)
 
 EXPORT cudaError_t cudaGetDeviceProperties_v2(void *prop, int d)
 {
+    if (gone())
+        return 4;
     snprintf(prop, 256, "Mock GPU %d", d);
     return 0;
 }
 
 EXPORT cudaError_t cudaDriverGetVersion(int *v)
 {
+    if (gone())
+        return 4;
     *v = 13000;
     return 0;
 }
 
 EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
 {
+    if (gone())
+        return 4;
     *v = 13000;
     return 0;
 }
@@ -187,6 +210,8 @@ EXPORT const char *cudaGetErrorString(cudaError_t e)
 
 EXPORT cudaError_t cudaStreamCreateWithFlags(void **s, unsigned flags)
 {
+    if (gone())
+        return 4;
     struct mstream *m = calloc(1, sizeof *m);
     m->magic = 0x5354524d;
     m->device = cur_device;
@@ -198,6 +223,8 @@ EXPORT cudaError_t cudaStreamCreateWithFlags(void **s, unsigned flags)
 
 EXPORT cudaError_t cudaEventCreateWithFlags(void **e, unsigned flags)
 {
+    if (gone())
+        return 4;
     (void)flags;
     struct mevent *m = calloc(1, sizeof *m);
     m->magic = 0x4556454d;
@@ -209,7 +236,7 @@ EXPORT cudaError_t cudaEventCreateWithFlags(void **e, unsigned flags)
 
 EXPORT cudaError_t cudaStreamIsCapturing(void *s, int *status)
 {
-    if (atomic_load(&unloading))
+    if (gone())
         return 4;
     if (!s && atomic_load(&ncapturing) > 0)
         return 906; /* cudaErrorStreamCaptureImplicit */
@@ -221,7 +248,7 @@ EXPORT cudaError_t cudaEventRecord(void *e, void *s)
 {
     struct mevent *ev = e;
     struct mstream *ms = s;
-    if (atomic_load(&unloading))
+    if (gone())
         return 4;
     atomic_fetch_add(&stats[S_RECORD], 1);
     if (capturing(s) || (!s && atomic_load(&ncapturing) > 0)) {
@@ -244,6 +271,8 @@ EXPORT cudaError_t cudaEventRecord(void *e, void *s)
 
 EXPORT cudaError_t cudaStreamWaitEvent(void *s, void *e, unsigned flags)
 {
+    if (gone())
+        return 4;
     (void)e;
     (void)flags;
     atomic_fetch_add(&stats[S_WAIT], 1);
@@ -254,7 +283,7 @@ EXPORT cudaError_t cudaStreamWaitEvent(void *s, void *e, unsigned flags)
 
 EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *s)
 {
-    if (atomic_load(&unloading))
+    if (gone())
         return 4;
     atomic_fetch_add(&stats[S_MEMCPY_ASYNC], 1);
     if (kind != 2 || capturing(s) || !s)
@@ -271,6 +300,8 @@ EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kin
 EXPORT cudaError_t cudaEventSynchronize(void *e)
 {
     struct mevent *ev = e;
+    if (gone())
+        return 4;
     atomic_fetch_add(&stats[S_EVENT_SYNC], 1);
     if (is_tapper)
         atomic_fetch_add(&stats[S_SYNC_ON_TAPPER], 1);
@@ -288,7 +319,7 @@ EXPORT cudaError_t cudaEventSynchronize(void *e)
 EXPORT cudaError_t cudaEventQuery(void *e)
 {
     struct mevent *ev = e;
-    if (atomic_load(&unloading))
+    if (gone())
         return 4;
     pthread_mutex_lock(&lock);
     int done = ev->completed >= ev->recorded;
@@ -298,6 +329,8 @@ EXPORT cudaError_t cudaEventQuery(void *e)
 
 EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
 {
+    if (gone())
+        return 4;
     (void)flags;
     atomic_fetch_add(&stats[S_HOSTALLOC], 1);
     if (atomic_load(&ncapturing) > 0 && capture_mode != 2)
@@ -308,6 +341,8 @@ EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
 
 EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode)
 {
+    if (gone())
+        return 4;
     atomic_fetch_add(&stats[S_EXCHANGE], 1);
     int old = capture_mode;
     capture_mode = *mode;
@@ -380,6 +415,8 @@ EXPORT int mock_cuda_capture_mode(void)
 /* What cudart's own exit handler does: every later call fails. */
 EXPORT void mock_cuda_teardown(void)
 {
+    const char *strict = getenv("MOCK_CUDART_STRICT_TEARDOWN");
+    atomic_store(&strict_teardown, strict && strict[0] == '1');
     atomic_store(&unloading, 1);
     pthread_mutex_lock(&lock);
     pthread_cond_broadcast(&cond);

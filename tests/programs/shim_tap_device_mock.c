@@ -4,7 +4,7 @@
  * private stream, pinned staging, strided spans, graph-capture skips, device
  * switching and the exit path are exercised without a GPU.
  *
- * usage: shim_tap_device_mock MOCK_LIB EXPECT_DIR main|exitpending
+ * usage: shim_tap_device_mock MOCK_LIB EXPECT_DIR main|exitpending|lateexit-notap|lateexit-host
  *   main         device tensors of several layouts/dtypes (base buffers and a
  *                JSON line per tap left in EXPECT_DIR, as shim_tap_host does),
  *                a tap behind a 300 ms "kernel", taps while a stream captures
@@ -13,6 +13,9 @@
  *   exitpending  a device copy still queued behind a 2 s kernel when main
  *                returns and the runtime tears down first: it must be recorded
  *                as skipped, and the process must not wait for the kernel.
+ *   lateexit-*   the runtime is initialized but torn down before the shim's
+ *                finalizer runs (no device tap was made): the shim must not
+ *                call it at exit (the mock aborts if it does, in strict mode).
  * Prints "FAIL ..." for each broken expectation; exit 0 when there is none.
  */
 #include <dlfcn.h>
@@ -378,6 +381,29 @@ static int run_exitpending(void)
     return atomic_load(&failures) ? 1 : 0;
 }
 
+/* The CUDA runtime is loaded and initialized (as importing torch does) but
+ * its exit teardown runs before the shim's finalizer, and the shim must not
+ * call it then (with MOCK_CUDART_STRICT_TEARDOWN=1 any such call aborts).
+ * host_taps: 0 = never tap (the file is created at exit), 1 = one host tap. */
+static int run_lateexit(int host_taps)
+{
+    int (*count)(int *);
+    *(void **)&count = dlsym(RTLD_DEFAULT, "cudaGetDeviceCount");
+    int n = 0;
+    if (!count || count(&n) != 0 || n != 2)
+        FAIL("mock runtime not initialized");
+    if (host_taps) {
+        float v[3] = {1, 2, 3};
+        int64_t s3[1] = {3};
+        probe_tap_tensor_v1 t = desc("host", 0, PROBE_DTYPE_FLOAT32, 1, s3, NULL, v, -1, NULL);
+        if (tap(&t) != 0)
+            FAIL("host tap");
+    }
+    atexit(teardown); /* registered after the shim's handlers: runs before them */
+    printf("lateexit(%d): returning, failures=%d\n", host_taps, atomic_load(&failures));
+    return atomic_load(&failures) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
@@ -416,5 +442,9 @@ int main(int argc, char **argv)
         return run_main();
     if (strcmp(argv[3], "exitpending") == 0)
         return run_exitpending();
+    if (strcmp(argv[3], "lateexit-notap") == 0)
+        return run_lateexit(0);
+    if (strcmp(argv[3], "lateexit-host") == 0)
+        return run_lateexit(1);
     return 2;
 }

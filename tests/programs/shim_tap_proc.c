@@ -10,14 +10,22 @@
  *   shim_tap_proc notap                 never tap
  *   shim_tap_proc flushwait N           tap N tensors, flush, print "flushed", then
  *                                       wait for a line on stdin before exiting
+ *   shim_tap_proc forkstorm N           while a thread taps 150 tensors of 256 KiB
+ *                                       (/storm/<i>/out, element k = i * 65536 + k as
+ *                                       float32), fork N children that exit() at once;
+ *                                       a child still alive after 10 s is a hang
+ *                                       (killed, reported)
  * Tensor i holds {i, i + 0.25, i + 0.5, i + 0.75}.
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "probe/dtype.h"
@@ -92,6 +100,65 @@ static int forks(const char *self)
     return 0;
 }
 
+static void *storm_tapper(void *arg)
+{
+    (void)arg;
+    const int64_t n = 65536;
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int i = 0; i < 150; ++i) {
+        for (int64_t k = 0; k < n; ++k)
+            v[k] = (float)(i * 65536 + k);
+        probe_tap_tensor_v1 t;
+        memset(&t, 0, sizeof t);
+        t.struct_size = sizeof t;
+        t.abi_version = PROBE_TAP_ABI_VERSION;
+        t.component = "storm";
+        t.slot = "out";
+        t.call = i;
+        t.step = -1;
+        t.cfg_branch = -1;
+        t.device = -1;
+        t.dtype = PROBE_DTYPE_FLOAT32;
+        t.rank = 1;
+        t.shape = &n;
+        t.data = v;
+        if (tap(&t) != 0)
+            fprintf(stderr, "storm tap %d failed\n", i);
+    }
+    free(v);
+    return NULL;
+}
+
+/* Children forked while the writer thread is busy in HDF5 must still exit. */
+static int forkstorm(int nchildren)
+{
+    pthread_t th;
+    pthread_create(&th, NULL, storm_tapper, NULL);
+    int hung = 0;
+    for (int c = 0; c < nchildren; ++c) {
+        pid_t pid = fork();
+        if (pid == 0)
+            exit(0); /* atexit handlers (HDF5's among them) and destructors run */
+        int st = 0, done = 0;
+        for (int w = 0; w < 1000 && !done; ++w) {
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                done = 1;
+                break;
+            }
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+        if (!done) {
+            ++hung;
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+        }
+    }
+    pthread_join(th, NULL);
+    printf("forkstorm: %d children, %d hung\n", nchildren, hung);
+    return hung ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     tap = (tap_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "probe_tap_v1");
@@ -107,6 +174,8 @@ int main(int argc, char **argv)
         return forks(argv[0]);
     if (argc == 2 && strcmp(argv[1], "notap") == 0)
         return 0;
+    if (argc == 3 && strcmp(argv[1], "forkstorm") == 0)
+        return forkstorm(atoi(argv[2]));
     if (argc == 3 && strcmp(argv[1], "flushwait") == 0) {
         int n = atoi(argv[2]), bad = 0;
         for (int i = 0; i < n; ++i)
@@ -118,6 +187,6 @@ int main(int argc, char **argv)
             return 3;
         return tap_one("late", 0) == 0 ? 0 : 4;
     }
-    fprintf(stderr, "usage: %s simple TAG N STATUS | fork | notap | flushwait N\n", argv[0]);
+    fprintf(stderr, "usage: %s simple TAG N STATUS | fork | notap | flushwait N | forkstorm N\n", argv[0]);
     return 2;
 }
