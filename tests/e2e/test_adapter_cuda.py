@@ -184,7 +184,7 @@ COMPILED = textwrap.dedent('''
     m = DemoDiT().cuda()
     cm = torch.compile(m)
     x = torch.randn(8, 64, device="cuda")
-    outs = [cm(x, 0.5 * (i + 1)).clone() for i in range(3)]
+    outs = [cm(x, 0.5 * (i + 1)).detach().clone() for i in range(3)]
     np.save(os.path.join(sys.argv[1], "x.npy"), x.cpu().numpy())
     np.save(os.path.join(sys.argv[1], "outs.npy"), torch.stack(outs).cpu().numpy())
     print("compiled ok")

@@ -21,12 +21,12 @@ from ._runtime import Runtime
 
 __all__ = ["activate", "runtime"]
 
-_runtime = None
+_active = None
 
 
 def runtime():
     """The active Runtime, or None when the adapter is inert."""
-    return _runtime
+    return _active
 
 
 def _note(msg):
@@ -50,9 +50,9 @@ def activate():
     Problems are reported as one `probe:` line on stderr each; nothing is
     raised to the caller for a missing shim, a disabled capture or a bad
     table (the user's program keeps running, uncaptured)."""
-    global _runtime
-    if _runtime is not None:
-        return _runtime
+    global _active
+    if _active is not None:
+        return _active
     lib = _abi.load()
     if lib is None:
         if os.environ.get("PROBE_OUT"):
@@ -85,7 +85,8 @@ def activate():
     atexit.register(rt.at_exit)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=rt.after_fork_in_child)
+    rt.watch_dynamo()
     rt.install_class_hook()
     rt.scan_loaded_modules()
-    _runtime = rt
+    _active = rt
     return rt

@@ -46,6 +46,81 @@ _MAX_EQUAL_SCAN = 4096  # CPU timestep tensors up to this size are checked for o
 _DIST_FIELDS = ("mean", "logvar")  # taken from *Distribution outputs (diffusers' VAE posterior)
 
 
+_DYNAMO_EVAL_FRAME = "torch._dynamo.eval_frame"
+
+
+class _PostImportHook:
+    """A sys.meta_path entry that runs callback(module) right after the
+    module `name` is executed, then removes itself. It finds nothing itself:
+    it asks the other finders and only wraps the loader's exec_module."""
+
+    def __init__(self, name, callback):
+        self.name = name
+        self.callback = callback
+        self.busy = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name or self.busy:
+            return None
+        self.busy = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        exec_module = spec.loader.exec_module
+        callback = self.callback
+
+        def exec_then_callback(module):
+            exec_module(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_then_callback
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+def _adapter_code_objects():
+    """Code objects of every function of the adapter's modules (methods and
+    nested functions included, e.g. the wrapper defined in _make_wrapper)."""
+    seen = {}
+
+    def add(code):
+        if id(code) in seen:
+            return
+        seen[id(code)] = code
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                add(c)
+
+    pkg = __name__.rpartition(".")[0]
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == pkg or name.startswith(pkg + ".")):
+            continue
+        for obj in list(vars(mod).values()):
+            objs = [obj]
+            if isinstance(obj, type) and getattr(obj, "__module__", None) == name:
+                objs = list(vars(obj).values())
+            for o in objs:
+                f = o.__func__ if isinstance(o, (staticmethod, classmethod)) else o
+                if isinstance(f, types.FunctionType) and getattr(f, "__module__", None) == name:
+                    add(f.__code__)
+    return list(seen.values())
+
+
 def _note_stderr(msg):
     try:
         sys.stderr.write("probe: %s\n" % msg)
@@ -77,6 +152,7 @@ class Runtime:
         self._manifest_done = set()
         self._atexit_moved = False
         self._orig_build_class = None
+        self._wrapper_code = None
         self.wrapped = []  # "module.Class.method -> component", for diagnostics
 
     # -- notes -----------------------------------------------------------
@@ -231,6 +307,16 @@ class Runtime:
             return result
 
         probe_wrapper.__probe_component__ = component
+        # torch.compile: dynamo must not trace the wrapper (its ctypes calls
+        # and record_stream would end up in a graph). This attribute makes
+        # dynamo break the graph at a call of the wrapper and run it eagerly;
+        # the wrapper's code object is also marked "skip" once
+        # torch._dynamo is loaded (watch_dynamo), so dynamo does not compile
+        # the wrapper's own frame either but still compiles the wrapped
+        # method's frame (the same as torch.compiler.disable(recursive=False)).
+        probe_wrapper._torchdynamo_disable = True
+        if self._wrapper_code is None:
+            self._wrapper_code = probe_wrapper.__code__
         return probe_wrapper
 
     # -- per call bookkeeping ----------------------------------------------
@@ -439,6 +525,36 @@ class Runtime:
             t.record_stream(ext)
         except Exception as e:
             self.note("record_stream", "record_stream on probe's copy stream failed: %s" % e)
+
+    # -- torch.compile -------------------------------------------------------
+    def watch_dynamo(self):
+        """Mark the wrapper's code object as skipped by dynamo as soon as
+        torch._dynamo.eval_frame is loaded (now, if it already is). Does not
+        import torch."""
+        if self._wrapper_code is None:
+            self._make_wrapper(lambda: None, self.table.names[0])  # sets _wrapper_code
+        mod = sys.modules.get(_DYNAMO_EVAL_FRAME)
+        if mod is not None:
+            self._skip_wrapper_code(mod)
+        else:
+            sys.meta_path.insert(0, _PostImportHook(_DYNAMO_EVAL_FRAME, self._skip_wrapper_code))
+
+    def _skip_wrapper_code(self, eval_frame):
+        try:
+            skip_code = getattr(eval_frame, "skip_code", None)
+            if skip_code is not None:
+                # The wrapper and every adapter function it runs (their
+                # frames would otherwise be compiled one by one once the
+                # wrapper's frame runs eagerly); the wrapped method is not
+                # among them and is compiled as usual.
+                for code in _adapter_code_objects():
+                    skip_code(code)
+            else:
+                self.note("dynamo", "torch._dynamo has no skip_code: torch.compile may trace "
+                          "probe's wrappers")
+        except Exception as e:
+            self.note("dynamo", "cannot keep torch.compile out of probe's wrappers: %s: %s"
+                      % (type(e).__name__, e))
 
     # -- class discovery -----------------------------------------------------
     def install_class_hook(self):
