@@ -24,11 +24,15 @@ has_var() { tr '\0' '\n' <"$1" | grep -q "^$2="; }
 share=$(cd "$PROBE_BUILD_DIR/share/probe" && pwd -P)
 shim=$(cd "$PROBE_BUILD_DIR/lib" && pwd -P)/libprobe_intercept.so
 
+# A sanitizer runtime preloaded by the caller (the ASan build of these tests)
+# must stay first, ahead of the shim.
+san=${LD_PRELOAD:-}
+
 # --- every variable, relative --out made absolute ------------------------
 mkdir -p "$work/cwd"
 (
     cd "$work/cwd" &&
-    PYTHONPATH=/x/one:/x/two LD_PRELOAD=libc.so.6 PROBE_OWNER_PID=1 \
+    PYTHONPATH=/x/one:/x/two LD_PRELOAD="${san:+$san:}libc.so.6" PROBE_OWNER_PID=1 \
     "$RUN" --out rel.h5 --label "run A" --capture '/dit.step/*' --capture='*/out' \
         --tap 'text_encoder=mymod:Thing.run' --tap='vae.decode=*Dec.decode' -- env -0 >"$work/env1" 2>"$work/err1"
 )
@@ -41,8 +45,13 @@ expect_eq PROBE_TAPS "$(envval "$work/env1" PROBE_TAPS)" "$(printf 'text_encoder
 expect_eq PROBE_COMPONENTS "$(cd "$(dirname "$(envval "$work/env1" PROBE_COMPONENTS)")" && pwd -P)" "$share"
 expect_eq "PYTHONPATH" "$(envval "$work/env1" PYTHONPATH | sed "s|^[^:]*|X|")" "X:/x/one:/x/two"
 expect_eq "PYTHONPATH first" "$(cd "$(envval "$work/env1" PYTHONPATH | cut -d: -f1)" && pwd -P)" "$share/python"
-expect_eq "LD_PRELOAD rest" "$(envval "$work/env1" LD_PRELOAD | cut -d: -f2-)" "libc.so.6"
-expect_eq "LD_PRELOAD first" "$(readlink -f "$(envval "$work/env1" LD_PRELOAD | cut -d: -f1)")" "$(readlink -f "$shim")"
+pre=$(envval "$work/env1" LD_PRELOAD)
+if [ -n "$san" ]; then
+    expect_eq "LD_PRELOAD sanitizer runtime first" "$(echo "$pre" | cut -d: -f1)" "$san"
+    pre=$(echo "$pre" | cut -d: -f2-)
+fi
+expect_eq "LD_PRELOAD rest" "$(echo "$pre" | cut -d: -f2-)" "libc.so.6"
+expect_eq "LD_PRELOAD first" "$(readlink -f "$(echo "$pre" | cut -d: -f1)")" "$(readlink -f "$shim")"
 # The shim's constructor may set PROBE_OWNER_PID for the command itself; the
 # stale value from probe-run's caller must never arrive.
 [ "$(envval "$work/env1" PROBE_OWNER_PID)" != 1 ] && checks=$((checks + 1)) ||
