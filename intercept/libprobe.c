@@ -12,6 +12,9 @@
 
 struct shim_libprobe shim_lp;
 
+/* See shim_hdf5_fork_prepare. */
+static pthread_mutex_t hdf5_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static char self_path[PATH_MAX];
 static pthread_once_t self_once = PTHREAD_ONCE_INIT;
 
@@ -61,7 +64,19 @@ static void *try_open(const char *path, char *why, size_t whylen)
     return h;
 }
 
+static probe_status load_locked(void);
+
+/* dlopen runs under hdf5_lock too: a fork racing with it would copy the
+ * loader's (and a sanitizer's) locks held into the child. */
 probe_status shim_libprobe_load(void)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = load_locked();
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+static probe_status load_locked(void)
 {
     char why[1024] = "";
     void *h = NULL;
@@ -116,7 +131,6 @@ probe_status shim_libprobe_load(void)
  * writer is inside HDF5. A thread-safe HDF5 (Debian's is) would otherwise be
  * copied with its global lock held, and the child's exit (HDF5's atexit
  * handler) would wait for it forever. */
-static pthread_mutex_t hdf5_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void shim_hdf5_fork_prepare(void)
 {
