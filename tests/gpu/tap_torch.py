@@ -1,0 +1,212 @@
+"""The shim's device path from PyTorch on a real GPU (run by
+scripts/gpu-selftest when python3 has torch with CUDA).
+
+usage:
+  python3 tap_torch.py run OUT_DIR            under LD_PRELOAD=libprobe_intercept.so, PROBE_OUT set
+  python3 tap_torch.py check OUT_DIR FILE.h5  without the preload; needs h5py
+
+run: torch CUDA tensors are tapped through ctypes exactly as the Python
+adapter does (pointer, shape, strides, producer stream; then
+record_stream on probe_tap_stream_v1's stream so the caching allocator does
+not reuse the memory before probe's copy has read it):
+  - contiguous fp32, bf16, a transposed and a sliced fp32 view, fp16
+    channels-last, on a side stream;
+  - 200 tensors freed right after their tap (the allocator would hand the
+    same memory to the next one at once: record_stream must prevent it);
+  - a 128 MiB tensor tapped twice on an idle device (the first grows the
+    pinned pool, the second reuses it; both times printed), then tapped while
+    ~100 matmuls are queued on the producer stream: returns in well under
+    their run time, the stream still busy;
+  - a tap inside torch.cuda.graph capture: recorded as skipped, and the graph
+    still replays with the right result (no copy node was added).
+The expected values (host copies taken by torch after the tap) go to
+OUT_DIR/expected.npz. check compares the capture with them bit for bit.
+Prints one PASS/FAIL line per check; exit 0 when none failed.
+"""
+import ctypes
+import json
+import os
+import sys
+import time
+
+failures = []
+
+
+def result(ok, what):
+    print("%s %s" % ("PASS" if ok else "FAIL", what))
+    if not ok:
+        failures.append(what)
+
+
+class T(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32),
+                ("component", ctypes.c_char_p), ("slot", ctypes.c_char_p),
+                ("call", ctypes.c_int64), ("step", ctypes.c_int64),
+                ("cfg_branch", ctypes.c_int32), ("device", ctypes.c_int32),
+                ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("data", ctypes.c_void_p), ("stream", ctypes.c_void_p), ("timestep", ctypes.c_double)]
+
+
+def run(out_dir):
+    import numpy as np
+    import torch
+
+    lib = ctypes.CDLL(None)
+    lib.probe_tap_v1.argtypes = [ctypes.POINTER(T)]
+    lib.probe_tap_stream_v1.argtypes = [ctypes.c_int32]
+    lib.probe_tap_stream_v1.restype = ctypes.c_void_p
+    codes = {torch.float32: 12, torch.bfloat16: 11, torch.float16: 10}
+    ext_streams = {}
+    expected = {}
+
+    def tap(component, call, t, stream=None):
+        stream = stream or torch.cuda.current_stream()
+        rank = t.dim()
+        shape = (ctypes.c_int64 * max(rank, 1))(*t.shape)
+        strides = (ctypes.c_int64 * max(rank, 1))(*t.stride())
+        d = T(ctypes.sizeof(T), 1, component.encode(), b"out", call, -1, -1, t.device.index, codes[t.dtype],
+              rank, shape, strides, t.data_ptr(), stream.cuda_stream, float("nan"))
+        rc = lib.probe_tap_v1(ctypes.byref(d))
+        h = lib.probe_tap_stream_v1(t.device.index)
+        if rc == 0 and h and not torch.cuda.is_current_stream_capturing():
+            ext = ext_streams.get(h) or torch.cuda.ExternalStream(h, device=t.device)
+            ext_streams[h] = ext
+            t.record_stream(ext)
+        return rc
+
+    def keep(path, t):
+        if t.dtype in (torch.bfloat16, torch.float16):
+            expected[path] = t.contiguous().view(torch.int16).cpu().numpy()
+        else:
+            expected[path] = t.contiguous().cpu().numpy()
+
+    torch.manual_seed(0)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        views = {
+            "contig_f32": torch.randn(64, 128, device="cuda"),
+            "bf16": torch.randn(3, 77, 64, device="cuda", dtype=torch.bfloat16),
+            "transposed_f32": torch.randn(128, 96, device="cuda").t(),
+            "sliced_f32": torch.randn(50, 80, device="cuda")[5:45:2, 3:70:3],
+            "channels_last_f16": torch.randn(2, 16, 12, 20, device="cuda", dtype=torch.float16)
+            .to(memory_format=torch.channels_last),
+        }
+        for i, (name, t) in enumerate(views.items()):
+            rc = tap("torch", i, t)
+            result(rc == 0, "tap %s (stride %s) returned %d" % (name, tuple(t.stride()), rc))
+            keep("/torch/%04d/out" % i, t)
+        del views
+
+        bad = 0
+        for i in range(200):  # freed at once: record_stream keeps the memory from the allocator
+            x = torch.full((256, 1024), float(i), device="cuda")
+            bad += tap("reuse", i, x) != 0
+            del x
+        result(bad == 0, "200 taps of tensors freed right after the tap returned 0")
+
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        # The first tap of a size class grows the pinned staging pool
+        # (cudaHostAlloc, never freed): measured alone, on an idle device.
+        t0 = time.perf_counter()
+        rc = tap("warm", 0, a)
+        first_ms = (time.perf_counter() - t0) * 1e3
+        keep("/warm/0000/out", a)
+        lib.probe_tap_flush_v1()
+        t0 = time.perf_counter()
+        rc2 = tap("warm", 1, a)
+        again_ms = (time.perf_counter() - t0) * 1e3
+        keep("/warm/0001/out", a)
+        lib.probe_tap_flush_v1()
+        print("128 MiB tensor on an idle device: first tap %.3f ms (pinned pool grows), second %.3f ms (pool reused)"
+              % (first_ms, again_ms))
+        result(rc == 0 and rc2 == 0 and again_ms < first_ms, "second 128 MiB tap reuses the pinned pool")
+        t0 = time.perf_counter()
+        for _ in range(100):
+            b = a @ a
+        t_launch = time.perf_counter()
+        rc = tap("busy", 0, b)
+        t_tap = time.perf_counter()
+        busy = not torch.cuda.current_stream().query()
+        torch.cuda.synchronize()
+        t_done = time.perf_counter()
+        keep("/busy/0000/out", b)
+        tap_ms, queued_ms = (t_tap - t_launch) * 1e3, (t_done - t_launch) * 1e3
+        print("100 bf16 8192^3 matmuls queued in %.1f ms, ran %.1f ms more; probe_tap_v1 returned in %.3f ms"
+              % ((t_launch - t0) * 1e3, queued_ms, tap_ms))
+        result(rc == 0 and queued_ms > 50 and tap_ms < 0.1 * queued_ms and busy,
+               "tap behind %.0f ms of queued work returned in %.3f ms, producer still busy after it"
+               % (queued_ms, tap_ms))
+        del a, b
+
+    static = torch.zeros(4096, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        static.add_(0)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    rc = None
+    with torch.cuda.graph(g):
+        static.add_(1)
+        rc = tap("graph", 0, static)
+    g.replay()
+    g.replay()
+    g.replay()
+    torch.cuda.synchronize()
+    result(rc == 0, "tap inside torch.cuda.graph returned %s" % rc)
+    result(bool(torch.all(static == 3).item()), "graph replayed 3 times: every element is 3 (no copy node added)")
+
+    rc = lib.probe_tap_flush_v1()
+    result(rc == 0, "probe_tap_flush_v1 returned %d" % rc)
+    np.savez(os.path.join(out_dir, "expected.npz"), **{k.replace("/", "|"): v for k, v in expected.items()})
+
+
+def read_raw(ds):
+    import h5py
+    import numpy as np
+    tid = ds.id.get_type()
+    arr = np.empty(ds.shape, dtype=np.dtype("V%d" % tid.get_size()))
+    ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, arr, mtype=tid)
+    return arr.tobytes()
+
+
+def check(out_dir, path):
+    import h5py
+    import numpy as np
+    exp = np.load(os.path.join(out_dir, "expected.npz"))
+    with h5py.File(path, "r") as f:
+        for key in exp.files:
+            p = key.replace("|", "/")
+            if p not in f:
+                result(False, "%s present" % p)
+                continue
+            result(read_raw(f[p]) == exp[key].tobytes(), "%s bit-exact (%s %s)" % (p, exp[key].dtype, exp[key].shape))
+        bad = [i for i in range(200) if "/reuse/%04d/out" % i not in f
+               or not np.all(f["/reuse/%04d/out" % i][()] == float(i))]
+        result(not bad, "200 freed-after-tap tensors hold their own values (bad: %s)" % bad[:5])
+        skips = {s["path"]: s["reason"] for s in json.loads(f.attrs["probe.skips"])}
+        result(skips.get("/graph/0000/out") == "stream is capturing a CUDA graph",
+               "tap inside torch.cuda.graph recorded as skipped (%s)" % skips.get("/graph/0000/out"))
+        m = json.loads(f.attrs["probe.manifest"])
+        cuda = m.get("cuda", {})
+        print("manifest cuda:", cuda)
+        result(cuda.get("runtime_version", 0) > 0 and len(cuda.get("devices", [])) > 0,
+               "manifest records the CUDA runtime/driver and device names")
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "run":
+        run(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "check":
+        check(sys.argv[2], sys.argv[3])
+    else:
+        print(__doc__)
+        return 2
+    print("tap_torch %s: %d failure(s)" % (sys.argv[1], len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
