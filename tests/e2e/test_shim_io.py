@@ -77,6 +77,7 @@ def main():
     mid = os.path.join(d, "mid.h5")
     env = preload_env(None)
     env["PROBE_OUT"] = mid
+    env["PROBE_QUEUE_MB"] = "1"  # taps stay close behind the writer, so later ones see the failure
     r = run(["bash", "-c", "ulimit -f 4096; trap '' XFSZ; exec \"$0\" 1 40 4096", program("shim_tap_threads")], env)
     lines = probe_lines(r.stderr)
     print("--- mid-run failure\n", r.stdout, r.stderr)
