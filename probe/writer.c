@@ -120,24 +120,26 @@ static herr_t attr_write_shape(hid_t obj, int rank, const int64_t *shape)
 
 /* --- errors --- */
 
+/* The directory part of path ("." if none), malloc'd; NULL if out of memory. */
+static char *parent_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return strdup(".");
+    return strndup(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
 /* The reason a file at path cannot be created, from the OS's point of view:
  * missing directory, permission, a directory in the way; else HDF5's text. */
 static void create_reason(const char *path, char *buf, size_t size)
 {
     char hdf5_text[256];
     probe_h5_error_text(hdf5_text, sizeof hdf5_text);
-    char *dir = strdup(path);
+    char *dir = parent_dir(path);
     if (dir == NULL) {
         snprintf(buf, size, "%s", hdf5_text);
         return;
     }
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        snprintf(dir, strlen(dir) + 1, ".");
-    else if (slash == dir)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
     struct stat st;
     if (stat(dir, &st) != 0)
         snprintf(buf, size, "directory %s: %s", dir, strerror(errno));
@@ -177,6 +179,33 @@ static probe_status h5_fail(const probe_writer *w, const char *what, const char 
  *     so another process filling the disk cannot take them;
  *   - where fallocate is not supported (some network file systems) the free
  *     space (fstatvfs) is checked instead. */
+/* PROBE_EIO unless the file system described by vfs has need bytes free
+ * (plus extra bytes that will be freed first). */
+static probe_status check_free_space(const struct statvfs *vfs, uint64_t extra, uint64_t need,
+                                     const char *path, const char *obj)
+{
+    if (vfs->f_frsize == 0)
+        return PROBE_OK;
+    uint64_t blocks = geteuid() == 0 ? (uint64_t)vfs->f_bfree : (uint64_t)vfs->f_bavail;
+    uint64_t avail = blocks > UINT64_MAX / vfs->f_frsize ? UINT64_MAX : blocks * vfs->f_frsize;
+    avail = avail > UINT64_MAX - extra ? UINT64_MAX : avail + extra;
+    if (avail < need)
+        return probe_set_error(PROBE_EIO, "%s: %s: not written: %s (%llu bytes free, about %llu needed)",
+                               path, obj, strerror(ENOSPC), (unsigned long long)avail,
+                               (unsigned long long)need);
+    return PROBE_OK;
+}
+
+static probe_status check_fsize_limit(uint64_t end, const char *path, const char *obj)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && end > (uint64_t)rl.rlim_cur)
+        return probe_set_error(PROBE_EIO,
+                               "%s: %s: not written: %s (the file would pass the size limit RLIMIT_FSIZE of %llu bytes)",
+                               path, obj, strerror(EFBIG), (unsigned long long)rl.rlim_cur);
+    return PROBE_OK;
+}
+
 static probe_status preflight(probe_writer *w, const char *obj, uint64_t payload, uint64_t slack)
 {
     uint64_t need = payload + slack;
@@ -186,11 +215,9 @@ static probe_status preflight(probe_writer *w, const char *obj, uint64_t payload
             size = 0;
     } H5E_END_TRY;
     uint64_t end = (uint64_t)size + need;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && end > (uint64_t)rl.rlim_cur)
-        return probe_set_error(PROBE_EIO,
-                               "%s: %s: not written: %s (the file would pass the size limit RLIMIT_FSIZE of %llu bytes)",
-                               w->path, obj, strerror(EFBIG), (unsigned long long)rl.rlim_cur);
+    probe_status s = check_fsize_limit(end, w->path, obj);
+    if (s != PROBE_OK)
+        return s;
     if (w->fd < 0 || end <= w->reserved_end)
         return PROBE_OK;
     struct stat st;
@@ -206,15 +233,8 @@ static probe_status preflight(probe_writer *w, const char *obj, uint64_t payload
         w->can_reserve = 0; /* EOPNOTSUPP and the like: check the free space instead */
     }
     struct statvfs vfs;
-    if (fstatvfs(w->fd, &vfs) == 0 && vfs.f_frsize > 0) {
-        uint64_t blocks = geteuid() == 0 ? (uint64_t)vfs.f_bfree : (uint64_t)vfs.f_bavail;
-        uint64_t avail = blocks > UINT64_MAX / vfs.f_frsize ? UINT64_MAX : blocks * vfs.f_frsize;
-        if (avail < need)
-            return probe_set_error(PROBE_EIO,
-                                   "%s: %s: not written: %s (%llu bytes free, about %llu needed)",
-                                   w->path, obj, strerror(ENOSPC), (unsigned long long)avail,
-                                   (unsigned long long)need);
-    }
+    if (fstatvfs(w->fd, &vfs) == 0)
+        return check_free_space(&vfs, 0, need, w->path, obj);
     return PROBE_OK;
 }
 
@@ -363,6 +383,23 @@ probe_status probe_writer_open(const char *path, const char *manifest_json, prob
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
     }
 
+    /* HDF5 1.10 cannot clean up after an H5Fcreate that runs out of space
+     * (it keeps the half-made file open and complains at exit), so check
+     * first; the blocks of a file about to be truncated count as free. */
+    uint64_t need = SLACK_TENSOR + (manifest_json != NULL ? strlen(manifest_json) : 0);
+    s = check_fsize_limit(need, path, "new capture file");
+    char *dir = parent_dir(path);
+    struct statvfs vfs;
+    struct stat old;
+    if (s == PROBE_OK && dir != NULL && statvfs(dir, &vfs) == 0)
+        s = check_free_space(&vfs, stat(path, &old) == 0 && S_ISREG(old.st_mode) ? (uint64_t)old.st_blocks * 512 : 0,
+                             need, path, "new capture file");
+    free(dir);
+    if (s != PROBE_OK) {
+        probe_writer_close(w);
+        return s;
+    }
+
     char reason[512];
     H5E_BEGIN_TRY {
         hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -398,10 +435,15 @@ probe_status probe_writer_open(const char *path, const char *manifest_json, prob
     if (s == PROBE_OK)
         s = flush_file(w, 0);
     if (s != PROBE_OK) {
+        /* The new file's metadata may not be on disk yet and there may be no
+         * room for it: close through the detached descriptor (nothing more
+         * reaches the file) and remove the half-made file. */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", probe_last_error());
+        if (w->failed == PROBE_OK)
+            mark_failed(w, s);
         probe_writer_close(w);
-        unlink(path); /* created above: leave no half-made capture file */
+        unlink(path);
         return probe_set_error(s, "%s", msg);
     }
     *out = w;

@@ -1215,3 +1215,23 @@ Test(capture, full_disk_fails_cleanly_and_keeps_earlier_tensors)
     }
     probe_file_close(f);
 }
+
+Test(capture, open_without_room_is_refused_and_leaves_no_file)
+{
+    cr_redirect_stderr();
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &rl), 0);
+    rl.rlim_cur = 256u << 10; /* less than the 1 MiB the writer keeps free */
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    const char *file = tmp("small.h5");
+    probe_writer *w = (probe_writer *)1;
+    cr_assert_eq(probe_writer_open(file, "{}", &w), PROBE_EIO);
+    cr_assert_null(w);
+    cr_assert(strstr(probe_last_error(), file) != NULL && strstr(probe_last_error(), "RLIMIT_FSIZE") != NULL,
+              "%s", probe_last_error());
+    struct stat st;
+    cr_assert_neq(stat(file, &st), 0, "a refused open left a file");
+    fflush(stderr);
+    cr_assert_stderr_eq_str("", "something printed on stderr");
+}
