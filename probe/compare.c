@@ -243,6 +243,13 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
     }
     if ((s = collect_skips(res, rf, "reference")) || (s = collect_skips(res, cf, "candidate")))
         goto fail;
+    res->ignored_ref = probe_file_ignored_count(rf);
+    res->ignored_cand = probe_file_ignored_count(cf);
+    if (res->ntensors == 0 && res->nmissing_cand == 0 && res->nmissing_ref == 0) {
+        /* Nothing matched: a gate that checked nothing must not pass. */
+        res->nothing_compared = 1;
+        res->pass = 0;
+    }
 
     probe_file_close(rf);
     probe_file_close(cf);

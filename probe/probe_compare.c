@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "probe/compare.h"
@@ -34,9 +35,9 @@ static void usage(FILE *f)
             "  --json FILE         write the result as JSON (CONTRACT.md v1); '-' for stdout\n"
             "  --html FILE         write a self-contained HTML report\n"
             "  --quiet             print only the final verdict line\n"
-            "  --help, --version\n\n"
-            "exit status: 0 all pass, 1 a gate failed or a tensor is missing, 2 bad arguments\n"
-            "or an unreadable file\n");
+            "  --help (-h), --version\n\n"
+            "exit status: 0 all pass, 1 a gate failed, a tensor is missing or nothing was\n"
+            "compared, 2 bad arguments or an unreadable file\n");
 }
 
 static int parse_tol(const char *opt, const char *s, double *out)
@@ -92,7 +93,7 @@ static void fmt_num(char *buf, size_t cap, double x, int present)
         snprintf(buf, cap, "%.3e", x);
 }
 
-static void print_table(FILE *out, const probe_compare_result *r)
+static void print_table(FILE *out, const probe_compare_result *r, const char *gate)
 {
     int w = 4;
     for (size_t i = 0; i < r->ntensors; i++) {
@@ -102,8 +103,13 @@ static void print_table(FILE *out, const probe_compare_result *r)
     }
     if (w > 72)
         w = 72;
-    fprintf(out, "reference %s\ncandidate %s\ngate %s: atol %g rtol %g", r->reference,
-            r->candidate, r->gate.name, r->gate.atol, r->gate.rtol);
+    fprintf(out, "reference %s\ncandidate %s\ngate %s:", r->reference, r->candidate, gate);
+    if (isfinite(r->gate.mismatch_fraction_max))
+        fprintf(out, " elements within atol %g rtol %g (mismatch fraction <= %g)", r->gate.atol,
+                r->gate.rtol, r->gate.mismatch_fraction_max);
+    else
+        fprintf(out, " element-wise tolerance unchecked (mismatch counted at atol %g rtol %g)",
+                r->gate.atol, r->gate.rtol);
     if (isfinite(r->gate.rel_l2_max))
         fprintf(out, ", rel_l2 <= %g", r->gate.rel_l2_max);
     if (isfinite(r->gate.cosine_min))
@@ -138,7 +144,17 @@ static void print_table(FILE *out, const probe_compare_result *r)
     fputc('\n', out);
 }
 
-static void print_verdict(FILE *out, const probe_compare_result *r)
+/* The gate's name, plus any --atol/--rtol override, as the human output shows it. */
+static void gate_label(char *buf, size_t cap, const probe_compare_opts *o)
+{
+    size_t len = (size_t)snprintf(buf, cap, "%s", o->gate.name);
+    if (o->atol_set && len < cap)
+        len += (size_t)snprintf(buf + len, cap - len, " with --atol %g", o->atol);
+    if (o->rtol_set && len < cap)
+        snprintf(buf + len, cap - len, "%s --rtol %g", o->atol_set ? "," : " with", o->rtol);
+}
+
+static void print_verdict(FILE *out, const probe_compare_result *r, const char *gate)
 {
     size_t npass = 0;
     for (size_t i = 0; i < r->ntensors; i++)
@@ -156,6 +172,14 @@ static void print_verdict(FILE *out, const probe_compare_result *r)
         }
         fprintf(out, "first failure: component %s at %s: %s\n", comp, r->first_failure_path, why);
     }
+    if (r->nothing_compared)
+        fprintf(out, "nothing to compare: no dataset path is in both files%s (a --capture or "
+                     "--only glob that matches nothing, or empty captures)\n",
+                r->ignored_ref || r->ignored_cand ? " as a numeric tensor" : "");
+    if (r->ignored_ref || r->ignored_cand)
+        fprintf(out, "note: %zu dataset(s) in the reference and %zu in the candidate are not "
+                     "numeric tensors (strings, compound, complex, ...) and were not compared\n",
+                r->ignored_ref, r->ignored_cand);
     if (!r->feature_active && r->ntensors)
         fprintf(out, "note: the candidate is identical to the reference in every compared tensor "
                      "(feature not active?)\n");
@@ -163,7 +187,15 @@ static void print_verdict(FILE *out, const probe_compare_result *r)
             "%s: %zu tensors compared, %zu pass, %zu fail, %zu missing in candidate, %zu missing "
             "in reference, %zu skipped (gate %s)\n",
             r->pass ? "PASS" : "FAIL", r->ntensors, npass, r->ntensors - npass, r->nmissing_cand,
-            r->nmissing_ref, r->nskipped, r->gate.name);
+            r->nmissing_ref, r->nskipped, gate);
+}
+
+/* 1 if a and b name the same existing file (same device and inode). */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
 }
 
 static int write_to(const char *path, const probe_compare_result *r, int html)
@@ -203,7 +235,7 @@ int main(int argc, char **argv)
 
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_GATE: gate_spec = optarg; break;
         case OPT_CAL: cal_path = optarg; break;
@@ -227,6 +259,7 @@ int main(int argc, char **argv)
         case OPT_JSON: json_path = optarg; break;
         case OPT_HTML: html_path = optarg; break;
         case OPT_QUIET: quiet = 1; break;
+        case 'h':
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION: printf("probe-compare %s\n", PROBE_VERSION); return 0;
         default:
@@ -245,8 +278,26 @@ int main(int argc, char **argv)
                 argc - optind);
         return 2;
     }
+    if (json_path && html_path && !strcmp(json_path, "-") && !strcmp(html_path, "-")) {
+        fprintf(stderr, "probe-compare: --json - and --html - cannot both write to stdout\n");
+        return 2;
+    }
+    const char *outs[2] = {json_path, html_path};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; outs[k] && strcmp(outs[k], "-") && i < 2; i++)
+            if (same_file(outs[k], argv[optind + i])) {
+                fprintf(stderr, "probe-compare: %s %s is the %s input file; refusing to overwrite "
+                                "it\n", k ? "--html" : "--json", outs[k],
+                        i ? "candidate" : "reference");
+                return 2;
+            }
     if (probe_gate_parse(gate_spec, &opts.gate) != PROBE_OK) {
         fprintf(stderr, "probe-compare: --gate: %s\n", probe_last_error());
+        return 2;
+    }
+    if (cal_path && opts.gate.kind != PROBE_GATE_T2) {
+        fprintf(stderr, "probe-compare: --calibration %s is used only with --gate T2 (gate is %s)\n",
+                cal_path, opts.gate.name);
         return 2;
     }
     probe_calibration *cal = NULL;
@@ -276,9 +327,11 @@ int main(int argc, char **argv)
     }
     /* With the JSON on stdout, the human-readable text goes to stderr. */
     FILE *human = json_path && strcmp(json_path, "-") == 0 ? stderr : stdout;
+    char gate[160];
+    gate_label(gate, sizeof gate, &opts);
     if (!quiet)
-        print_table(human, res);
-    print_verdict(human, res);
+        print_table(human, res, gate);
+    print_verdict(human, res, gate);
     int rc = res->pass ? 0 : 1;
     if (json_path && write_to(json_path, res, 0))
         rc = 2;

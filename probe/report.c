@@ -129,6 +129,10 @@ static json_t *result_json(const probe_compare_result *r)
     json_object_set_new(o, "missing_in_candidate", mc);
     json_object_set_new(o, "missing_in_reference", mr);
     json_object_set_new(o, "skipped", sk);
+    json_object_set_new(o, "nothing_compared", json_boolean(r->nothing_compared));
+    json_object_set_new(o, "ignored_datasets", json_pack("{s:I,s:I}", "reference",
+                                                         (json_int_t)r->ignored_ref, "candidate",
+                                                         (json_int_t)r->ignored_cand));
     json_object_set_new(o, "summary",
                         json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "tensors", (json_int_t)r->ntensors,
                                   "passed", (json_int_t)npass, "failed",

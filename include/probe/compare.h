@@ -59,6 +59,9 @@ typedef struct probe_compare_result {
     long first_failure;                     /* index into tensors, -1 if none */
     char first_failure_path[512];           /* "" if none; may name a tensor missing in the candidate */
     int feature_active;                     /* 1 if any matched tensor is not identical */
+    int nothing_compared;                   /* no tensor matched (empty captures, a glob that
+                                               selects nothing): the result fails, never a vacuous pass */
+    size_t ignored_ref, ignored_cand;       /* non-numeric datasets (strings, compound, complex, ...) */
 } probe_compare_result;
 
 /* Compare two capture files. Errors (no result is returned): a file that

@@ -5,6 +5,7 @@ one-line message naming the thing and exit 2, never a crash."""
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -183,6 +184,25 @@ rc, out, err = run(ref_path, cand_path, "--gate", "T2", "--calibration", cal, "-
                    "--json", "-")
 check(rc == 0, "T2 with calibration passes dit.step (rc=%d %s)" % (rc, err.strip()))
 
+# 6b. nothing compared is never a pass: empty captures, a glob that selects
+# nothing, files holding only non-numeric (here complex) datasets.
+cplx_a, cplx_b = os.path.join(tmp, "cplx_a.h5"), os.path.join(tmp, "cplx_b.h5")
+for pth, val in [(cplx_a, 1 + 2j), (cplx_b, 3 - 1j)]:
+    with h5py.File(pth, "w") as f:
+        f.create_dataset("/dit.step/0000/out", data=np.full(4, val, np.complex64))
+for args, what in [((ref_path, cand_path, "--only", "/nomatch/*"), "--only matching nothing"),
+                   ((cplx_a, cplx_b), "only complex datasets")]:
+    rc, out, err = run(*args, "--json", "-")
+    res = json.loads(out)
+    check(rc == 1 and res["verdict"] == "fail" and res["nothing_compared"] is True
+          and "nothing to compare" in err, "%s: exit 1, nothing_compared (rc=%d)" % (what, rc))
+check(res["ignored_datasets"] == {"reference": 1, "candidate": 1} and "not numeric" in err,
+      "complex datasets counted and reported as not compared: %r" % res["ignored_datasets"])
+rc, out, err = run(ref_path, cand_path, "--atol", "0.5", "--rtol", "0.5", "--only", "/dit.step/0000/*")
+check("gate T1 with --atol 0.5, --rtol 0.5" in out, "an --atol/--rtol override is named in the output")
+rc, out, err = run("-h")
+check(rc == 0 and "usage: probe-compare" in out, "-h prints the usage, exit 0")
+
 # 7. bad input: exit 2 with one line naming the thing, never a crash.
 empty = os.path.join(tmp, "empty.h5")
 open(empty, "w").close()
@@ -213,6 +233,10 @@ cases = [
     ((ref_path, cand_path, "--rtol", "-1"), "--rtol"),
     ((ref_path, cand_path, "--frobnicate"), "--frobnicate"),
     ((ref_path, cand_path, "--json", os.path.join(tmp, "no", "dir", "x.json")), "x.json"),
+    ((ref_path, cand_path, "--json", cand_path), "refusing to overwrite"),
+    ((ref_path, cand_path, "--html", ref_path), "refusing to overwrite"),
+    ((ref_path, cand_path, "--json", "-", "--html", "-"), "stdout"),
+    ((ref_path, cand_path, "--calibration", cal), "only with --gate T2"),
 ]
 for args, needle in cases:
     rc, out, err = run(*args)
@@ -221,6 +245,7 @@ for args, needle in cases:
           "bad input %r -> exit 2, message names %r (rc=%d, stderr=%r)" % (args[-1], needle, rc, err[:200]))
 
 if failures:
-    print("%d checks failed" % len(failures))
+    print("%d checks failed (files kept in %s)" % (len(failures), tmp))
     sys.exit(1)
+shutil.rmtree(tmp)
 print("all checks passed")
