@@ -108,7 +108,7 @@ static probe_status load_locked(void)
         const char *name;
         void **slot;
     } syms[] = {
-        {"probe_writer_open", (void **)&shim_lp.writer_open},
+        {"probe_writer_open_ex", (void **)&shim_lp.writer_open},
         {"probe_writer_put", (void **)&shim_lp.writer_put},
         {"probe_writer_skip", (void **)&shim_lp.writer_skip},
         {"probe_writer_set_manifest", (void **)&shim_lp.writer_set_manifest},
@@ -145,7 +145,7 @@ void shim_hdf5_fork_release(void)
 probe_status shim_w_open(const char *path, const char *manifest, probe_writer **out)
 {
     pthread_mutex_lock(&hdf5_lock);
-    probe_status st = shim_lp.writer_open(path, manifest, out);
+    probe_status st = shim_lp.writer_open(path, manifest, PROBE_WRITER_CALLER_LOCKED, out);
     pthread_mutex_unlock(&hdf5_lock);
     return st;
 }

@@ -3,11 +3,15 @@
  * heavy), lazy open of the capture file, fork handling, and the finalizer
  * that drains the queue and closes the file at exit.
  *
- * Ownership: LD_PRELOAD is inherited by every child. The first process that
- * loads the shim with PROBE_OUT set exports PROBE_OWNER_PID=<its pid>; only
- * the process with that pid captures. exec keeps the pid (so `bash -c
- * 'exec python x.py'` captures); forked children and their exec'd images
- * never do. */
+ * Ownership: LD_PRELOAD is inherited by every child, and the process that
+ * runs the pipeline is often not the one probe-run started (`bash -c
+ * 'python gen.py; ...'`, launcher scripts). The first process of the run
+ * that taps claims the capture file: an exclusive flock(2) on it, held until
+ * it exits, on a file that must be empty (probe-run empties it at start).
+ * Every other process that taps finds the lock held or the file written and
+ * does not capture (one `probe:` line). Forked children never capture. The
+ * first process that loaded the shim (the root: PROBE_ROOT_PID) still
+ * creates an empty capture at exit if no process of the run tapped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,10 +84,26 @@ void shim_warn(const char *fmt, ...)
     }
 }
 
+static atomic_int claim_state; /* 0 not tried, 1 this process owns the file, 2 another does */
+static int claim_fd = -1;      /* holds the flock for the life of the process */
+static char claim_why[PATH_MAX + 160];
+
 int shim_is_foreign_process(void)
 {
     return shim_cfg.mode != SHIM_OWNER || atomic_load(&forked_child) ||
-           (long)getpid() != shim_cfg.owner_pid;
+           atomic_load(&claim_state) == 2;
+}
+
+const char *shim_claim_lost_reason(void)
+{
+    if (atomic_load(&forked_child)) {
+        if (!claim_why[0])
+            snprintf(claim_why, sizeof claim_why,
+                     "it was forked from pid %ld, and a forked child never captures",
+                     (long)getppid());
+        return claim_why;
+    }
+    return atomic_load(&claim_state) == 2 ? claim_why : "";
 }
 
 int shim_disabled(void)
@@ -169,8 +190,68 @@ int shim_cuda_alive_at_exit(void)
     return atomic_load(&cuda_alive_at_exit);
 }
 
+/* Claim the capture file for this process (see Ownership above): flock it
+ * exclusively without blocking and require it to be an empty regular file.
+ * Lost (state 2): the lock is held by another process, or the file already
+ * holds a capture (an earlier process of this run wrote it, or it is an older
+ * capture, which is never overwritten). A file that cannot be opened or is
+ * not a regular file counts as won and disables capture with the one
+ * warning line. Runs under open_lock. */
+static void claim_locked(void)
+{
+    if (atomic_load(&claim_state) != 0)
+        return;
+    int fd = open(shim_cfg.out_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0666);
+    if (fd < 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", strerror(errno));
+        atomic_store(&claim_state, 1);
+        shim_fail_io(why);
+        atomic_store(&open_state, 2);
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        atomic_store(&claim_state, 1);
+        shim_fail_io("not a regular file");
+        atomic_store(&open_state, 2);
+        return;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
+        close(fd);
+        snprintf(claim_why, sizeof claim_why,
+                 "the capture file %s is being written by another process", shim_cfg.out_path);
+        atomic_store(&claim_state, 2);
+        return;
+    }
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        close(fd); /* releases the lock */
+        snprintf(claim_why, sizeof claim_why,
+                 "the capture file %s already holds a capture (written by an earlier process of "
+                 "this run, or an older capture: probe-run empties it at start)",
+                 shim_cfg.out_path);
+        atomic_store(&claim_state, 2);
+        return;
+    }
+    claim_fd = fd;
+    atomic_store(&claim_state, 1);
+}
+
+void shim_claim(void)
+{
+    if (atomic_load(&claim_state) != 0)
+        return;
+    pthread_mutex_lock(&open_lock);
+    claim_locked();
+    pthread_mutex_unlock(&open_lock);
+}
+
 probe_status shim_file_open(void)
 {
+    shim_claim();
+    if (atomic_load(&claim_state) == 2)
+        return probe_set_error(PROBE_ESTATE, "%s", claim_why);
     int s = atomic_load(&open_state);
     if (s == 1)
         return PROBE_OK;
@@ -234,8 +315,11 @@ static void finalize(void)
         return;
     if (atomic_exchange(&closed, 1))
         return;
-    if (atomic_load(&open_state) == 0 && !atomic_load(&disabled))
-        shim_file_open();
+    if (atomic_load(&claim_state) == 0 && !shim_cfg.root)
+        return; /* never tapped, not the root: another process writes the file, or the root */
+    if (atomic_load(&open_state) == 0 && !atomic_load(&disabled) &&
+        shim_file_open() != PROBE_OK)
+        return;
     if (atomic_load(&open_state) != 1)
         return;
     if (!shim_queue_stop(STOP_TIMEOUT_MS)) {
@@ -447,8 +531,8 @@ __attribute__((constructor)) static void shim_init(void)
         return;
     }
     long me = (long)getpid();
-    const char *owner = getenv("PROBE_OWNER_PID");
-    if (!owner || !*owner) {
+    const char *root = getenv("PROBE_ROOT_PID");
+    if (!root || !*root) {
         /* Make PROBE_OUT absolute once, for this image and any exec'd one. */
         if (out[0] != '/') {
             char cwd[PATH_MAX];
@@ -465,17 +549,13 @@ __attribute__((constructor)) static void shim_init(void)
         }
         char buf[32];
         snprintf(buf, sizeof buf, "%ld", me);
-        setenv("PROBE_OWNER_PID", buf, 1);
-        shim_cfg.owner_pid = me;
+        setenv("PROBE_ROOT_PID", buf, 1);
+        shim_cfg.root = 1;
     } else {
         char *end;
         errno = 0;
-        long v = strtol(owner, &end, 10);
-        shim_cfg.owner_pid = (errno || *end) ? -1 : v;
-    }
-    if (shim_cfg.owner_pid != me) {
-        shim_cfg.mode = SHIM_NOT_OWNER;
-        return;
+        long v = strtol(root, &end, 10);
+        shim_cfg.root = !errno && !*end && v == me; /* the root's exec'd image */
     }
     shim_cfg.mode = SHIM_OWNER;
     shim_cfg.out_path = xstrdup(out);

@@ -39,13 +39,13 @@
 
 enum shim_mode {
     SHIM_INACTIVE = 0,  /* PROBE_OUT unset: taps do nothing */
-    SHIM_NOT_OWNER = 1, /* another process owns the capture file */
-    SHIM_OWNER = 2      /* this process writes the capture file */
+    SHIM_OWNER = 2      /* PROBE_OUT set: this process captures if it claims the file
+                           at its first tap (shim_claim) */
 };
 
 struct shim_config {
     int mode;                 /* enum shim_mode, fixed by the constructor */
-    long owner_pid;           /* PROBE_OWNER_PID */
+    int root;                 /* the first process of the run (PROBE_ROOT_PID is its pid) */
     char *out_path;           /* PROBE_OUT made absolute */
     char *label;              /* PROBE_LABEL or NULL */
     char *capture_spec;       /* PROBE_CAPTURE as given, or "*" */
@@ -75,8 +75,13 @@ extern struct shim_stats shim_stats;
 /* 1 while this process may capture: owner, not a forked child, capture not
  * disabled by an error and not closed. */
 int shim_capturing(void);
-/* 1 when this is a forked child of the owner, or its pid is not the owner's. */
+/* 1 when this process does not write the capture file: a forked child, or
+ * another process of the run claimed the file first (shim_claim). */
 int shim_is_foreign_process(void);
+/* Claim the capture file at this process's first tap (idempotent). */
+void shim_claim(void);
+/* Why the claim was lost ("" if it was not). */
+const char *shim_claim_lost_reason(void);
 /* 1 after an I/O error disabled capture. */
 int shim_disabled(void);
 /* 1 once the finalizer has started (taps are refused after that). */
@@ -113,7 +118,7 @@ uint64_t shim_now_ns(void);
 /* ---- libprobe.c: the HDF5 writer, loaded with dlopen -------------------- */
 
 struct shim_libprobe {
-    probe_status (*writer_open)(const char *, const char *, probe_writer **);
+    probe_status (*writer_open)(const char *, const char *, unsigned, probe_writer **);
     probe_status (*writer_put)(probe_writer *, const probe_record *, const void *, size_t);
     probe_status (*writer_skip)(probe_writer *, const probe_record *, const char *);
     probe_status (*writer_set_manifest)(probe_writer *, const char *);

@@ -18,10 +18,11 @@ static int this_process_captures(void)
 {
     if (shim_cfg.mode == SHIM_INACTIVE)
         return 0;
+    shim_claim();
     if (shim_is_foreign_process()) {
-        if (atomic_exchange(&warned_foreign, 1) == 0)
-            shim_warn("pid %ld does not capture: the capture file is owned by pid %ld",
-                      (long)getpid(), shim_cfg.owner_pid);
+        const char *why = shim_claim_lost_reason();
+        if (*why && atomic_exchange(&warned_foreign, 1) == 0)
+            shim_warn("pid %ld does not capture: %s", (long)getpid(), why);
         return 0;
     }
     return 1;
@@ -226,8 +227,12 @@ SHIM_EXPORT int probe_tap_enabled_v1(void)
  * the file was closed. */
 SHIM_EXPORT int probe_tap_flush_v1(void)
 {
-    if (shim_cfg.mode != SHIM_OWNER || shim_is_foreign_process())
-        return PROBE_OK;
+    /* A process that never tapped has nothing to flush and must not claim
+     * the file (its at-exit flush would take it from the process that taps). */
+    if (shim_cfg.mode != SHIM_OWNER || shim_is_foreign_process() || !shim_writer())
+        return shim_disabled() && !shim_is_foreign_process()
+                   ? probe_set_error(PROBE_EIO, "probe_tap_flush_v1: capture disabled after a write error")
+                   : PROBE_OK;
     if (shim_closed())
         return probe_set_error(PROBE_ESTATE, "probe_tap_flush_v1: the capture file is already closed");
     if (shim_disabled())

@@ -359,9 +359,17 @@ static probe_status check_manifest(const char *manifest_json, const char *path)
 
 probe_status probe_writer_open(const char *path, const char *manifest_json, probe_writer **out)
 {
+    return probe_writer_open_ex(path, manifest_json, 0, out);
+}
+
+probe_status probe_writer_open_ex(const char *path, const char *manifest_json, unsigned flags,
+                                  probe_writer **out)
+{
     if (out == NULL)
         return probe_set_error(PROBE_EINVAL, "probe_writer_open: out is NULL");
     *out = NULL;
+    if (flags & ~PROBE_WRITER_CALLER_LOCKED)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_open: unknown flags 0x%x", flags);
     if (path == NULL || path[0] == '\0')
         return probe_set_error(PROBE_EINVAL, "probe_writer_open: path is NULL or empty");
     probe_status s = check_manifest(manifest_json, path);
@@ -404,8 +412,10 @@ probe_status probe_writer_open(const char *path, const char *manifest_json, prob
     H5E_BEGIN_TRY {
         hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 #if H5_VERSION_GE(1, 10, 7)
-        if (fapl >= 0) /* lock the file, but work on file systems without flock */
-            H5Pset_file_locking(fapl, 1, 1);
+        /* Lock the file (but work on file systems without flock), unless the
+         * caller holds the lock: a second flock from this process would fail. */
+        if (fapl >= 0)
+            H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
 #endif
         w->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl >= 0 ? fapl : H5P_DEFAULT);
         if (w->file < 0)

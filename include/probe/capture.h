@@ -57,6 +57,15 @@ typedef struct probe_writer probe_writer;
  * thread-safe: one thread uses one writer. */
 probe_status probe_writer_open(const char *path, const char *manifest_json, probe_writer **out);
 
+/* probe_writer_open with flags. PROBE_WRITER_CALLER_LOCKED: the caller
+ * already holds an exclusive flock(2) on path (the preloaded shim claims the
+ * file that way before anything truncates it), so HDF5's own file lock, which
+ * would conflict with it, is not taken (needs HDF5 >= 1.10.7). Unknown flag
+ * bits: PROBE_EINVAL. Other errors as probe_writer_open. */
+#define PROBE_WRITER_CALLER_LOCKED 1u
+probe_status probe_writer_open_ex(const char *path, const char *manifest_json, unsigned flags,
+                                  probe_writer **out);
+
 /* Write one tensor: data holds the contiguous row-major bytes of
  * prod(shape) elements of rec->dtype; nbytes must equal that size
  * (PROBE_EINVAL otherwise). A path already written is PROBE_EINVAL.

@@ -2,7 +2,7 @@
 # probe-run's environment and default output path (docs/probe-run.md):
 # PROBE_OUT (absolute), PROBE_LABEL, PROBE_CAPTURE (comma-joined),
 # PROBE_TAPS (newline-joined), PROBE_COMPONENTS, PYTHONPATH and LD_PRELOAD
-# (ours first, existing entries kept after), PROBE_OWNER_PID not inherited;
+# (ours first, existing entries kept after), PROBE_ROOT_PID not inherited;
 # default file $PROBE_SCRATCH | $SCRATCH/probe | $TMPDIR as <label or pid>.h5,
 # announced once on stderr; probe-run works through a symlink.
 set -u
@@ -32,7 +32,7 @@ san=${LD_PRELOAD:-}
 mkdir -p "$work/cwd"
 (
     cd "$work/cwd" &&
-    PYTHONPATH=/x/one:/x/two LD_PRELOAD="${san:+$san:}libc.so.6" PROBE_OWNER_PID=1 \
+    PYTHONPATH=/x/one:/x/two LD_PRELOAD="${san:+$san:}libc.so.6" PROBE_ROOT_PID=1 \
     "$RUN" --out rel.h5 --label "run A" --capture '/dit.step/*' --capture='*/out' \
         --tap 'text_encoder=mymod:Thing.run' --tap='vae.decode=*Dec.decode' -- env -0 >"$work/env1" 2>"$work/err1"
 )
@@ -52,10 +52,10 @@ if [ -n "$san" ]; then
 fi
 expect_eq "LD_PRELOAD rest" "$(echo "$pre" | cut -d: -f2-)" "libc.so.6"
 expect_eq "LD_PRELOAD first" "$(readlink -f "$(echo "$pre" | cut -d: -f1)")" "$(readlink -f "$shim")"
-# The shim's constructor may set PROBE_OWNER_PID for the command itself; the
+# The shim's constructor may set PROBE_ROOT_PID for the command itself; the
 # stale value from probe-run's caller must never arrive.
-[ "$(envval "$work/env1" PROBE_OWNER_PID)" != 1 ] && checks=$((checks + 1)) ||
-    fail "PROBE_OWNER_PID=1 from the caller reached the command"
+[ "$(envval "$work/env1" PROBE_ROOT_PID)" != 1 ] && checks=$((checks + 1)) ||
+    fail "PROBE_ROOT_PID=1 from the caller reached the command"
 
 # --- without options: no stale variables from the caller ------------------
 env -u PYTHONPATH PROBE_LABEL=stale PROBE_CAPTURE=stale PROBE_TAPS=stale "$RUN" --out "$work/e2.h5" -- env -0 >"$work/env2"

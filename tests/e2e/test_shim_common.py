@@ -88,7 +88,7 @@ def clean_env(extra=None):
     """The caller's environment without any probe/NVTX/preload settings."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PROBE_OUT") and k not in (
-               "PROBE_OWNER_PID", "PROBE_LABEL", "PROBE_CAPTURE", "PROBE_QUEUE_MB",
+               "PROBE_ROOT_PID", "PROBE_LABEL", "PROBE_CAPTURE", "PROBE_QUEUE_MB",
                "PROBE_LIBPROBE", "NVTX_INJECTION64_PATH", "LD_PRELOAD")}
     env["PROBE_BUILD_DIR"] = BUILD
     env["PROBE_SOURCE_DIR"] = SOURCE

@@ -6,12 +6,15 @@
   `probe: pid N does not capture` line, and its normal exit (atexit handlers,
   destructors, HDF5's own exit hooks) leaves the parent's file intact; an
   exec'd grandchild (different pid) does not capture either.
-- exec keeps the pid: `bash -c 'exec prog'` captures; `bash -c 'prog; true'`
-  (bash forks) does not, and bash, the owner that never tapped, still leaves
-  a file with the manifest and no tensors.
-- an owner that never taps still creates the file (manifest, zero tensors).
+- the first process of the run that taps claims the file: `bash -c 'exec
+  prog'` captures, and so does `bash -c 'prog; true'` (bash forks and execs
+  prog, which taps), with no warning; bash, which never tapped, leaves the
+  file alone at its exit.
+- a root process that never taps still creates the file (manifest, zero tensors).
 - PROBE_OUT unset (or empty): inactive, taps return 0, no file anywhere in cwd.
-- PROBE_OWNER_PID already set to another pid: no capture, one warning.
+- a file that already holds a capture is never overwritten: one warning.
+- a second run with the same output while the first is capturing: probe-run
+  refuses it (exit 2) and the first run's file is intact.
 - probe_tap_flush_v1: after it returns, a copy of the file taken while the
   program is still running holds every tensor tapped before it.
 - a relative PROBE_OUT is made absolute by the owner, so a later cd does not move it.
@@ -24,8 +27,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import (attr_str, check, finish, need_build, preload_env, probe_lines,  # noqa: E402
-                              program, run, tmpdir)
+from test_shim_common import (asan_runtime, attr_str, check, clean_env, finish, need_build,  # noqa: E402
+                              preload_env, probe_lines, program, run, tmpdir)
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
@@ -62,11 +65,13 @@ def main():
     check(m.group(4) == "0" and m.group(5) == "0", "forked child: enabled 0, flush 0")
     check("child status 0" in r.stdout and "grandchild status 0" in r.stdout, "children exit 0")
     lines = probe_lines(r.stderr)
-    want_child = "probe: pid %d does not capture: the capture file is owned by pid %d" % (child, parent)
+    want_child = ("probe: pid %d does not capture: it was forked from pid %d, and a forked child never "
+                  "captures" % (child, parent))
     check(lines.count(want_child) == 1, "exactly one warning from the forked child: %r" % want_child)
     gc = [l for l in lines if l != want_child]
-    check(len(gc) == 1 and re.match(r"probe: pid (\d+) does not capture: the capture file is owned by pid %d$"
-                                    % parent, gc[0]) is not None and int(gc[0].split()[2]) not in (parent, child),
+    check(len(gc) == 1 and re.match(r"probe: pid (\d+) does not capture: the capture file %s is being written "
+                                    r"by another process$" % re.escape(out), gc[0]) is not None
+          and int(gc[0].split()[2]) not in (parent, child),
           "exactly one warning from the exec'd grandchild (%s)" % gc)
     check("rc grandchild 0 = 0" in r.stderr, "grandchild taps return 0")
     check(all("parent tap%d rc=0" % i in r.stdout for i in range(3)), "parent taps return 0")
@@ -101,10 +106,11 @@ def main():
     out = os.path.join(d, "bashfork.h5")
     r = run(["bash", "-c", "\"$0\" simple forked 2 0; true", prog], preload_env(out))
     check(r.returncode == 0, "bash -c 'prog; true' exits 0")
-    check(len(probe_lines(r.stderr)) == 1 and "does not capture" in probe_lines(r.stderr)[0],
-          "the forked+exec'd program warns once (%s)" % probe_lines(r.stderr))
+    check(probe_lines(r.stderr) == [], "the program bash forked and exec'd claims the file, no warning (%s)"
+          % probe_lines(r.stderr))
     check("rc forked 0 = 0" in r.stderr, "its taps return 0")
-    check(os.path.exists(out) and datasets(out) == [], "bash (owner, never tapped) leaves a file with no tensors")
+    check(datasets(out) == ["/forked/0000/out", "/forked/0001/out"],
+          "its tensors are in the file; bash, which never tapped, left it alone (%s)" % datasets(out))
 
     # --- owner that never taps ---
     out = os.path.join(d, "notap.h5")
@@ -132,13 +138,32 @@ def main():
         check(os.listdir(cwd) == [], "PROBE_OUT %s: no file created" % name)
         check("NVTX_INJECTION64_PATH" not in env, "PROBE_OUT %s: the test env has no NVTX path" % name)
 
-    # --- PROBE_OWNER_PID preset to someone else ---
-    out = os.path.join(d, "foreign.h5")
-    r = run([prog, "simple", "foreign", "2", "0"], preload_env(out, PROBE_OWNER_PID="1"))
+    # --- an existing capture is never overwritten ---
+    out = os.path.join(d, "kept.h5")
+    r = run([prog, "simple", "first", "2", "0"], preload_env(out))
+    check(r.returncode == 0 and datasets(out) == ["/first/0000/out", "/first/0001/out"], "first run captures")
+    r = run([prog, "simple", "second", "2", "0"], preload_env(out))
     check(r.returncode == 0 and len(probe_lines(r.stderr)) == 1
-          and probe_lines(r.stderr)[0].endswith("does not capture: the capture file is owned by pid 1"),
-          "preset PROBE_OWNER_PID: one warning (%s)" % probe_lines(r.stderr))
-    check(not os.path.exists(out), "preset PROBE_OWNER_PID: no file written")
+          and "already holds a capture" in probe_lines(r.stderr)[0],
+          "second run on the same file: one warning (%s)" % probe_lines(r.stderr))
+    check(datasets(out) == ["/first/0000/out", "/first/0001/out"] and value_ok(out, "/first/0001/out", 1),
+          "the first capture is intact")
+
+    # --- a second probe-run with the same --out while the first captures ---
+    probe_run = os.path.join(os.environ["PROBE_BUILD_DIR"], "bin", "probe-run")
+    out = os.path.join(d, "busy.h5")
+    env = clean_env()  # probe-run preloads the shim itself (after libasan in the sanitizer build)
+    if asan_runtime():
+        env["LD_PRELOAD"] = asan_runtime()
+    p = subprocess.Popen([probe_run, "--out", out, "--", prog, "flushwait", "5"], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline()
+    r2 = subprocess.run([probe_run, "--out", out, "--", "echo", "ran"], env=env, capture_output=True, text=True)
+    check(r2.returncode == 2 and r2.stdout == "" and "being written by another process" in r2.stderr,
+          "second probe-run on a file being captured: exit 2, command not run (%r)" % r2.stderr.strip())
+    o, e = p.communicate("go\n", timeout=60)
+    check(first.strip() == "flushed rc=0 bad=0" and p.returncode == 0, "first run finishes (%r)" % e)
+    check(len(datasets(out)) == 6 and value_ok(out, "/flushed/0004/out", 4), "first run's file intact")
 
     # --- flush: the file is complete up to the flush while the program runs ---
     out = os.path.join(d, "flush.h5")

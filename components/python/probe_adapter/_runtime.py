@@ -191,7 +191,9 @@ class Runtime:
         try:
             self.manifest_libraries()
             rc = self.lib.flush()
-            if rc != 0:
+            # 3 (PROBE_EIO): capture was disabled by an I/O error, which the
+            # library has already reported in its one `probe:` line.
+            if rc not in (0, 3):
                 _note_stderr("probe_tap_flush_v1 failed with status %d: the capture file may be incomplete" % rc)
         except Exception as e:
             _note_stderr("flush at exit failed: %s" % e)
