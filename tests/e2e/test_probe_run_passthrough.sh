@@ -123,5 +123,16 @@ rc=$?
 { [ "$rc" = 0 ] && grep -q '^usage: probe-run' "$work/help.out" && [ ! -e "$marker" ]; } && ok ||
     fail "--help: rc $rc, stdout: $(head -1 "$work/help.out")"
 
+# A command that does not exist: exit 127 like a shell, one probe-run line,
+# no capture file created.
+"$RUN" --out "$work/nocmd.h5" -- "$work/no/such/cmd" >"$work/nocmd.out" 2>"$work/nocmd.err"
+rc=$?
+{ [ "$rc" = 127 ] && [ "$(cat "$work/nocmd.err")" = "probe-run: $work/no/such/cmd: command not found" ] &&
+  [ ! -e "$work/nocmd.h5" ]; } && ok || fail "missing command: rc $rc, stderr: $(cat "$work/nocmd.err")"
+
+# --version
+{ [ "$("$RUN" --version)" != "" ] && "$RUN" --version | grep -Eq '^probe-run [0-9]+\.[0-9]+\.[0-9]+$'; } && ok ||
+    fail "--version: $("$RUN" --version 2>&1)"
+
 echo "test_probe_run_passthrough: $checks checks passed, $fails failed"
 [ "$fails" = 0 ]
