@@ -35,6 +35,7 @@
 
 #include "probe/dtype.h"
 #include "probe/tap.h"
+#include "../programs/tap_client.h"
 
 typedef int (*tap_fn)(const probe_tap_tensor_v1 *);
 static tap_fn tap;
@@ -140,16 +141,7 @@ static void *dev_buffer(const char *name, size_t bytes)
 static int do_tap(const char *component, long long call, int dtype, int rank, const int64_t *shape,
                   const int64_t *strides, const void *data, cudaStream_t stream)
 {
-    probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = component;
-    t.slot = "out";
-    t.call = call;
-    t.step = -1;
-    t.cfg_branch = -1;
-    t.device = 0;
+    probe_tap_tensor_v1 t = tap_desc(component, call, 0);
     t.dtype = dtype;
     t.rank = rank;
     t.shape = shape;

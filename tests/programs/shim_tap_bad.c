@@ -17,6 +17,7 @@
 #include "probe/dtype.h"
 #include "probe/status.h"
 #include "probe/tap.h"
+#include "tap_client.h"
 
 typedef int (*tap_fn)(const probe_tap_tensor_v1 *);
 typedef int (*enabled_fn)(void);
@@ -41,21 +42,11 @@ static int64_t shape2[2] = {4, 4};
 
 static probe_tap_tensor_v1 good(const char *component, long long call)
 {
-    probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = component;
-    t.slot = "out";
-    t.call = call;
-    t.step = -1;
-    t.cfg_branch = -1;
-    t.device = -1;
+    probe_tap_tensor_v1 t = tap_desc(component, call, -1);
     t.dtype = PROBE_DTYPE_FLOAT32;
     t.rank = 2;
     t.shape = shape2;
     t.data = data;
-    t.timestep = NAN;
     return t;
 }
 

@@ -29,6 +29,7 @@
 
 #include "probe/dtype.h"
 #include "probe/tap.h"
+#include "tap_client.h"
 
 typedef int (*tap_fn)(const probe_tap_tensor_v1 *);
 static tap_fn tap;
@@ -135,16 +136,7 @@ static probe_tap_tensor_v1 desc(const char *component, long long call, int dt, i
                                 const int64_t *shape, const int64_t *strides, const void *data,
                                 int device, void *stream)
 {
-    probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = component;
-    t.slot = "out";
-    t.call = call;
-    t.step = -1;
-    t.cfg_branch = -1;
-    t.device = device;
+    probe_tap_tensor_v1 t = tap_desc(component, call, device);
     t.dtype = dt;
     t.rank = rank;
     t.shape = shape;

@@ -20,6 +20,7 @@
 
 #include "probe/dtype.h"
 #include "probe/tap.h"
+#include "tap_client.h"
 
 typedef int (*tap_fn)(const probe_tap_tensor_v1 *);
 static tap_fn tap;
@@ -29,16 +30,7 @@ static void tap_i(int i)
 {
     float v[2] = {(float)i, (float)-i};
     int64_t shape[1] = {2};
-    probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = "nvtx";
-    t.slot = "out";
-    t.call = i;
-    t.step = -1;
-    t.cfg_branch = -1;
-    t.device = -1;
+    probe_tap_tensor_v1 t = tap_desc("nvtx", i, -1);
     t.dtype = PROBE_DTYPE_FLOAT32;
     t.rank = 1;
     t.shape = shape;

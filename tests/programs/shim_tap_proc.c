@@ -30,6 +30,7 @@
 
 #include "probe/dtype.h"
 #include "probe/tap.h"
+#include "tap_client.h"
 
 typedef int (*tap_fn)(const probe_tap_tensor_v1 *);
 typedef int (*int_fn)(void);
@@ -41,16 +42,7 @@ static int tap_one(const char *component, long long i)
 {
     float v[4] = {(float)i, (float)i + 0.25f, (float)i + 0.5f, (float)i + 0.75f};
     int64_t shape[1] = {4};
-    probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = component;
-    t.slot = "out";
-    t.call = i;
-    t.step = -1;
-    t.cfg_branch = -1;
-    t.device = -1;
+    probe_tap_tensor_v1 t = tap_desc(component, i, -1);
     t.dtype = PROBE_DTYPE_FLOAT32;
     t.rank = 1;
     t.shape = shape;
@@ -108,16 +100,7 @@ static void *storm_tapper(void *arg)
     for (int i = 0; i < 150; ++i) {
         for (int64_t k = 0; k < n; ++k)
             v[k] = (float)(i * 65536 + k);
-        probe_tap_tensor_v1 t;
-        memset(&t, 0, sizeof t);
-        t.struct_size = sizeof t;
-        t.abi_version = PROBE_TAP_ABI_VERSION;
-        t.component = "storm";
-        t.slot = "out";
-        t.call = i;
-        t.step = -1;
-        t.cfg_branch = -1;
-        t.device = -1;
+        probe_tap_tensor_v1 t = tap_desc("storm", i, -1);
         t.dtype = PROBE_DTYPE_FLOAT32;
         t.rank = 1;
         t.shape = &n;

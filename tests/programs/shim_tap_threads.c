@@ -20,6 +20,7 @@
 
 #include "probe/dtype.h"
 #include "probe/tap.h"
+#include "tap_client.h"
 
 typedef int (*tap_fn)(const probe_tap_tensor_v1 *);
 
@@ -49,16 +50,7 @@ static void *worker(void *arg)
                     buf[r * 17 + c] = v;
             }
         }
-        probe_tap_tensor_v1 d;
-        memset(&d, 0, sizeof d);
-        d.struct_size = sizeof d;
-        d.abi_version = PROBE_TAP_ABI_VERSION;
-        d.component = comp;
-        d.slot = "out";
-        d.call = i;
-        d.step = -1;
-        d.cfg_branch = -1;
-        d.device = -1;
+        probe_tap_tensor_v1 d = tap_desc(comp, i, -1);
         d.dtype = PROBE_DTYPE_INT32;
         d.rank = 2;
         d.shape = shape;
