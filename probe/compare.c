@@ -4,6 +4,7 @@
 
 #include <fnmatch.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,6 +170,24 @@ static probe_status collect_skips(probe_compare_result *res, const probe_file *f
     return PROBE_OK;
 }
 
+/* Run-level reasons (probe_compare_result.reasons): cut to one slot each. */
+static void add_run_reason(probe_compare_result *res, const char *fmt, ...)
+{
+    if (res->nreasons >= PROBE_COMPARE_MAX_REASONS)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vsnprintf(res->reasons[res->nreasons], sizeof res->reasons[0], fmt, ap) < 0)
+        res->reasons[res->nreasons][0] = 0;
+    va_end(ap);
+    res->nreasons++;
+}
+
+static uint64_t tensor_bytes(const probe_tensor_info *ti)
+{
+    return (uint64_t)ti->n * (uint64_t)probe_dtype_size(ti->dtype);
+}
+
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out)
 {
@@ -203,11 +222,24 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         res->gate.rtol = opts->rtol;
     res->first_failure = -1;
     res->pass = 1;
+    res->expect_identical = opts->expect_identical != 0;
 
+    size_t sel_total = 0, sel_done = 0, ndiffer = 0;
+    char first_differ[512] = "";
+    uint64_t bytes_total = 0, bytes_done = 0;
+    for (size_t i = 0; opts->progress && i < nref; i++)
+        if (path_selected(probe_file_tensor(rf, i)->path, opts->only)) {
+            sel_total++;
+            bytes_total += tensor_bytes(probe_file_tensor(rf, i));
+        }
     for (size_t i = 0; i < nref; i++) {
         const probe_tensor_info *ti = probe_file_tensor(rf, i);
         if (!path_selected(ti->path, opts->only))
             continue;
+        if (opts->progress && sel_done)
+            opts->progress(opts->progress_ctx, sel_done, sel_total, bytes_done, bytes_total);
+        sel_done++;
+        bytes_done += tensor_bytes(ti);
         size_t ci;
         if (probe_file_find(cf, ti->path, &ci) != PROBE_OK) {
             if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, ti->path)))
@@ -221,8 +253,16 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         t->ref = *ti;
         if ((s = compare_pair(rf, i, cf, ci, opts, t)) != PROBE_OK)
             goto fail;
-        if (!t->compared || !t->m.identical)
+        if (!t->compared || !t->m.identical) {
             res->feature_active = 1;
+            if (!ndiffer++)
+                snprintf(first_differ, sizeof first_differ, "%s", ti->path);
+            if (opts->expect_identical) {
+                t->verdict.pass = 0;
+                add_reason(&t->verdict, "not identical: %s%s", "the pair is expected to be "
+                           "bit-identical (--expect-identical)", "");
+            }
+        }
         if (!t->verdict.pass) {
             res->pass = 0;
             if (!res->first_failure_path[0]) {
@@ -249,7 +289,20 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         /* Nothing matched: a gate that checked nothing must not pass. */
         res->nothing_compared = 1;
         res->pass = 0;
+        add_run_reason(res, "nothing compared: no dataset path is in both files");
+    } else if (opts->expect_identical && ndiffer) {
+        res->pass = 0;
+        add_run_reason(res, "not identical: %zu of %zu compared tensors differ from the reference "
+                       "(first: %s)", ndiffer, res->ntensors, first_differ);
+    } else if (!opts->expect_identical && res->ntensors && !res->feature_active) {
+        /* A candidate equal to the reference everywhere did not exercise the feature. */
+        res->feature_not_active = 1;
+        res->pass = 0;
+        add_run_reason(res, "feature not active: the candidate is identical to the reference in "
+                       "every compared tensor");
     }
+    if (opts->progress && sel_done)
+        opts->progress(opts->progress_ctx, sel_done, sel_total, bytes_done, bytes_total);
 
     probe_file_close(rf);
     probe_file_close(cf);

@@ -1,7 +1,9 @@
 /* probe-compare: compare a reference capture (feature off) with a candidate
  * capture (feature on). CLI, exit codes and JSON: CONTRACT.md.
  *   exit 0  every matched tensor passes the gate and nothing is missing
- *   exit 1  a gate failed or a tensor is missing
+ *   exit 1  a gate failed, a tensor is missing, nothing was compared, or the
+ *           candidate equals the reference (feature not active; --expect-identical
+ *           turns that into the pass and any difference into the failure)
  *   exit 2  bad arguments, or a file that cannot be opened/read
  */
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "probe/compare.h"
@@ -35,10 +38,15 @@ static void usage(FILE *f)
             "  --json FILE         write the result as JSON (docs/compare-json.md, version 1);\n"
             "                      '-' for stdout\n"
             "  --html FILE         write a self-contained HTML report\n"
-            "  --quiet             print only the final verdict line\n"
+            "  --junit FILE        write JUnit XML, one test case per tensor; '-' for stdout\n"
+            "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
+            "                      vs reference); without it a candidate identical to the\n"
+            "                      reference everywhere fails as \"feature not active\"\n"
+            "  --quiet             print only the final verdict line (and no progress)\n"
             "  --help (-h), --version\n\n"
-            "exit status: 0 all pass, 1 a gate failed, a tensor is missing or nothing was\n"
-            "compared, 2 bad arguments or an unreadable file\n");
+            "exit status: 0 all pass, 1 a gate failed, a tensor is missing, nothing was\n"
+            "compared or the feature was not active, 2 bad arguments or an unreadable file\n"
+            "On a terminal, progress (tensors and bytes done) is shown on stderr.\n");
 }
 
 static int parse_tol(const char *opt, const char *s, double *out)
@@ -181,9 +189,12 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
         fprintf(out, "note: %zu dataset(s) in the reference and %zu in the candidate are not "
                      "numeric tensors (strings, compound, complex, ...) and were not compared\n",
                 r->ignored_ref, r->ignored_cand);
-    if (!r->feature_active && r->ntensors)
-        fprintf(out, "note: the candidate is identical to the reference in every compared tensor "
-                     "(feature not active?)\n");
+    for (int i = 0; i < r->nreasons; i++)
+        if (!r->nothing_compared)
+            fprintf(out, "%s\n", r->reasons[i]);
+    if (r->expect_identical && r->ntensors && !r->feature_active)
+        fprintf(out, "identical: every compared tensor is bit-identical, as expected "
+                     "(--expect-identical)\n");
     fprintf(out,
             "%s: %zu tensors compared, %zu pass, %zu fail, %zu missing in candidate, %zu missing "
             "in reference, %zu skipped (gate %s)\n",
@@ -199,6 +210,34 @@ static int same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
+/* Progress on a terminal: one line on stderr, rewritten in place at most
+ * every 100 ms, cleared when the comparison ends. */
+typedef struct progress_state {
+    double last;
+    int shown;
+} progress_state;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void show_progress(void *ctx, size_t done, size_t total, uint64_t bytes_done,
+                          uint64_t bytes_total)
+{
+    progress_state *p = ctx;
+    double t = now_s();
+    if (p->shown && done < total && t - p->last < 0.1)
+        return;
+    p->last = t;
+    p->shown = 1;
+    fprintf(stderr, "\rprobe-compare: %zu/%zu tensors, %.1f/%.1f MiB\033[K", done, total,
+            (double)bytes_done / 1048576.0, (double)bytes_total / 1048576.0);
+    fflush(stderr);
+}
+
 static int write_to(const char *path, const probe_compare_result *r, int html)
 {
     FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
@@ -206,7 +245,9 @@ static int write_to(const char *path, const probe_compare_result *r, int html)
         fprintf(stderr, "probe-compare: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
-    probe_status s = html ? probe_compare_write_html(r, f) : probe_compare_write_json(r, f);
+    probe_status s = html == 2   ? probe_compare_write_junit(r, f)
+                     : html == 1 ? probe_compare_write_html(r, f)
+                                 : probe_compare_write_json(r, f);
     if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
         s = probe_set_error(PROBE_EIO, "close failed");
     if (s != PROBE_OK) {
@@ -219,15 +260,18 @@ static int write_to(const char *path, const probe_compare_result *r, int html)
 int main(int argc, char **argv)
 {
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
-           OPT_HELP, OPT_VERSION };
+           OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL };
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
         {"only", required_argument, 0, OPT_ONLY},   {"json", required_argument, 0, OPT_JSON},
         {"html", required_argument, 0, OPT_HTML},   {"quiet", no_argument, 0, OPT_QUIET},
         {"help", no_argument, 0, OPT_HELP},         {"version", no_argument, 0, OPT_VERSION},
+        {"junit", required_argument, 0, OPT_JUNIT},
+        {"expect-identical", no_argument, 0, OPT_EXPECT_IDENTICAL},
         {0, 0, 0, 0}};
     const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
+    const char *junit_path = NULL;
     const char *only[MAX_ONLY + 1] = {0};
     size_t nonly = 0;
     int quiet = 0;
@@ -259,6 +303,8 @@ int main(int argc, char **argv)
             break;
         case OPT_JSON: json_path = optarg; break;
         case OPT_HTML: html_path = optarg; break;
+        case OPT_JUNIT: junit_path = optarg; break;
+        case OPT_EXPECT_IDENTICAL: opts.expect_identical = 1; break;
         case OPT_QUIET: quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
@@ -279,17 +325,20 @@ int main(int argc, char **argv)
                 argc - optind);
         return 2;
     }
-    if (json_path && html_path && !strcmp(json_path, "-") && !strcmp(html_path, "-")) {
-        fprintf(stderr, "probe-compare: --json - and --html - cannot both write to stdout\n");
-        return 2;
-    }
-    const char *outs[2] = {json_path, html_path};
-    for (int k = 0; k < 2; k++)
+    const char *outs[3] = {json_path, html_path, junit_path};
+    const char *out_opt[3] = {"--json", "--html", "--junit"};
+    for (int a = 0; a < 3; a++)
+        for (int b = a + 1; b < 3; b++)
+            if (outs[a] && outs[b] && !strcmp(outs[a], "-") && !strcmp(outs[b], "-")) {
+                fprintf(stderr, "probe-compare: %s - and %s - cannot both write to stdout\n",
+                        out_opt[a], out_opt[b]);
+                return 2;
+            }
+    for (int k = 0; k < 3; k++)
         for (int i = 0; outs[k] && strcmp(outs[k], "-") && i < 2; i++)
             if (same_file(outs[k], argv[optind + i])) {
                 fprintf(stderr, "probe-compare: %s %s is the %s input file; refusing to overwrite "
-                                "it\n", k ? "--html" : "--json", outs[k],
-                        i ? "candidate" : "reference");
+                                "it\n", out_opt[k], outs[k], i ? "candidate" : "reference");
                 return 2;
             }
     if (probe_gate_parse(gate_spec, &opts.gate) != PROBE_OK) {
@@ -319,15 +368,28 @@ int main(int argc, char **argv)
     }
     opts.calibration = cal;
     opts.only = nonly ? only : NULL;
+    progress_state prog = {0, 0};
+    if (!quiet && isatty(STDERR_FILENO)) {
+        opts.progress = show_progress;
+        opts.progress_ctx = &prog;
+    }
 
     probe_compare_result *res = NULL;
-    if (probe_compare_files(argv[optind], argv[optind + 1], &opts, &res) != PROBE_OK) {
+    probe_status cs = probe_compare_files(argv[optind], argv[optind + 1], &opts, &res);
+    if (prog.shown) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+    }
+    if (cs != PROBE_OK) {
         fprintf(stderr, "probe-compare: %s\n", probe_last_error());
         probe_calibration_free(cal);
         return 2;
     }
-    /* With the JSON on stdout, the human-readable text goes to stderr. */
-    FILE *human = json_path && strcmp(json_path, "-") == 0 ? stderr : stdout;
+    /* With the JSON or JUnit on stdout, the human-readable text goes to stderr. */
+    FILE *human = (json_path && strcmp(json_path, "-") == 0) ||
+                          (junit_path && strcmp(junit_path, "-") == 0)
+                      ? stderr
+                      : stdout;
     char gate[160];
     gate_label(gate, sizeof gate, &opts);
     if (!quiet)
@@ -337,6 +399,8 @@ int main(int argc, char **argv)
     if (json_path && write_to(json_path, res, 0))
         rc = 2;
     if (html_path && write_to(html_path, res, 1))
+        rc = 2;
+    if (junit_path && write_to(junit_path, res, 2))
         rc = 2;
     probe_compare_result_free(res);
     probe_calibration_free(cal);

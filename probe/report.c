@@ -113,6 +113,12 @@ static json_t *result_json(const probe_compare_result *r)
     json_object_set_new(o, "first_failure",
                         r->first_failure_path[0] ? json_string(r->first_failure_path) : json_null());
     json_object_set_new(o, "feature_active", json_boolean(r->feature_active));
+    json_object_set_new(o, "feature_not_active", json_boolean(r->feature_not_active));
+    json_object_set_new(o, "expect_identical", json_boolean(r->expect_identical));
+    json_t *why = json_array();
+    for (int i = 0; i < r->nreasons; i++)
+        json_array_append_new(why, json_string(r->reasons[i]));
+    json_object_set_new(o, "reasons", why);
     json_t *mc = json_array(), *mr = json_array(), *sk = json_array(), *ts = json_array();
     for (size_t i = 0; i < r->nmissing_cand; i++)
         json_array_append_new(mc, json_string(r->missing_in_candidate[i]));

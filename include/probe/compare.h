@@ -25,7 +25,20 @@ typedef struct probe_compare_opts {
     int atol_set, rtol_set;                 /* override the gate's element-wise tolerance */
     double atol, rtol;
     const char *const *only;                /* NULL-terminated fnmatch globs on paths; NULL = every tensor */
+    /* Additive fields (zero = the default behaviour). */
+    int expect_identical;   /* 1: the pair must be bit-identical (determinism floor, reference
+                               vs reference): identical passes, any difference fails with
+                               "not identical". 0: a candidate identical to the reference in
+                               every compared tensor fails as "feature not active". */
+    /* Called after each compared or missing tensor of the reference (NULL: none):
+     * done/total tensors selected in the reference, and the bytes of reference
+     * data (elements x element size) behind them. Never called from another thread. */
+    void (*progress)(void *ctx, size_t done, size_t total, uint64_t bytes_done,
+                     uint64_t bytes_total);
+    void *progress_ctx;
 } probe_compare_opts;
+
+#define PROBE_COMPARE_MAX_REASONS 4
 
 typedef struct probe_tensor_result {
     probe_tensor_info ref;      /* reference side (shape, dtype, component, seq, ...) */
@@ -62,6 +75,14 @@ typedef struct probe_compare_result {
     int nothing_compared;                   /* no tensor matched (empty captures, a glob that
                                                selects nothing): the result fails, never a vacuous pass */
     size_t ignored_ref, ignored_cand;       /* non-numeric datasets (strings, compound, complex, ...) */
+    /* Additive fields. */
+    int expect_identical;                   /* opts->expect_identical */
+    int feature_not_active;                 /* the candidate equals the reference in every compared
+                                               tensor and identity was not expected: the run fails */
+    int nreasons;                           /* run-level reasons the verdict is "fail" beyond the
+                                               per-tensor ones ("feature not active: ...",
+                                               "not identical: ...", "nothing compared: ...") */
+    char reasons[PROBE_COMPARE_MAX_REASONS][256];
 } probe_compare_result;
 
 /* Compare two capture files. Errors (no result is returned): a file that
@@ -76,6 +97,16 @@ void probe_compare_result_free(probe_compare_result *r);
 /* Write the result as CONTRACT.md's JSON version 1 (plus the additive keys
  * "dtype_candidate", "skipped", "summary"). PROBE_EIO if the stream fails. */
 probe_status probe_compare_write_json(const probe_compare_result *r, FILE *f);
+
+/* Write the result as JUnit XML: one <testsuite name="probe-compare">, one
+ * <testcase classname="COMPONENT" name="PATH"> per compared tensor (a
+ * <failure message="first reason"> with every reason and the metrics as text
+ * when it fails), one failing test case per tensor missing in either file,
+ * one <skipped/> test case per capture skipped at run time, and a failing
+ * test case classname="probe-compare" name="verdict" when the run fails for a
+ * run-level reason (r->reasons). Text is XML-escaped; bytes that XML 1.0
+ * cannot carry are written as '?'. PROBE_EIO if the stream fails. */
+probe_status probe_compare_write_junit(const probe_compare_result *r, FILE *f);
 
 /* Write a self-contained HTML report (no network; the JSON inline). */
 probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f);

@@ -65,8 +65,8 @@ run bf16-math-b --dtype bf16 --attn math --seed 1
 run bf16-flash  --dtype bf16 --attn flash --seed 1
 run fp32-a      --dtype fp32 --attn math --seed 1
 run fp32-b      --dtype fp32 --attn math --seed 1
-cmp bf16-math-a bf16-math-b floor-bf16 --gate T1
-cmp fp32-a fp32-b floor-fp32 --gate T1
+cmp bf16-math-a bf16-math-b floor-bf16 --gate T1 --expect-identical
+cmp fp32-a fp32-b floor-fp32 --gate T1 --expect-identical
 cmp bf16-math-a bf16-flash attn-swap-T1 --gate T1
 cmp bf16-math-a bf16-flash attn-swap-relaxed --gate T1-relaxed:backend-swap
 for s in 1 2 3 4; do

@@ -86,12 +86,21 @@ with h5py.File(cand_path, "w") as f:
     for k, v in cands.items():
         f.create_dataset(k, data=v)
 
-# 1. identical files pass with exit 0 and every tensor identical.
-rc, out, err = run(ref_path, ref_path, "--json", "-")
+# 1. identical files pass with exit 0 and every tensor identical when identity is
+#    expected (--expect-identical, the determinism floor) ...
+rc, out, err = run(ref_path, ref_path, "--expect-identical", "--json", "-")
 res = json.loads(out)
-check(rc == 0 and res["verdict"] == "pass", "reference vs itself: exit 0, verdict pass (rc=%d)" % rc)
+check(rc == 0 and res["verdict"] == "pass",
+      "reference vs itself --expect-identical: exit 0, verdict pass (rc=%d)" % rc)
 check(all(t["identical"] for t in res["tensors"]), "reference vs itself: every tensor identical")
 check(res["feature_active"] is False, "reference vs itself: feature_active false")
+# ... and fail as "feature not active" (exit 1) without it.
+rc, out, err = run(ref_path, ref_path, "--json", "-")
+res = json.loads(out)
+check(rc == 1 and res["verdict"] == "fail" and res["feature_not_active"] is True,
+      "reference vs itself without --expect-identical: exit 1, feature not active (rc=%d)" % rc)
+check(res["reasons"] == ["feature not active: the candidate is identical to the reference in "
+                         "every compared tensor"], "feature-not-active reason: %r" % res["reasons"])
 
 # 2. numbers against the numpy oracle, JSON keys, first failure in path order (h5py files carry no seq).
 rc, out, err = run(ref_path, cand_path, "--json", "-")
@@ -140,7 +149,7 @@ rc, out, err = run(ref_path, extra, "--json", "-")
 res = json.loads(out)
 check(rc == 1 and res["missing_in_candidate"] == ["/misc/ints"], "missing in candidate listed, exit 1")
 check(res["missing_in_reference"] == ["/vae.decode/0000/out"], "missing in reference listed")
-rc, out, err = run(ref_path, extra, "--only", "/dit.step/*")
+rc, out, err = run(ref_path, extra, "--only", "/dit.step/*", "--expect-identical")
 check(rc == 0, "--only restricts to matching paths (rc=%d)" % rc)
 
 # 4. shape mismatch: a failing tensor with the reason, exit 1 (not 2).

@@ -30,7 +30,7 @@ print(InstallTextEncoder()(torch.arange(4, dtype=torch.float32)).tolist())
 PY
 out=$(cd "$work" && "$p/bin/probe-run" --out "$work/c.h5" -- "$py" prog.py 2>"$work/run.err")
 [ "$out" = "[0.0, 3.0, 6.0, 9.0]" ] && ok || fail "program output through the installed probe-run: $out $(cat "$work/run.err")"
-"$p/bin/probe-compare" --json "$work/c.json" "$work/c.h5" "$work/c.h5" >/dev/null 2>&1 && ok ||
+"$p/bin/probe-compare" --expect-identical --json "$work/c.json" "$work/c.h5" "$work/c.h5" >/dev/null 2>&1 && ok ||
     fail "installed probe-compare on the installed capture"
 grep -q '"/text_encoder/0000/out"' "$work/c.json" && ok || fail "the capture holds /text_encoder/0000/out"
 

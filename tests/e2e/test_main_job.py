@@ -13,7 +13,8 @@ here independently of probe:
  (c) probe-compare --json: every metric of CONTRACT.md recomputed in fp64
      with numpy / math.fsum from the saved arrays, for every tensor;
  (d) the perturbed denoiser is the first failure, text encoder passes,
-     exit 1; reference vs second reference: exit 0, identical everywhere;
+     exit 1; reference vs second reference: exit 0 with --expect-identical,
+     identical everywhere (exit 1, feature not active, without it);
      all JSON v1 keys present;
  (e) bf16-denoiser (the demo's feature): bfloat16 captures bit-exact, first
      failure /dit.step/0000/out.sample, metrics recomputed across dtypes;
@@ -334,9 +335,9 @@ TENSOR_KEYS = ["path", "component", "dtype", "shape", "n", "rel_l2", "cosine", "
                "inf_ref", "inf_cand", "zero_norm_reference", "identical", "verdict", "reasons"]
 
 
-def compare(name, ref_h5, cand_h5):
+def compare(name, ref_h5, cand_h5, *extra):
     p = run([os.path.join(BUILD, "bin", "probe-compare"), ref_h5, cand_h5, "--gate", "T1",
-             "--json", "-"])
+             "--json", "-", *extra])
     try:
         doc = json.loads(p.stdout)
     except ValueError as e:
@@ -469,8 +470,8 @@ def main():
               "ref-vs-perturb: nothing missing")
 
         # (d): determinism floor, reference vs a second reference run
-        rc, doc = compare("ref-vs-ref2", j("ref.h5"), j("ref2.h5"))
-        check(rc == 0, f"ref-vs-ref2: probe-compare exits 0 (got {rc})")
+        rc, doc = compare("ref-vs-ref2", j("ref.h5"), j("ref2.h5"), "--expect-identical")
+        check(rc == 0, f"ref-vs-ref2 --expect-identical: probe-compare exits 0 (got {rc})")
         check(doc.get("verdict") == "pass", f"ref-vs-ref2: verdict {doc.get('verdict')!r} == 'pass'")
         ts = doc.get("tensors", [])
         check(len(ts) == len(expected_paths(STEPS)) and all(
@@ -480,6 +481,11 @@ def main():
         check(doc.get("first_failure") is None, "ref-vs-ref2: first_failure is null")
         check(doc.get("feature_active") is False,
               "ref-vs-ref2: feature_active is false (candidate identical to the reference)")
+        # without --expect-identical the identical candidate is "feature not active"
+        rc, doc = compare("ref-vs-ref2-plain", j("ref.h5"), j("ref2.h5"))
+        check(rc == 1 and doc.get("verdict") == "fail" and doc.get("feature_not_active") is True
+              and any(r.startswith("feature not active:") for r in doc.get("reasons", [])),
+              f"ref-vs-ref2 without --expect-identical: exit 1 (got {rc}), feature not active")
 
         # (e): bf16 denoiser, the demo's feature (float32 reference vs bfloat16 candidate)
         rc, doc = compare("ref-vs-bf16", j("ref.h5"), j("bf16.h5"))
