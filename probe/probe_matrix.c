@@ -1,0 +1,616 @@
+/* probe-matrix: merge several probe-compare JSON results (one per feature)
+ * into one components x features matrix. Format: docs/matrix.md.
+ *   exit 0  no cell failed (with --cells: every requested cell passed or was skipped)
+ *   exit 1  a cell failed (with --cells: a requested cell failed or has no data)
+ *   exit 2  bad arguments, an unreadable or invalid input, an unknown cell id
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FEATURES 256
+#define MAX_CELL_REASONS 3
+
+enum { ST_ABSENT, ST_PASSED, ST_SKIPPED, ST_FAILED };
+static const char *const st_name[] = {"absent", "passed", "skipped", "failed"};
+static const char *const st_short[] = {"-", "pass", "skip", "FAIL"};
+
+typedef struct cell {
+    size_t tensors, passed, failed, missing, skipped;
+    int nreasons;
+    char reasons[MAX_CELL_REASONS][400];
+    int status;
+} cell;
+
+typedef struct feature {
+    const char *name, *source;
+    json_t *doc;
+    int pass;
+    int run_failed;           /* run-level reasons: every cell of the feature fails */
+    char run_reason[300];
+} feature;
+
+typedef struct matrix {
+    feature feat[MAX_FEATURES];
+    size_t nfeat;
+    char **comp;              /* component names, in order of first appearance */
+    size_t ncomp, capcomp;
+    cell *cells;              /* [comp][feat], grown with comp */
+} matrix;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: probe-matrix [options] FEATURE=COMPARE.json ...\n"
+            "Merge probe-compare JSON results (one per feature) into one components x features\n"
+            "matrix; cell ids are COMPONENT/FEATURE. A cell fails if a tensor of that component\n"
+            "failed or is missing (or the feature's run failed, e.g. feature not active), is\n"
+            "skipped if all its captures were skipped, else passes.\n\n"
+            "  --out FILE       write the matrix as JSON (docs/matrix.md); '-' for stdout\n"
+            "  --html FILE      write a self-contained HTML page of the matrix\n"
+            "  --cells ID,...   ask for these cells (repeatable; also --cell ID): an unknown\n"
+            "                   component or feature is an error; the exit status then\n"
+            "                   covers only these cells, and one without data fails\n"
+            "  --quiet          print only the summary line\n"
+            "  --help (-h), --version\n\n"
+            "exit status: 0 no cell failed, 1 a cell failed, 2 bad arguments or input\n");
+}
+
+static long comp_index(const matrix *m, const char *name)
+{
+    for (size_t i = 0; i < m->ncomp; i++)
+        if (!strcmp(m->comp[i], name))
+            return (long)i;
+    return -1;
+}
+
+static cell *cell_at(matrix *m, size_t c, size_t f)
+{
+    return &m->cells[c * MAX_FEATURES + f];
+}
+
+/* The component's row, added on first sight. NULL when out of memory. */
+static cell *row_cell(matrix *m, const char *comp, size_t f)
+{
+    long i = comp_index(m, comp);
+    if (i < 0) {
+        if (m->ncomp == m->capcomp) {
+            size_t cap = m->capcomp ? 2 * m->capcomp : 16;
+            char **cn = realloc(m->comp, cap * sizeof *cn);
+            if (!cn)
+                return NULL;
+            m->comp = cn;
+            cell *cc = realloc(m->cells, cap * MAX_FEATURES * sizeof *cc);
+            if (!cc)
+                return NULL;
+            memset(cc + m->capcomp * MAX_FEATURES, 0,
+                   (cap - m->capcomp) * MAX_FEATURES * sizeof *cc);
+            m->cells = cc;
+            m->capcomp = cap;
+        }
+        if (!(m->comp[m->ncomp] = strdup(comp)))
+            return NULL;
+        i = (long)m->ncomp++;
+    }
+    return cell_at(m, (size_t)i, f);
+}
+
+static void cell_reason(cell *c, const char *path, const char *why)
+{
+    if (c->nreasons < MAX_CELL_REASONS)
+        snprintf(c->reasons[c->nreasons++], sizeof c->reasons[0], "%s: %s", path, why);
+}
+
+/* The component of a dataset path /<component>/...: its first element. */
+static void path_component(char *buf, size_t cap, const char *path)
+{
+    const char *p = path[0] == '/' ? path + 1 : path, *slash = strchr(p, '/');
+    snprintf(buf, cap, "%.*s", slash ? (int)(slash - p) : (int)strlen(p), p);
+}
+
+/* Read one FEATURE=FILE result into the matrix; prints the error and returns -1. */
+static int load_feature(matrix *m, size_t fi)
+{
+    feature *ft = &m->feat[fi];
+    FILE *fp = fopen(ft->source, "r");
+    if (!fp) {
+        fprintf(stderr, "probe-matrix: cannot read %s: %s\n", ft->source, strerror(errno));
+        return -1;
+    }
+    json_error_t err;
+    json_t *doc = json_loadf(fp, 0, &err);
+    fclose(fp);
+    if (!doc) {
+        fprintf(stderr, "probe-matrix: %s: not valid JSON (line %d, column %d): %s\n",
+                ft->source, err.line, err.column, err.text);
+        return -1;
+    }
+    ft->doc = doc;
+    const char *format = json_string_value(json_object_get(doc, "format"));
+    json_t *ver = json_object_get(doc, "version");
+    if (!format || strcmp(format, "probe-compare") || !json_is_integer(ver)) {
+        fprintf(stderr, "probe-matrix: %s: not a probe-compare JSON result (no \"format\": "
+                        "\"probe-compare\" and integer \"version\")\n", ft->source);
+        return -1;
+    }
+    if (json_integer_value(ver) != 1) {
+        fprintf(stderr, "probe-matrix: %s: probe-compare JSON version %lld is not supported "
+                        "(version 1)\n", ft->source, (long long)json_integer_value(ver));
+        return -1;
+    }
+    json_t *tensors = json_object_get(doc, "tensors");
+    json_t *mc = json_object_get(doc, "missing_in_candidate");
+    json_t *mr = json_object_get(doc, "missing_in_reference");
+    const char *verdict = json_string_value(json_object_get(doc, "verdict"));
+    if (!json_is_array(tensors) || !json_is_array(mc) || !json_is_array(mr) || !verdict ||
+        (strcmp(verdict, "pass") && strcmp(verdict, "fail"))) {
+        fprintf(stderr, "probe-matrix: %s: a probe-compare result needs \"tensors\", "
+                        "\"missing_in_candidate\", \"missing_in_reference\" lists and a "
+                        "\"verdict\" of pass or fail\n", ft->source);
+        return -1;
+    }
+    ft->pass = !strcmp(verdict, "pass");
+    char comp[512];
+    size_t i;
+    json_t *t;
+    json_array_foreach(tensors, i, t) {
+        const char *path = json_string_value(json_object_get(t, "path"));
+        const char *tc = json_string_value(json_object_get(t, "component"));
+        const char *tv = json_string_value(json_object_get(t, "verdict"));
+        if (!path || !tv) {
+            fprintf(stderr, "probe-matrix: %s: tensors[%zu] lacks a string \"path\" or "
+                            "\"verdict\"\n", ft->source, i);
+            return -1;
+        }
+        if (!tc || !*tc)
+            path_component(comp, sizeof comp, path);
+        else
+            snprintf(comp, sizeof comp, "%s", tc);
+        cell *c = row_cell(m, comp, fi);
+        if (!c)
+            goto oom;
+        c->tensors++;
+        if (!strcmp(tv, "pass")) {
+            c->passed++;
+        } else {
+            c->failed++;
+            const char *why = json_string_value(json_array_get(json_object_get(t, "reasons"), 0));
+            cell_reason(c, path, why ? why : "failed");
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        json_array_foreach(side ? mr : mc, i, t) {
+            const char *path = json_string_value(t);
+            if (!path) {
+                fprintf(stderr, "probe-matrix: %s: %s[%zu] is not a string\n", ft->source,
+                        side ? "missing_in_reference" : "missing_in_candidate", i);
+                return -1;
+            }
+            path_component(comp, sizeof comp, path);
+            cell *c = row_cell(m, comp, fi);
+            if (!c)
+                goto oom;
+            c->missing++;
+            cell_reason(c, path, side ? "missing in reference" : "missing in candidate");
+        }
+    }
+    json_array_foreach(json_object_get(doc, "skipped"), i, t) {
+        const char *path = json_string_value(json_object_get(t, "path"));
+        if (!path) {
+            fprintf(stderr, "probe-matrix: %s: skipped[%zu] lacks a string \"path\"\n",
+                    ft->source, i);
+            return -1;
+        }
+        path_component(comp, sizeof comp, path);
+        cell *c = row_cell(m, comp, fi);
+        if (!c)
+            goto oom;
+        c->skipped++;
+    }
+    /* Run-level failures (feature not active, nothing compared, ...) fail every cell. */
+    json_t *reasons = json_object_get(doc, "reasons");
+    const char *r0 = json_string_value(json_array_get(reasons, 0));
+    if (r0) {
+        ft->run_failed = 1;
+        snprintf(ft->run_reason, sizeof ft->run_reason, "%s", r0);
+    } else if (json_is_true(json_object_get(doc, "feature_not_active"))) {
+        ft->run_failed = 1;
+        snprintf(ft->run_reason, sizeof ft->run_reason, "feature not active");
+    } else if (json_is_true(json_object_get(doc, "nothing_compared"))) {
+        ft->run_failed = 1;
+        snprintf(ft->run_reason, sizeof ft->run_reason, "nothing compared");
+    }
+    return 0;
+oom:
+    fprintf(stderr, "probe-matrix: out of memory\n");
+    return -1;
+}
+
+static void classify(matrix *m)
+{
+    for (size_t c = 0; c < m->ncomp; c++)
+        for (size_t f = 0; f < m->nfeat; f++) {
+            cell *x = cell_at(m, c, f);
+            if (m->feat[f].run_failed) {
+                x->status = ST_FAILED;
+                if (x->nreasons < MAX_CELL_REASONS)
+                    snprintf(x->reasons[x->nreasons++], sizeof x->reasons[0], "%s",
+                             m->feat[f].run_reason);
+            } else if (x->failed || x->missing) {
+                x->status = ST_FAILED;
+            } else if (x->tensors) {
+                x->status = ST_PASSED;
+            } else if (x->skipped) {
+                x->status = ST_SKIPPED;
+            } else {
+                x->status = ST_ABSENT;
+            }
+        }
+}
+
+/* --- requested cells --- */
+
+typedef struct req {
+    size_t comp, feat;
+    char id[600];
+} req;
+
+/* Parse one id COMPONENT/FEATURE; prints the error and returns -1. */
+static int parse_cell(const matrix *m, const char *id, req *out)
+{
+    const char *slash = strchr(id, '/');
+    if (!slash || slash == id || !slash[1]) {
+        fprintf(stderr, "probe-matrix: cell id '%s' is not COMPONENT/FEATURE\n", id);
+        return -1;
+    }
+    char comp[512];
+    snprintf(comp, sizeof comp, "%.*s", (int)(slash - id), id);
+    long ci = comp_index(m, comp);
+    if (ci < 0) {
+        fprintf(stderr, "probe-matrix: cell id '%s': unknown component '%s' (known:", id, comp);
+        for (size_t i = 0; i < m->ncomp; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", m->comp[i]);
+        fprintf(stderr, ")\n");
+        return -1;
+    }
+    for (size_t f = 0; f < m->nfeat; f++)
+        if (!strcmp(m->feat[f].name, slash + 1)) {
+            out->comp = (size_t)ci;
+            out->feat = f;
+            snprintf(out->id, sizeof out->id, "%s", id);
+            return 0;
+        }
+    fprintf(stderr, "probe-matrix: cell id '%s': unknown feature '%s' (known:", id, slash + 1);
+    for (size_t f = 0; f < m->nfeat; f++)
+        fprintf(stderr, "%s %s", f ? "," : "", m->feat[f].name);
+    fprintf(stderr, ")\n");
+    return -1;
+}
+
+/* --- output --- */
+
+static json_t *matrix_json(matrix *m, const req *reqs, size_t nreq, int pass)
+{
+    json_t *o = json_object(), *fs = json_array(), *cs = json_array(), *cells = json_array();
+    json_object_set_new(o, "format", json_string("probe-matrix"));
+    json_object_set_new(o, "version", json_integer(1));
+    json_object_set_new(o, "verdict", json_string(pass ? "pass" : "fail"));
+    for (size_t f = 0; f < m->nfeat; f++) {
+        json_t *fo = json_object();
+        json_object_set_new(fo, "name", json_string(m->feat[f].name));
+        json_object_set_new(fo, "source", json_string(m->feat[f].source));
+        json_object_set_new(fo, "verdict", json_string(m->feat[f].pass ? "pass" : "fail"));
+        json_object_set_new(fo, "run_failure", m->feat[f].run_failed
+                                                   ? json_string(m->feat[f].run_reason)
+                                                   : json_null());
+        json_array_append_new(fs, fo);
+    }
+    for (size_t c = 0; c < m->ncomp; c++)
+        json_array_append_new(cs, json_string(m->comp[c]));
+    size_t count[4] = {0};
+    for (size_t c = 0; c < m->ncomp; c++)
+        for (size_t f = 0; f < m->nfeat; f++) {
+            cell *x = cell_at(m, c, f);
+            count[x->status]++;
+            char id[600];
+            snprintf(id, sizeof id, "%s/%s", m->comp[c], m->feat[f].name);
+            json_t *r = json_array();
+            for (int k = 0; k < x->nreasons; k++)
+                json_array_append_new(r, json_string(x->reasons[k]));
+            json_array_append_new(
+                cells, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:o}", "id", id,
+                                 "component", m->comp[c], "feature", m->feat[f].name, "status",
+                                 st_name[x->status], "tensors", (json_int_t)x->tensors, "passed",
+                                 (json_int_t)x->passed, "failed", (json_int_t)x->failed,
+                                 "missing", (json_int_t)x->missing, "skipped",
+                                 (json_int_t)x->skipped, "reasons", r));
+        }
+    json_object_set_new(o, "features", fs);
+    json_object_set_new(o, "components", cs);
+    json_object_set_new(o, "cells", cells);
+    json_t *rq = nreq ? json_array() : json_null();
+    for (size_t i = 0; i < nreq; i++)
+        json_array_append_new(
+            rq, json_pack("{s:s,s:s}", "id", reqs[i].id, "status",
+                          st_name[cell_at(m, reqs[i].comp, reqs[i].feat)->status]));
+    json_object_set_new(o, "requested", rq);
+    json_object_set_new(o, "summary",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I}", "cells",
+                                  (json_int_t)(m->ncomp * m->nfeat), "passed",
+                                  (json_int_t)count[ST_PASSED], "failed",
+                                  (json_int_t)count[ST_FAILED], "skipped",
+                                  (json_int_t)count[ST_SKIPPED], "absent",
+                                  (json_int_t)count[ST_ABSENT]));
+    return o;
+}
+
+static void html_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+static int write_html(FILE *f, matrix *m, json_t *doc)
+{
+    static const char *const cls[] = {"absent", "pass", "skip", "fail"};
+    fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>probe-matrix</title>\n"
+          "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+          "td,th{border:1px solid #ccc;padding:3px 8px}td.pass{background:#dfd}"
+          "td.fail{background:#fbb}td.skip{background:#eee}td.absent{color:#999}"
+          "th.c{text-align:left;font-family:monospace}</style></head><body>\n<h1>probe-matrix: ",
+          f);
+    fputs(strcmp(json_string_value(json_object_get(doc, "verdict")), "pass") ? "FAIL" : "PASS",
+          f);
+    fputs("</h1>\n<table id=\"matrix\"><tr><th>component</th>", f);
+    for (size_t j = 0; j < m->nfeat; j++) {
+        fputs("<th>", f);
+        html_text(f, m->feat[j].name);
+        fputs("</th>", f);
+    }
+    fputs("</tr>\n", f);
+    for (size_t c = 0; c < m->ncomp; c++) {
+        fputs("<tr><th class=\"c\">", f);
+        html_text(f, m->comp[c]);
+        fputs("</th>", f);
+        for (size_t j = 0; j < m->nfeat; j++) {
+            cell *x = cell_at(m, c, j);
+            fprintf(f, "<td class=\"%s\" data-id=\"", cls[x->status]);
+            html_text(f, m->comp[c]);
+            fputc('/', f);
+            html_text(f, m->feat[j].name);
+            fputs("\" title=\"", f);
+            for (int k = 0; k < x->nreasons; k++) {
+                html_text(f, x->reasons[k]);
+                fputs("&#10;", f);
+            }
+            fprintf(f, "\">%s</td>", st_name[x->status]);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n<script type=\"application/json\" id=\"probe-matrix-data\">", f);
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text)
+        return -1;
+    /* "</" inside the inline JSON would end the script element. */
+    for (const char *p = text; *p; p++) {
+        if (p[0] == '<' && p[1] == '/')
+            fputs("<\\", f);
+        else
+            fputc(*p, f);
+    }
+    free(text);
+    fputs("</script>\n</body></html>\n", f);
+    return fflush(f) == 0 && !ferror(f) ? 0 : -1;
+}
+
+static int write_out(const char *path, matrix *m, json_t *doc, int html)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "probe-matrix: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int rc = html ? write_html(f, m, doc)
+                  : (json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 &&
+                     fputc('\n', f) != EOF && fflush(f) == 0)
+                        ? 0
+                        : -1;
+    if (f != stdout && fclose(f) != 0)
+        rc = -1;
+    if (rc)
+        fprintf(stderr, "probe-matrix: cannot write %s\n", path);
+    return rc;
+}
+
+static void print_table(FILE *out, matrix *m)
+{
+    int w = 9;
+    for (size_t c = 0; c < m->ncomp; c++)
+        if ((int)strlen(m->comp[c]) > w)
+            w = (int)strlen(m->comp[c]);
+    fprintf(out, "%-*s", w, "component");
+    for (size_t f = 0; f < m->nfeat; f++) {
+        int fw = (int)strlen(m->feat[f].name);
+        fprintf(out, "  %-*s", fw < 4 ? 4 : fw, m->feat[f].name);
+    }
+    fputc('\n', out);
+    for (size_t c = 0; c < m->ncomp; c++) {
+        fprintf(out, "%-*s", w, m->comp[c]);
+        for (size_t f = 0; f < m->nfeat; f++) {
+            int fw = (int)strlen(m->feat[f].name);
+            fprintf(out, "  %-*s", fw < 4 ? 4 : fw, st_short[cell_at(m, c, f)->status]);
+        }
+        fputc('\n', out);
+    }
+    for (size_t c = 0; c < m->ncomp; c++)
+        for (size_t f = 0; f < m->nfeat; f++) {
+            cell *x = cell_at(m, c, f);
+            if (x->status == ST_FAILED)
+                fprintf(out, "%s/%s: FAIL: %s\n", m->comp[c], m->feat[f].name,
+                        x->nreasons ? x->reasons[0] : "failed");
+        }
+}
+
+int main(int argc, char **argv)
+{
+    enum { OPT_OUT = 256, OPT_HTML, OPT_CELLS, OPT_QUIET, OPT_HELP, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"out", required_argument, 0, OPT_OUT},     {"html", required_argument, 0, OPT_HTML},
+        {"cells", required_argument, 0, OPT_CELLS}, {"cell", required_argument, 0, OPT_CELLS},
+        {"quiet", no_argument, 0, OPT_QUIET},       {"help", no_argument, 0, OPT_HELP},
+        {"version", no_argument, 0, OPT_VERSION},   {0, 0, 0, 0}};
+    const char *out_path = NULL, *html_path = NULL;
+    const char **cell_args = calloc((size_t)argc + 1, sizeof *cell_args);
+    size_t ncell_args = 0;
+    int quiet = 0, c;
+    if (!cell_args) {
+        fprintf(stderr, "probe-matrix: out of memory\n");
+        return 2;
+    }
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_OUT: out_path = optarg; break;
+        case OPT_HTML: html_path = optarg; break;
+        case OPT_CELLS: cell_args[ncell_args++] = optarg; break;
+        case OPT_QUIET: quiet = 1; break;
+        case 'h':
+        case OPT_HELP: usage(stdout); return 0;
+        case OPT_VERSION: printf("probe-matrix %s\n", PROBE_VERSION); return 0;
+        default:
+            if (optopt)
+                fprintf(stderr, "probe-matrix: option needs an argument or is unknown: %s\n",
+                        argv[optind - 1]);
+            else
+                fprintf(stderr, "probe-matrix: unknown option '%s'\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind == argc) {
+        fprintf(stderr, "probe-matrix: expected FEATURE=COMPARE.json arguments, got none "
+                        "(--help for more)\n");
+        return 2;
+    }
+    if (out_path && html_path && !strcmp(out_path, "-") && !strcmp(html_path, "-")) {
+        fprintf(stderr, "probe-matrix: --out - and --html - cannot both write to stdout\n");
+        return 2;
+    }
+    static matrix m;
+    for (int i = optind; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq || eq == argv[i] || !eq[1]) {
+            fprintf(stderr, "probe-matrix: '%s' is not FEATURE=COMPARE.json\n", argv[i]);
+            return 2;
+        }
+        *eq = 0;
+        if (strpbrk(argv[i], "/,")) {
+            fprintf(stderr, "probe-matrix: feature name '%s' may not contain '/' or ','\n",
+                    argv[i]);
+            return 2;
+        }
+        for (size_t f = 0; f < m.nfeat; f++)
+            if (!strcmp(m.feat[f].name, argv[i])) {
+                fprintf(stderr, "probe-matrix: feature '%s' given twice\n", argv[i]);
+                return 2;
+            }
+        if (m.nfeat == MAX_FEATURES) {
+            fprintf(stderr, "probe-matrix: at most %d features\n", MAX_FEATURES);
+            return 2;
+        }
+        m.feat[m.nfeat].name = argv[i];
+        m.feat[m.nfeat].source = eq + 1;
+        if (load_feature(&m, m.nfeat))
+            return 2;
+        m.nfeat++;
+    }
+    classify(&m);
+
+    /* Requested cells: every id must name a known component and feature. */
+    size_t nreq = 0, capreq = 0;
+    req *reqs = NULL;
+    for (size_t a = 0; a < ncell_args; a++) {
+        char *list = strdup(cell_args[a]), *save = NULL;
+        if (!list) {
+            fprintf(stderr, "probe-matrix: out of memory\n");
+            return 2;
+        }
+        if (!*list) {
+            fprintf(stderr, "probe-matrix: --cells: empty list\n");
+            return 2;
+        }
+        for (char *id = strtok_r(list, ",", &save); id; id = strtok_r(NULL, ",", &save)) {
+            if (nreq == capreq) {
+                capreq = capreq ? 2 * capreq : 16;
+                req *r = realloc(reqs, capreq * sizeof *r);
+                if (!r) {
+                    fprintf(stderr, "probe-matrix: out of memory\n");
+                    return 2;
+                }
+                reqs = r;
+            }
+            if (parse_cell(&m, id, &reqs[nreq]))
+                return 2;
+            nreq++;
+        }
+        free(list);
+    }
+
+    int pass = 1;
+    if (nreq) {
+        for (size_t i = 0; i < nreq; i++) {
+            int st = cell_at(&m, reqs[i].comp, reqs[i].feat)->status;
+            if (st == ST_FAILED || st == ST_ABSENT)
+                pass = 0;
+        }
+    } else {
+        for (size_t ci = 0; ci < m.ncomp; ci++)
+            for (size_t f = 0; f < m.nfeat; f++)
+                if (cell_at(&m, ci, f)->status == ST_FAILED)
+                    pass = 0;
+    }
+    json_t *doc = matrix_json(&m, reqs, nreq, pass);
+    FILE *human = out_path && !strcmp(out_path, "-") ? stderr : stdout;
+    if (html_path && !strcmp(html_path, "-"))
+        human = stderr;
+    if (!quiet)
+        print_table(human, &m);
+    for (size_t i = 0; i < nreq; i++) {
+        cell *x = cell_at(&m, reqs[i].comp, reqs[i].feat);
+        fprintf(human, "requested %s: %s%s%s\n", reqs[i].id, st_name[x->status],
+                x->nreasons ? ": " : "", x->nreasons ? x->reasons[0] : "");
+    }
+    json_t *sum = json_object_get(doc, "summary");
+    fprintf(human, "%s: %zu components x %zu features: %lld passed, %lld failed, %lld skipped, "
+                   "%lld absent%s\n",
+            pass ? "PASS" : "FAIL", m.ncomp, m.nfeat,
+            (long long)json_integer_value(json_object_get(sum, "passed")),
+            (long long)json_integer_value(json_object_get(sum, "failed")),
+            (long long)json_integer_value(json_object_get(sum, "skipped")),
+            (long long)json_integer_value(json_object_get(sum, "absent")),
+            nreq ? " (exit status from the requested cells)" : "");
+    int rc = pass ? 0 : 1;
+    if (out_path && write_out(out_path, &m, doc, 0))
+        rc = 2;
+    if (html_path && write_out(html_path, &m, doc, 1))
+        rc = 2;
+    json_decref(doc);
+    for (size_t f = 0; f < m.nfeat; f++)
+        json_decref(m.feat[f].doc);
+    for (size_t i = 0; i < m.ncomp; i++)
+        free(m.comp[i]);
+    free(m.comp);
+    free(m.cells);
+    free(reqs);
+    free(cell_args);
+    return rc;
+}
