@@ -4,8 +4,8 @@
 # diffusers WanPipeline (scripts/gpu/wan_run.py) under probe-run for:
 #   - determinism floor: reference vs reference (bf16 + SDPA math, fp32)
 #   - attention backend swap: SDPA math vs flash (bf16), gate T1
-#   - bf16 vs fp32: calibrate T2 thresholds on seeds 1-3 (scripts/gpu/calibrate.py),
-#     then gate seed 4 with them
+#   - bf16 vs fp32: calibrate T2 thresholds on seeds 1-3 (probe-calibrate, with the
+#     fp32 floor fp32-a vs fp32-b), then gate seed 4 with them
 # Logs, JSON results and the calibration go to $OUT/evidence.tar.gz (or ./gpu-out).
 # Needs: the CUDA toolkit, libhdf5-dev, torch, transformers; diffusers and the
 # jansson/xxhash headers are taken from ./.whl and ./.debs when present.
@@ -75,10 +75,14 @@ for s in 1 2 3 4; do
 done
 cmp fp32-a bf16-s1 bf16-vs-fp32-s1 --gate T1
 for s in 2 3 4; do cmp fp32-s$s bf16-s$s bf16-vs-fp32-s$s --gate T1; done
-python3 scripts/gpu/calibrate.py --feature bf16-transformer --headroom 1.5 \
-  --out "$W/calibration-bf16.json" "$W"/bf16-vs-fp32-s1.json "$W"/bf16-vs-fp32-s2.json \
-  "$W"/bf16-vs-fp32-s3.json > "$W/calibrate.log" 2>&1
-log "calibrate (seeds 1-3): exit $?"
+# Pair i is seed i (fp32 reference, bf16 candidate); the seeds differ, so the
+# floor is the repeated fp32 seed-1 run. Exit 1: T1 does not sit above that floor (the
+# file is still written).
+"$B/probe-calibrate" --feature bf16-transformer --headroom 1.5 --references-differ \
+  --reference "$W/fp32-a.h5" --candidate "$W/bf16-s1.h5" --reference "$W/fp32-s2.h5" \
+  --candidate "$W/bf16-s2.h5" --reference "$W/fp32-s3.h5" --candidate "$W/bf16-s3.h5" \
+  --reference-repeat "$W/fp32-b.h5" --out "$W/calibration-bf16.json" > "$W/calibrate.log" 2>&1
+log "calibrate (seeds 1-3, floor fp32-a vs fp32-b): exit $?"; tee -a "$WORK/summary.txt" < "$W/calibrate.log"
 cmp fp32-s4 bf16-s4 bf16-vs-fp32-s4-T2 --gate T2 --calibration "$W/calibration-bf16.json"
 rm -f "$W"/*.h5
 log "done"

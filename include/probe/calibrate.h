@@ -1,0 +1,120 @@
+/* probe/calibrate.h - derive T2 thresholds (docs/calibration.md) from
+ * repeated runs, and measure the determinism floor.
+ *
+ * Inputs are capture files: N reference runs R_0..R_{N-1} (feature off) and
+ * M <= N candidate runs C_0..C_{M-1} (feature on), where C_i was run on the
+ * same inputs (seed, prompt, config) as R_i. Every pair is compared with the
+ * compare engine (probe_compare_files, probe/compare.h), so each statistic is
+ * one of probe/metrics.h's metrics: no metric is computed here.
+ *
+ *   feature drift   (R_i, C_i) for i < M
+ *   floor           (R_0, R_i) for 1 <= i < N, unless references_differ
+ *                   (the references were run on different inputs), and
+ *                   (R_k, repeats[k]) for every repeat given
+ *
+ * Per component (the tensor's probe.component, else the first path element),
+ * over every compared tensor of every pair (one sample per tensor per pair):
+ * worst and mean of rel_l2, 1 - cosine, p99_abs, max_abs and
+ * mismatch_fraction (at the stated atol/rtol). Thresholds, with headroom h:
+ *   rel_l2_max = h * worst rel_l2          p99_abs_max = h * worst p99_abs
+ *   max_abs_max = h * worst max_abs        cosine_min = max(-1, 1 - h * worst(1 - cosine))
+ *   mismatch_fraction_max = min(1, h * worst mismatch_fraction), with atol/rtol as given.
+ * T1 sits above the floor for a component when, with T1's thresholds from
+ * probe_gate_parse("T1") (docs/gates.md "Determinism floor"):
+ *   h * floor worst rel_l2 < T1 rel_l2_max (1e-2) and
+ *   h * floor worst (1 - cosine) < 1 - T1 cosine_min (1e-4).
+ */
+#ifndef PROBE_CALIBRATE_H
+#define PROBE_CALIBRATE_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct probe_calibrate_opts {
+    const char *feature;                 /* name of the calibrated feature; required, non-empty */
+    double headroom;                     /* factor on the worst observed drift; finite, >= 1 */
+    double atol, rtol;                   /* tolerance of mismatch_fraction; finite, >= 0 */
+    const char *const *references;       /* R_0..R_{N-1}, N = nreferences >= 1 */
+    size_t nreferences;
+    const char *const *candidates;       /* C_0..C_{M-1}, 1 <= M <= N */
+    size_t ncandidates;
+    const char *const *repeats;          /* repeats[k]: a second run of references[k]; may be NULL */
+    size_t nrepeats;                     /* <= nreferences */
+    int references_differ;               /* 1: the references ran on different inputs, so only
+                                            repeats give the floor */
+    const char *const *known_components; /* NULL-terminated; NULL accepts any component */
+} probe_calibrate_opts;
+
+/* One statistic over n samples (a sample is one tensor of one pair). NaN
+ * samples (p99_abs of an empty tensor) are left out; with none left, worst
+ * and mean are NaN. */
+typedef struct probe_calibrate_stat {
+    double worst;   /* max (for 1 - cosine: the largest, i.e. the smallest cosine) */
+    double mean;    /* arithmetic mean */
+    size_t n;       /* samples taken */
+} probe_calibrate_stat;
+
+typedef struct probe_calibrate_drift {
+    size_t pairs;   /* file pairs that had this component */
+    size_t tensors; /* samples: tensors x pairs */
+    probe_calibrate_stat rel_l2, one_minus_cosine, p99_abs, max_abs, mismatch_fraction;
+} probe_calibrate_drift;
+
+typedef struct probe_calibrate_component {
+    char name[128];
+    probe_calibrate_drift feature;  /* candidate vs its reference */
+    probe_calibrate_drift floor;    /* reference vs reference; floor.tensors = 0: not measured */
+    /* thresholds written to the file (NaN: not written, e.g. p99 of empty tensors only) */
+    double rel_l2_max, cosine_min, p99_abs_max, max_abs_max, mismatch_fraction_max;
+    /* T1 check: h * floor worst, and T1's limits */
+    double floor_rel_l2_x_headroom, floor_one_minus_cosine_x_headroom;
+    double t1_rel_l2_max, t1_one_minus_cosine_max;
+    int t1_above_floor;             /* 1 above, 0 not (also when the floor was not measured) */
+} probe_calibrate_component;
+
+typedef struct probe_calibrate_file {
+    char path[1024];   /* as given */
+    char role[16];     /* "reference", "candidate", "repeat" */
+    int index;         /* i of R_i / C_i, k of repeats[k] */
+    char *manifest;    /* probe.manifest JSON text, NULL if the file has none */
+} probe_calibrate_file;
+
+typedef struct probe_calibrate_result {
+    char feature[256];
+    double headroom, atol, rtol;
+    char date[32];                        /* UTC, ISO 8601, when the result was computed */
+    size_t npairs, nfloor_pairs;
+    size_t ncomponents;
+    probe_calibrate_component *components; /* in first-seen execution order */
+    size_t nfiles;
+    probe_calibrate_file *files;          /* references, candidates, repeats in that order */
+    int t1_above_floor;                   /* every component's t1_above_floor */
+} probe_calibrate_result;
+
+/* Compare every pair and compute the statistics, thresholds and floor check.
+ * Errors (no result): PROBE_EINVAL for bad options (no feature, headroom < 1,
+ * M > N, more repeats than references, no floor pair at all) and for a tensor
+ * whose component is not in known_components (the message names the file
+ * and the component); any error of probe_compare_files (a file that cannot
+ * be opened or read, the message names it); PROBE_EMISMATCH when a pair
+ * cannot be calibrated on: a tensor missing on one side, a shape mismatch,
+ * nothing compared, a NaN in the candidate or a non-finite metric (the
+ * message names the pair and the tensor); PROBE_ENOMEM. */
+probe_status probe_calibrate_run(const probe_calibrate_opts *opts, probe_calibrate_result **out);
+void probe_calibrate_result_free(probe_calibrate_result *r);
+
+/* Write the calibration file (docs/calibration.md, version 1: the thresholds
+ * per component; the statistics, floor and T1 check under each entry's
+ * "observed"; files, manifests, architectures under "evidence"). It loads
+ * with probe_calibration_load(). PROBE_EIO if the stream fails, PROBE_ENOMEM. */
+probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,526 @@
+/* calibrate.c - T2 thresholds and the determinism floor from repeated runs
+ * (probe/calibrate.h, docs/calibration.md "probe-calibrate"). Every metric
+ * comes from the compare engine (probe_compare_files). */
+#include "probe/calibrate.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "probe/capture.h"
+#include "probe/compare.h"
+#include "probe/gate.h"
+
+enum { S_REL_L2, S_1MCOS, S_P99, S_MAX_ABS, S_MISMATCH, NSTATS };
+
+typedef struct {
+    double worst, sum;
+    size_t n;
+} acc;
+
+typedef struct {
+    acc a[NSTATS];
+    size_t pairs, tensors;
+    long last_pair; /* pair id that last added to this drift (counts pairs) */
+} drift_acc;
+
+typedef struct {
+    probe_calibrate_component *c; /* result components, grown together with accs */
+    drift_acc *feature, *floor;
+    size_t n, cap;
+} comp_table;
+
+static void acc_add(acc *a, double x)
+{
+    if (isnan(x))
+        return;
+    if (a->n == 0 || x > a->worst)
+        a->worst = x;
+    a->sum += x;
+    a->n++;
+}
+
+static probe_calibrate_stat acc_stat(const acc *a)
+{
+    probe_calibrate_stat s = {NAN, NAN, a->n};
+    if (a->n) {
+        s.worst = a->worst;
+        s.mean = a->sum / (double)a->n;
+    }
+    return s;
+}
+
+static long comp_find(comp_table *t, const char *name)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->c[i].name, name) == 0)
+            return (long)i;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 8;
+        probe_calibrate_component *c = realloc(t->c, cap * sizeof *c);
+        if (c)
+            t->c = c;
+        drift_acc *f = c ? realloc(t->feature, cap * sizeof *f) : NULL;
+        if (f)
+            t->feature = f;
+        drift_acc *g = f ? realloc(t->floor, cap * sizeof *g) : NULL;
+        if (!g)
+            return -1;
+        t->floor = g;
+        t->cap = cap;
+    }
+    memset(&t->c[t->n], 0, sizeof t->c[0]);
+    snprintf(t->c[t->n].name, sizeof t->c[0].name, "%s", name);
+    memset(&t->feature[t->n], 0, sizeof t->feature[0]);
+    memset(&t->floor[t->n], 0, sizeof t->floor[0]);
+    t->feature[t->n].last_pair = t->floor[t->n].last_pair = -1;
+    return (long)t->n++;
+}
+
+static int known(const char *const *names, const char *name)
+{
+    if (!names)
+        return 1;
+    for (size_t i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+static void known_list(char *buf, size_t cap, const char *const *names)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; names[i] && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
+}
+
+/* Compare one pair and add its tensors to the feature or floor statistics. */
+static probe_status add_pair(const char *ref, const char *cand, int is_floor, long pair_id,
+                             const probe_calibrate_opts *o, comp_table *t)
+{
+    probe_compare_opts co;
+    memset(&co, 0, sizeof co);
+    probe_status s = probe_gate_parse("T1", &co.gate);
+    if (s != PROBE_OK)
+        return s;
+    co.atol_set = co.rtol_set = 1;
+    co.atol = o->atol;
+    co.rtol = o->rtol;
+    probe_compare_result *r = NULL;
+    s = probe_compare_files(ref, cand, &co, &r);
+    if (s != PROBE_OK)
+        return s;
+    const char *what = is_floor ? "floor pair" : "pair";
+    if (r->nothing_compared) {
+        s = probe_set_error(PROBE_EMISMATCH, "%s %s vs %s: nothing compared (no dataset path in "
+                            "both files)", what, ref, cand);
+        goto out;
+    }
+    if (r->nmissing_cand || r->nmissing_ref) {
+        s = probe_set_error(PROBE_EMISMATCH, "%s %s vs %s: %s %s (%zu missing in the second "
+                            "file, %zu in the first); calibration runs must capture the same "
+                            "tensors", what, ref, cand,
+                            r->nmissing_cand ? r->missing_in_candidate[0]
+                                             : r->missing_in_reference[0],
+                            r->nmissing_cand ? "is missing in the second file"
+                                             : "is missing in the first file",
+                            r->nmissing_cand, r->nmissing_ref);
+        goto out;
+    }
+    for (size_t i = 0; i < r->ntensors; i++) {
+        const probe_tensor_result *x = &r->tensors[i];
+        const probe_metrics *m = &x->m;
+        if (!known(o->known_components, x->ref.component)) {
+            char list[1024];
+            known_list(list, sizeof list, o->known_components);
+            s = probe_set_error(PROBE_EINVAL, "%s: tensor %s: unknown component '%s' (known: %s)",
+                                ref, x->ref.path, x->ref.component, list);
+            goto out;
+        }
+        const char *bad = NULL;
+        if (!x->compared)
+            bad = x->verdict.nreasons ? x->verdict.reasons[0] : "not compared";
+        else if (m->nan_cand)
+            bad = "NaN in the candidate";
+        else if (m->inf_mismatch)
+            bad = "an infinity on one side only";
+        else if (!isfinite(m->rel_l2) || !isfinite(m->cosine) || !isfinite(m->max_abs))
+            bad = "a metric is not finite (zero-norm reference?)";
+        if (bad) {
+            s = probe_set_error(PROBE_EMISMATCH, "%s %s vs %s: tensor %s: %s; cannot calibrate "
+                                "on it", what, ref, cand, x->ref.path, bad);
+            goto out;
+        }
+        long k = comp_find(t, x->ref.component);
+        if (k < 0) {
+            s = probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+            goto out;
+        }
+        drift_acc *d = is_floor ? &t->floor[k] : &t->feature[k];
+        acc_add(&d->a[S_REL_L2], m->rel_l2);
+        acc_add(&d->a[S_1MCOS], 1.0 - m->cosine);
+        acc_add(&d->a[S_P99], m->p99_abs);
+        acc_add(&d->a[S_MAX_ABS], m->max_abs);
+        acc_add(&d->a[S_MISMATCH], m->mismatch_fraction);
+        d->tensors++;
+        if (d->last_pair != pair_id) {
+            d->pairs++;
+            d->last_pair = pair_id;
+        }
+    }
+out:
+    probe_compare_result_free(r);
+    return s;
+}
+
+static void drift_out(const drift_acc *a, probe_calibrate_drift *d)
+{
+    d->pairs = a->pairs;
+    d->tensors = a->tensors;
+    d->rel_l2 = acc_stat(&a->a[S_REL_L2]);
+    d->one_minus_cosine = acc_stat(&a->a[S_1MCOS]);
+    d->p99_abs = acc_stat(&a->a[S_P99]);
+    d->max_abs = acc_stat(&a->a[S_MAX_ABS]);
+    d->mismatch_fraction = acc_stat(&a->a[S_MISMATCH]);
+}
+
+void probe_calibrate_result_free(probe_calibrate_result *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->nfiles; i++)
+        free(r->files[i].manifest);
+    free(r->files);
+    free(r->components);
+    free(r);
+}
+
+static probe_status check_opts(const probe_calibrate_opts *o)
+{
+    if (!o)
+        return probe_set_error(PROBE_EINVAL, "calibrate: NULL options");
+    if (!o->feature || !o->feature[0])
+        return probe_set_error(PROBE_EINVAL, "calibrate: no feature name");
+    if (!isfinite(o->headroom) || o->headroom < 1)
+        return probe_set_error(PROBE_EINVAL, "calibrate: headroom %g: must be a finite number >= 1",
+                               o->headroom);
+    if (!isfinite(o->atol) || o->atol < 0 || !isfinite(o->rtol) || o->rtol < 0)
+        return probe_set_error(PROBE_EINVAL, "calibrate: atol %g rtol %g: must be finite and >= 0",
+                               o->atol, o->rtol);
+    if (o->nreferences == 0 || !o->references)
+        return probe_set_error(PROBE_EINVAL, "calibrate: no reference run");
+    if (o->ncandidates == 0 || !o->candidates)
+        return probe_set_error(PROBE_EINVAL, "calibrate: no candidate run");
+    if (o->ncandidates > o->nreferences)
+        return probe_set_error(PROBE_EINVAL, "calibrate: %zu candidates but %zu references: "
+                               "candidate i pairs with reference i", o->ncandidates,
+                               o->nreferences);
+    if (o->nrepeats > o->nreferences || (o->nrepeats && !o->repeats))
+        return probe_set_error(PROBE_EINVAL, "calibrate: %zu reference repeats but %zu "
+                               "references: repeat k is a second run of reference k",
+                               o->nrepeats, o->nreferences);
+    size_t nfloor = o->nrepeats + (o->references_differ ? 0 : o->nreferences - 1);
+    if (nfloor == 0)
+        return probe_set_error(PROBE_EINVAL, "calibrate: no determinism floor: give a second "
+                               "reference run of the same inputs (another reference, or a "
+                               "reference repeat)");
+    return PROBE_OK;
+}
+
+static probe_status add_file(probe_calibrate_result *r, const char *path, const char *role, int idx)
+{
+    probe_calibrate_file *f = &r->files[r->nfiles];
+    memset(f, 0, sizeof *f);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    snprintf(f->role, sizeof f->role, "%s", role);
+    f->index = idx;
+    probe_file *pf = NULL;
+    probe_status s = probe_file_open(path, &pf);
+    if (s != PROBE_OK)
+        return s;
+    const char *m = probe_file_manifest(pf);
+    if (m && !(f->manifest = strdup(m))) {
+        probe_file_close(pf);
+        return probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+    }
+    probe_file_close(pf);
+    r->nfiles++;
+    return PROBE_OK;
+}
+
+probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_result **out)
+{
+    if (!out)
+        return probe_set_error(PROBE_EINVAL, "calibrate: NULL result pointer");
+    *out = NULL;
+    probe_status s = check_opts(o);
+    if (s != PROBE_OK)
+        return s;
+    probe_gate t1;
+    if ((s = probe_gate_parse("T1", &t1)) != PROBE_OK)
+        return s;
+
+    probe_calibrate_result *r = calloc(1, sizeof *r);
+    size_t nf = o->nreferences + o->ncandidates + o->nrepeats;
+    if (!r || !(r->files = calloc(nf, sizeof *r->files))) {
+        free(r);
+        return probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+    }
+    snprintf(r->feature, sizeof r->feature, "%s", o->feature);
+    r->headroom = o->headroom;
+    r->atol = o->atol;
+    r->rtol = o->rtol;
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    /* Every file first: a missing one is reported before any comparison. */
+    for (size_t i = 0; s == PROBE_OK && i < o->nreferences; i++)
+        s = add_file(r, o->references[i], "reference", (int)i);
+    for (size_t i = 0; s == PROBE_OK && i < o->ncandidates; i++)
+        s = add_file(r, o->candidates[i], "candidate", (int)i);
+    for (size_t i = 0; s == PROBE_OK && i < o->nrepeats; i++)
+        s = add_file(r, o->repeats[i], "repeat", (int)i);
+
+    comp_table t = {0};
+    long pair = 0;
+    for (size_t i = 0; s == PROBE_OK && i < o->ncandidates; i++)
+        s = add_pair(o->references[i], o->candidates[i], 0, pair++, o, &t);
+    r->npairs = o->ncandidates;
+    for (size_t i = 1; s == PROBE_OK && !o->references_differ && i < o->nreferences; i++, r->nfloor_pairs++)
+        s = add_pair(o->references[0], o->references[i], 1, pair++, o, &t);
+    for (size_t k = 0; s == PROBE_OK && k < o->nrepeats; k++, r->nfloor_pairs++)
+        s = add_pair(o->references[k], o->repeats[k], 1, pair++, o, &t);
+    if (s != PROBE_OK)
+        goto fail;
+
+    /* Components with feature drift get thresholds; floor-only ones are dropped. */
+    double h = o->headroom;
+    r->t1_above_floor = 1;
+    r->components = calloc(t.n ? t.n : 1, sizeof *r->components);
+    if (!r->components) {
+        s = probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < t.n; i++) {
+        if (t.feature[i].tensors == 0)
+            continue;
+        probe_calibrate_component *c = &r->components[r->ncomponents++];
+        *c = t.c[i];
+        drift_out(&t.feature[i], &c->feature);
+        drift_out(&t.floor[i], &c->floor);
+        c->rel_l2_max = h * c->feature.rel_l2.worst;
+        c->cosine_min = fmax(-1.0, 1.0 - h * c->feature.one_minus_cosine.worst);
+        c->p99_abs_max = h * c->feature.p99_abs.worst; /* NaN stays NaN: not written */
+        c->max_abs_max = h * c->feature.max_abs.worst;
+        c->mismatch_fraction_max = fmin(1.0, h * c->feature.mismatch_fraction.worst);
+        c->t1_rel_l2_max = t1.rel_l2_max;
+        c->t1_one_minus_cosine_max = 1.0 - t1.cosine_min;
+        c->floor_rel_l2_x_headroom = h * c->floor.rel_l2.worst;
+        c->floor_one_minus_cosine_x_headroom = h * c->floor.one_minus_cosine.worst;
+        c->t1_above_floor = c->floor.tensors > 0 &&
+                            c->floor_rel_l2_x_headroom < c->t1_rel_l2_max &&
+                            c->floor_one_minus_cosine_x_headroom < c->t1_one_minus_cosine_max;
+        r->t1_above_floor &= c->t1_above_floor;
+    }
+    if (r->ncomponents == 0) {
+        s = probe_set_error(PROBE_EMISMATCH, "calibrate: no tensor compared in any pair");
+        goto fail;
+    }
+    free(t.c);
+    free(t.feature);
+    free(t.floor);
+    *out = r;
+    return PROBE_OK;
+fail:
+    free(t.c);
+    free(t.feature);
+    free(t.floor);
+    probe_calibrate_result_free(r);
+    return s;
+}
+
+/* --- JSON --- */
+
+static json_t *jnum(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+static json_t *jstat(const probe_calibrate_stat *s, const char *worst_key)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, worst_key, jnum(s->worst));
+    json_object_set_new(o, "mean", jnum(s->mean));
+    return o;
+}
+
+static json_t *jdrift(const probe_calibrate_drift *d, double atol, double rtol)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "runs", json_integer((json_int_t)d->pairs));
+    json_object_set_new(o, "tensors", json_integer((json_int_t)d->tensors));
+    json_object_set_new(o, "rel_l2", jstat(&d->rel_l2, "max"));
+    json_object_set_new(o, "one_minus_cosine", jstat(&d->one_minus_cosine, "max"));
+    probe_calibrate_stat cs = d->one_minus_cosine;
+    cs.worst = 1.0 - cs.worst;
+    cs.mean = 1.0 - cs.mean;
+    json_object_set_new(o, "cosine", jstat(&cs, "min"));
+    json_object_set_new(o, "p99_abs", jstat(&d->p99_abs, "max"));
+    json_object_set_new(o, "max_abs", jstat(&d->max_abs, "max"));
+    json_t *mm = jstat(&d->mismatch_fraction, "max");
+    json_object_set_new(mm, "atol", json_real(atol));
+    json_object_set_new(mm, "rtol", json_real(rtol));
+    json_object_set_new(o, "mismatch_fraction", mm);
+    return o;
+}
+
+static void set_if_finite(json_t *o, const char *k, double x)
+{
+    if (isfinite(x))
+        json_object_set_new(o, k, json_real(x));
+}
+
+/* Append s to the array a unless it is already there. */
+static void add_distinct(json_t *a, const char *s)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v) if (strcmp(json_string_value(v), s) == 0) return;
+    json_array_append_new(a, json_string(s));
+}
+
+static const char *base_name(const char *path, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", path);
+    return basename(buf);
+}
+
+static json_t *jfile(const probe_calibrate_file *f, json_t *hosts, json_t *archs)
+{
+    char b[1024];
+    json_t *o = json_object();
+    json_object_set_new(o, "file", json_string(base_name(f->path, b, sizeof b)));
+    json_object_set_new(o, "role", json_string(f->role));
+    json_object_set_new(o, "index", json_integer(f->index));
+    json_t *m = f->manifest ? json_loads(f->manifest, 0, NULL) : NULL;
+    if (!json_is_object(m)) {
+        json_object_set_new(o, "manifest", json_null());
+        json_decref(m);
+        return o;
+    }
+    static const char *const keys[] = {"label", "command", "host", "start_time", "probe_version",
+                                       "cuda", "torch", "diffusers", "transformers",
+                                       "tensorrt_llm", "rank", "world_size", NULL};
+    for (size_t i = 0; keys[i]; i++) {
+        json_t *v = json_object_get(m, keys[i]);
+        if (v)
+            json_object_set(o, keys[i], v);
+    }
+    const char *host = json_string_value(json_object_get(m, "host"));
+    if (host && *host)
+        add_distinct(hosts, host);
+    size_t i;
+    json_t *dev;
+    json_array_foreach(json_object_get(json_object_get(m, "cuda"), "devices"), i, dev)
+        if (json_string_value(dev) && *json_string_value(dev))
+            add_distinct(archs, json_string_value(dev));
+    json_decref(m);
+    return o;
+}
+
+static json_t *jpair(const probe_calibrate_result *r, const char *role_a, int ia,
+                     const char *role_b, int ib)
+{
+    json_t *p = json_array();
+    char b[1024];
+    for (size_t i = 0; i < r->nfiles; i++)
+        if (strcmp(r->files[i].role, role_a) == 0 && r->files[i].index == ia)
+            json_array_append_new(p, json_string(base_name(r->files[i].path, b, sizeof b)));
+    for (size_t i = 0; i < r->nfiles; i++)
+        if (strcmp(r->files[i].role, role_b) == 0 && r->files[i].index == ib)
+            json_array_append_new(p, json_string(base_name(r->files[i].path, b, sizeof b)));
+    return p;
+}
+
+probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f)
+{
+    if (!r || !f)
+        return probe_set_error(PROBE_EINVAL, "calibrate: NULL argument");
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("probe-calibration"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "feature", json_string(r->feature));
+    json_object_set_new(root, "headroom", json_real(r->headroom));
+    json_t *comps = json_object();
+    for (size_t i = 0; i < r->ncomponents; i++) {
+        const probe_calibrate_component *c = &r->components[i];
+        json_t *e = json_object();
+        set_if_finite(e, "rel_l2_max", c->rel_l2_max);
+        set_if_finite(e, "cosine_min", c->cosine_min);
+        json_object_set_new(e, "atol", json_real(r->atol));
+        json_object_set_new(e, "rtol", json_real(r->rtol));
+        set_if_finite(e, "mismatch_fraction_max", c->mismatch_fraction_max);
+        set_if_finite(e, "p99_abs_max", c->p99_abs_max);
+        set_if_finite(e, "max_abs_max", c->max_abs_max);
+        json_t *obs = jdrift(&c->feature, r->atol, r->rtol);
+        json_object_set_new(obs, "floor", jdrift(&c->floor, r->atol, r->rtol));
+        json_object_set_new(obs, "t1_above_floor", json_boolean(c->t1_above_floor));
+        json_t *chk = json_object();
+        json_object_set_new(chk, "floor_rel_l2_x_headroom", jnum(c->floor_rel_l2_x_headroom));
+        json_object_set_new(chk, "t1_rel_l2_max", json_real(c->t1_rel_l2_max));
+        json_object_set_new(chk, "floor_one_minus_cosine_x_headroom",
+                            jnum(c->floor_one_minus_cosine_x_headroom));
+        json_object_set_new(chk, "t1_one_minus_cosine_max", json_real(c->t1_one_minus_cosine_max));
+        json_object_set_new(obs, "t1_floor_check", chk);
+        json_object_set_new(e, "observed", obs);
+        json_object_set_new(comps, c->name, e);
+    }
+    json_object_set_new(root, "components", comps);
+
+    json_t *ev = json_object(), *files = json_array(), *hosts = json_array(),
+           *archs = json_array(), *pairs = json_array(), *floor = json_array();
+    for (size_t i = 0; i < r->nfiles; i++)
+        json_array_append_new(files, jfile(&r->files[i], hosts, archs));
+    for (size_t i = 0; i < r->npairs; i++)
+        json_array_append_new(pairs, jpair(r, "reference", (int)i, "candidate", (int)i));
+    size_t nrep = 0, nref = 0;
+    for (size_t i = 0; i < r->nfiles; i++) {
+        nrep += strcmp(r->files[i].role, "repeat") == 0;
+        nref += strcmp(r->files[i].role, "reference") == 0;
+    }
+    if (r->nfloor_pairs > nrep) /* the references are repeats of R_0 */
+        for (size_t i = 1; i < nref; i++)
+            json_array_append_new(floor, jpair(r, "reference", 0, "reference", (int)i));
+    for (size_t k = 0; k < nrep; k++)
+        json_array_append_new(floor, jpair(r, "reference", (int)k, "repeat", (int)k));
+    json_object_set_new(ev, "runs", json_integer((json_int_t)r->npairs));
+    json_object_set_new(ev, "floor_runs", json_integer((json_int_t)r->nfloor_pairs));
+    json_object_set_new(ev, "pairs", pairs);
+    json_object_set_new(ev, "floor_pairs", floor);
+    json_object_set_new(ev, "files", files);
+    json_object_set_new(ev, "machine", hosts);
+    json_object_set_new(ev, "architectures", archs);
+    json_object_set_new(ev, "date", json_string(r->date));
+    json_object_set_new(ev, "probe_version", json_string(PROBE_VERSION));
+    json_object_set_new(ev, "headroom", json_real(r->headroom));
+    json_object_set_new(ev, "atol", json_real(r->atol));
+    json_object_set_new(ev, "rtol", json_real(r->rtol));
+    json_object_set_new(ev, "t1_above_floor", json_boolean(r->t1_above_floor));
+    json_object_set_new(ev, "method",
+                        json_string("probe-calibrate: per component, worst observed drift over "
+                                    "every tensor of every pair x headroom (cosine: 1 - headroom "
+                                    "x (1 - worst cosine)); metrics by the compare engine"));
+    json_object_set_new(root, "evidence", ev);
+
+    int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    if (rc != 0 || fputc('\n', f) == EOF || ferror(f))
+        return probe_set_error(PROBE_EIO, "calibrate: cannot write the calibration file");
+    return PROBE_OK;
+}

@@ -1,0 +1,296 @@
+/* probe-calibrate: write a T2 calibration file (docs/calibration.md) from
+ * repeated reference and feature runs, and check that T1 sits above the
+ * determinism floor (probe/calibrate.h).
+ *   exit 0  calibration written, T1 sits above the floor for every component
+ *   exit 1  calibration written, but T1 does not sit above the floor somewhere
+ *   exit 2  bad arguments or input (missing file, pair count, unknown
+ *           component, a pair that cannot be calibrated on)
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "probe/calibrate.h"
+
+#define MAX_FILES 256
+#define MAX_COMPONENTS 64
+#define USAGE_LINE                                                                            \
+    "usage: probe-calibrate --feature NAME --reference R.h5... --candidate C.h5... --out "    \
+    "CAL.json (--help for more)\n"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: probe-calibrate --feature NAME [--headroom H] [--atol X --rtol X]\n"
+            "                       --reference R0.h5 [--reference R1.h5]...\n"
+            "                       --candidate C0.h5 [--candidate C1.h5]...\n"
+            "                       [--reference-repeat R0b.h5]... [--references-differ]\n"
+            "                       --out CAL.json\n"
+            "Write T2 thresholds (docs/calibration.md) from repeated runs: candidate i (feature\n"
+            "on) pairs with reference i (feature off, same inputs); per component the worst\n"
+            "observed drift x headroom. The determinism floor is reference 0 vs every other\n"
+            "reference (unless --references-differ) and reference k vs its k-th repeat; T1 must\n"
+            "sit above it: headroom x floor rel_l2 < 1e-2 and headroom x floor (1 - cosine) < 1e-4.\n\n"
+            "  --feature NAME          the feature being calibrated (required)\n"
+            "  --headroom H            factor on the worst observed drift, >= 1 (default 1.5)\n"
+            "  --atol X --rtol X       tolerance of the mismatch fraction (default 1e-3 each)\n"
+            "  --reference FILE        a reference run (repeatable; at least as many as candidates)\n"
+            "  --candidate FILE        a feature run (repeatable)\n"
+            "  --reference-repeat FILE the k-th one is a second run of reference k (repeatable)\n"
+            "  --references-differ     the references ran on different inputs (seeds): only\n"
+            "                          --reference-repeat gives the floor\n"
+            "  --out FILE              the calibration file to write ('-' for stdout)\n"
+            "  --help (-h), --version\n\n"
+            "exit status: 0 written and T1 sits above the floor, 1 written but T1 does not sit\n"
+            "above the floor, 2 bad arguments or input\n");
+}
+
+static int parse_num(const char *opt, const char *s, double min, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min) {
+        fprintf(stderr, "probe-calibrate: %s '%s': not a finite number >= %g\n", opt, s, min);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Component names from the component table (as probe-compare finds it):
+ * $PROBE_COMPONENTS, else <exe>/../share/probe/components.json. Returns the
+ * count; -1 (message printed) if $PROBE_COMPONENTS names an unreadable table;
+ * 0 if the installed table is absent (then any name is accepted). */
+static int load_component_names(char *names[MAX_COMPONENTS])
+{
+    char path[PATH_MAX];
+    const char *env = getenv("PROBE_COMPONENTS");
+    if (env && *env) {
+        snprintf(path, sizeof path, "%s", env);
+    } else {
+        char exe[PATH_MAX];
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (len <= 0)
+            return 0;
+        exe[len] = 0;
+        snprintf(path, sizeof path, "%s/../share/probe/components.json", dirname(exe));
+    }
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        if (env && *env) {
+            fprintf(stderr, "probe-calibrate: PROBE_COMPONENTS %s: %s\n", path, err.text);
+            return -1;
+        }
+        return 0;
+    }
+    int n = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(root, "components"), i, row) {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (name && n < MAX_COMPONENTS - 1)
+            names[n++] = strdup(name);
+    }
+    names[n] = NULL;
+    json_decref(root);
+    return n;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static void print_summary(FILE *out, const probe_calibrate_result *r)
+{
+    fprintf(out, "feature %s: %zu pair(s), %zu floor pair(s), headroom %g, mismatch at atol %g rtol %g\n",
+           r->feature, r->npairs, r->nfloor_pairs, r->headroom, r->atol, r->rtol);
+    fprintf(out, "%-16s %11s %12s %11s %11s %11s   %-24s %s\n", "component", "rel_l2_max", "cosine_min",
+           "p99_abs_max", "max_abs_max", "mismatch_max", "floor x headroom", "T1 above floor");
+    for (size_t i = 0; i < r->ncomponents; i++) {
+        const probe_calibrate_component *c = &r->components[i];
+        char fl[64];
+        if (c->floor.tensors)
+            snprintf(fl, sizeof fl, "rel_l2 %.3g, 1-cos %.3g", c->floor_rel_l2_x_headroom,
+                     c->floor_one_minus_cosine_x_headroom);
+        else
+            snprintf(fl, sizeof fl, "not measured");
+        fprintf(out, "%-16s %11.4g %12.10f %11.4g %11.4g %11.4g   %-24s %s\n", c->name, c->rel_l2_max,
+               c->cosine_min, c->p99_abs_max, c->max_abs_max, c->mismatch_fraction_max, fl,
+               c->t1_above_floor ? "yes" : "NO");
+    }
+    if (r->t1_above_floor) {
+        fprintf(out, "T1 sits above the determinism floor for every component (rel_l2 < %g, 1 - cosine "
+               "< %g after headroom)\n", r->components[0].t1_rel_l2_max,
+               r->components[0].t1_one_minus_cosine_max);
+        return;
+    }
+    fprintf(out, "T1 does NOT sit above the determinism floor for:");
+    for (size_t i = 0; i < r->ncomponents; i++) {
+        const probe_calibrate_component *c = &r->components[i];
+        if (c->t1_above_floor)
+            continue;
+        if (!c->floor.tensors)
+            fprintf(out, " %s (floor not measured)", c->name);
+        else
+            fprintf(out, " %s (headroom x floor: rel_l2 %.4g vs %g, 1 - cosine %.4g vs %g)", c->name,
+                   c->floor_rel_l2_x_headroom, c->t1_rel_l2_max,
+                   c->floor_one_minus_cosine_x_headroom, c->t1_one_minus_cosine_max);
+    }
+    fprintf(out, "\n");
+}
+
+int main(int argc, char **argv)
+{
+    enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
+           OPT_DIFFER, OPT_OUT, OPT_HELP, OPT_VERSION };
+    static const struct option longopts[] = {
+        {"feature", required_argument, 0, OPT_FEATURE},
+        {"headroom", required_argument, 0, OPT_HEADROOM},
+        {"atol", required_argument, 0, OPT_ATOL},
+        {"rtol", required_argument, 0, OPT_RTOL},
+        {"reference", required_argument, 0, OPT_REF},
+        {"candidate", required_argument, 0, OPT_CAND},
+        {"reference-repeat", required_argument, 0, OPT_REPEAT},
+        {"references-differ", no_argument, 0, OPT_DIFFER},
+        {"out", required_argument, 0, OPT_OUT},
+        {"help", no_argument, 0, OPT_HELP},
+        {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0}};
+    const char *refs[MAX_FILES], *cands[MAX_FILES], *reps[MAX_FILES];
+    size_t nref = 0, ncand = 0, nrep = 0;
+    const char *out_path = NULL;
+    probe_calibrate_opts o;
+    memset(&o, 0, sizeof o);
+    o.headroom = 1.5;
+    o.atol = o.rtol = 1e-3;
+
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_FEATURE: o.feature = optarg; break;
+        case OPT_HEADROOM:
+            if (parse_num("--headroom", optarg, 1.0, &o.headroom))
+                return 2;
+            break;
+        case OPT_ATOL:
+            if (parse_num("--atol", optarg, 0.0, &o.atol))
+                return 2;
+            break;
+        case OPT_RTOL:
+            if (parse_num("--rtol", optarg, 0.0, &o.rtol))
+                return 2;
+            break;
+        case OPT_REF:
+        case OPT_CAND:
+        case OPT_REPEAT: {
+            size_t *n = c == OPT_REF ? &nref : c == OPT_CAND ? &ncand : &nrep;
+            const char **v = c == OPT_REF ? refs : c == OPT_CAND ? cands : reps;
+            if (*n == MAX_FILES) {
+                fprintf(stderr, "probe-calibrate: at most %d files per option\n", MAX_FILES);
+                return 2;
+            }
+            v[(*n)++] = optarg;
+            break;
+        }
+        case OPT_DIFFER: o.references_differ = 1; break;
+        case OPT_OUT: out_path = optarg; break;
+        case 'h':
+        case OPT_HELP: usage(stdout); return 0;
+        case OPT_VERSION: printf("probe-calibrate %s\n", PROBE_VERSION); return 0;
+        default:
+            if (optopt)
+                fprintf(stderr, "probe-calibrate: option needs an argument or is unknown: %s\n",
+                        argv[optind - 1]);
+            else
+                fprintf(stderr, "probe-calibrate: unknown option '%s'\n", argv[optind - 1]);
+            fprintf(stderr, USAGE_LINE);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "probe-calibrate: unexpected argument '%s' (files go after --reference, "
+                        "--candidate or --reference-repeat)\n", argv[optind]);
+        return 2;
+    }
+    if (!o.feature || !*o.feature) {
+        fprintf(stderr, "probe-calibrate: --feature NAME is required\n");
+        return 2;
+    }
+    if (!out_path) {
+        fprintf(stderr, "probe-calibrate: --out FILE is required\n");
+        return 2;
+    }
+    if (nref == 0 || ncand == 0) {
+        fprintf(stderr, "probe-calibrate: need at least one --reference and one --candidate "
+                        "(got %zu and %zu)\n", nref, ncand);
+        return 2;
+    }
+    if (ncand > nref) {
+        fprintf(stderr, "probe-calibrate: %zu candidates but %zu references: candidate i pairs "
+                        "with reference i\n", ncand, nref);
+        return 2;
+    }
+    const char *const *lists[3] = {refs, cands, reps};
+    size_t counts[3] = {nref, ncand, nrep};
+    for (int k = 0; k < 3 && strcmp(out_path, "-"); k++)
+        for (size_t i = 0; i < counts[k]; i++)
+            if (same_file(out_path, lists[k][i])) {
+                fprintf(stderr, "probe-calibrate: --out %s is the input file %s; refusing to "
+                                "overwrite it\n", out_path, lists[k][i]);
+                return 2;
+            }
+    o.references = refs;
+    o.nreferences = nref;
+    o.candidates = cands;
+    o.ncandidates = ncand;
+    o.repeats = reps;
+    o.nrepeats = nrep;
+
+    char *names[MAX_COMPONENTS] = {0};
+    int nn = load_component_names(names);
+    if (nn < 0)
+        return 2;
+    o.known_components = nn ? (const char *const *)names : NULL;
+
+    probe_calibrate_result *r = NULL;
+    probe_status s = probe_calibrate_run(&o, &r);
+    for (int i = 0; names[i]; i++)
+        free(names[i]);
+    if (s != PROBE_OK) {
+        fprintf(stderr, "probe-calibrate: %s\n", probe_last_error());
+        return 2;
+    }
+    int rc = r->t1_above_floor ? 0 : 1;
+    FILE *f = strcmp(out_path, "-") == 0 ? stdout : fopen(out_path, "w");
+    if (!f) {
+        fprintf(stderr, "probe-calibrate: cannot write %s: %s\n", out_path, strerror(errno));
+        probe_calibrate_result_free(r);
+        return 2;
+    }
+    s = probe_calibrate_write_json(r, f);
+    if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
+        s = probe_set_error(PROBE_EIO, "close failed");
+    if (s != PROBE_OK) {
+        fprintf(stderr, "probe-calibrate: cannot write %s: %s\n", out_path, probe_last_error());
+        probe_calibrate_result_free(r);
+        return 2;
+    }
+    /* With the file on stdout, the summary goes to stderr. */
+    print_summary(f == stdout ? stderr : stdout, r);
+    probe_calibrate_result_free(r);
+    return rc;
+}

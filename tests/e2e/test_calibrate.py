@@ -1,0 +1,272 @@
+"""probe-calibrate end to end on capture files written by h5py with known
+drift: 3 references (tiny noise: the determinism floor) and 3 candidates
+(larger noise: the feature). The thresholds must equal the numpy-computed
+worst value x headroom (1e-12), the file must load in probe-compare --gate T2
+and gate a 4th pair as expected (pass within, fail beyond), a floor above T1
+exits 1, and bad input exits 2 with one line."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+BUILD = os.environ.get("PROBE_BUILD_DIR", "build")
+CAL = os.path.join(BUILD, "bin", "probe-calibrate")
+COMPARE = os.path.join(BUILD, "bin", "probe-compare")
+ATOL = RTOL = 1e-3
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def run(exe, *args):
+    p = subprocess.run([exe, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+# Tensors per component; the feature's noise differs per component.
+SHAPES = {
+    "/text_encoder/0000/out.last_hidden_state": (1, 16, 32),
+    "/dit.step/0000/out.sample": (1, 4, 2, 8, 8),
+    "/dit.step/0001/out.sample": (1, 4, 2, 8, 8),
+    "/dit.step/0002/out.sample": (1, 4, 2, 8, 8),
+    "/vae.decode/0000/out.sample": (1, 3, 2, 16, 16),
+}
+SIGMA = {"text_encoder": 5e-3, "dit.step": 1e-2, "vae.decode": 2e-2}
+
+
+def comp(path):
+    return path.split("/")[1]
+
+
+def write(path, tensors, manifest=None):
+    with h5py.File(path, "w") as f:
+        for k, v in tensors.items():
+            f.create_dataset(k, data=v.astype(np.float32))
+        if manifest is not None:
+            f.attrs["probe.manifest"] = json.dumps(manifest)
+    # what probe reads back (float32), as float64 for the oracle
+    return {k: v.astype(np.float32).astype(np.float64) for k, v in tensors.items()}
+
+
+def metrics(r, c):
+    r, c = r.ravel(), c.ravel()
+    d = np.abs(c - r)
+    nr, nc = np.linalg.norm(r), np.linalg.norm(c)
+    return {
+        "rel_l2": np.linalg.norm(c - r) / nr,
+        "one_minus_cosine": 1.0 - float(np.clip(np.dot(r, c) / (nr * nc), -1, 1)),
+        "p99_abs": float(np.percentile(d, 99, method="inverted_cdf")),
+        "max_abs": float(d.max()),
+        "mismatch_fraction": float((d > ATOL + RTOL * np.abs(r)).sum()) / r.size,
+    }
+
+
+def oracle(pairs):
+    """Per component: worst and mean of each metric over every tensor of every pair."""
+    samples = {}
+    for r, c in pairs:
+        for k in r:
+            for m, v in metrics(r[k], c[k]).items():
+                samples.setdefault(comp(k), {}).setdefault(m, []).append(v)
+    return {cn: {m: (max(v), sum(v) / len(v)) for m, v in ms.items()} for cn, ms in samples.items()}
+
+
+def close(a, b, tol=1e-12):
+    return a is not None and abs(a - b) <= tol * max(abs(b), 1e-300)
+
+
+def manifest(label, gpu, torch="2.5.1"):
+    return {"format": "probe-manifest", "version": 1, "label": label, "command": ["python3", "gen.py"],
+            "host": "gpu01", "torch": torch,
+            "cuda": {"runtime_version": 12040, "driver_version": 12040, "devices": [gpu]}}
+
+
+def main():
+    rng = np.random.default_rng(1234)
+    tmp = tempfile.mkdtemp(prefix="probe-cal-")
+    P = lambda n: os.path.join(tmp, n)  # noqa: E731
+    base = {k: rng.standard_normal(s) for k, s in SHAPES.items()}
+
+    def noisy(src, sigma_of):
+        return {k: v + sigma_of(comp(k)) * rng.standard_normal(v.shape) for k, v in src.items()}
+
+    floor_sigma = lambda c: 1e-6  # noqa: E731
+    refs, cands = [], []
+    for i in range(4):  # the 4th pair is gated with the calibration, not used for it
+        gpu = "NVIDIA H200" if i != 1 else "NVIDIA A100-SXM4-80GB"
+        raw_r = noisy(base, floor_sigma)
+        refs.append(write(P("ref%d.h5" % i), raw_r, manifest("ref%d" % i, gpu)))
+        if i < 3:
+            cands.append(write(P("cand%d.h5" % i), noisy(raw_r, lambda c: SIGMA[c]),
+                               manifest("cand%d" % i, gpu)))
+        else:
+            write(P("within.h5"), noisy(raw_r, lambda c: 0.5 * SIGMA[c]))
+            write(P("beyond.h5"), noisy(raw_r, lambda c: 3.0 * SIGMA[c]))
+
+    args = ["--feature", "fp8"]
+    for i in range(3):
+        args += ["--reference", P("ref%d.h5" % i)]
+    for i in range(3):
+        args += ["--candidate", P("cand%d.h5" % i)]
+
+    # --- default headroom 1.5; and 2 ---
+    for h in (None, 2.0):
+        hr = 1.5 if h is None else h
+        extra = [] if h is None else ["--headroom", str(h)]
+        out = P("cal-%s.json" % hr)
+        rc, so, se = run(CAL, *args, *extra, "--out", out)
+        check(rc == 0, "headroom %g: exit 0 (floor below T1) [rc=%d %s]" % (hr, rc, se.strip()))
+        cal = json.load(open(out))
+        feat = oracle([(refs[i], cands[i]) for i in range(3)])
+        flo = oracle([(refs[0], refs[1]), (refs[0], refs[2])])
+        check(cal["format"] == "probe-calibration" and cal["version"] == 1 and cal["feature"] == "fp8"
+              and cal["headroom"] == hr, "headroom %g: format, version, feature, headroom" % hr)
+        check(sorted(cal["components"]) == sorted(SIGMA), "headroom %g: one entry per component" % hr)
+        for cn, o in feat.items():
+            e = cal["components"][cn]
+            check(close(e["rel_l2_max"], hr * o["rel_l2"][0]), "%s rel_l2_max = %g x worst (%r vs %r)"
+                  % (cn, hr, e["rel_l2_max"], hr * o["rel_l2"][0]))
+            check(abs(e["cosine_min"] - (1 - hr * o["one_minus_cosine"][0])) <= 1e-12,
+                  "%s cosine_min = 1 - %g x worst(1 - cos) (%r)" % (cn, hr, e["cosine_min"]))
+            check(close(e["p99_abs_max"], hr * o["p99_abs"][0]), "%s p99_abs_max = %g x worst" % (cn, hr))
+            check(close(e["max_abs_max"], hr * o["max_abs"][0]), "%s max_abs_max = %g x worst" % (cn, hr))
+            check(close(e["mismatch_fraction_max"], min(1.0, hr * o["mismatch_fraction"][0])),
+                  "%s mismatch_fraction_max = min(1, %g x worst) (%r)" % (cn, hr, e["mismatch_fraction_max"]))
+            check(e["atol"] == ATOL and e["rtol"] == RTOL, "%s atol/rtol as stated" % cn)
+            ob = e["observed"]
+            ntens = sum(1 for k in SHAPES if comp(k) == cn)
+            check(ob["runs"] == 3 and ob["tensors"] == 3 * ntens, "%s observed runs 3, tensors %d" % (cn, 3 * ntens))
+            for m in ("rel_l2", "one_minus_cosine", "p99_abs", "max_abs", "mismatch_fraction"):
+                check(close(ob[m]["max"], o[m][0], 1e-9 if m == "one_minus_cosine" else 1e-12)
+                      and close(ob[m]["mean"], o[m][1], 1e-9 if m == "one_minus_cosine" else 1e-12),
+                      "%s observed %s max/mean = numpy" % (cn, m))
+            fo = flo[cn]
+            fl = ob["floor"]
+            check(fl["runs"] == 2 and close(fl["rel_l2"]["max"], fo["rel_l2"][0]),
+                  "%s floor: 2 runs, worst rel_l2 = numpy (%r)" % (cn, fl["rel_l2"]["max"]))
+            ch = ob["t1_floor_check"]
+            check(ob["t1_above_floor"] is True and close(ch["floor_rel_l2_x_headroom"], hr * fo["rel_l2"][0])
+                  and ch["t1_rel_l2_max"] == 1e-2 and close(ch["t1_one_minus_cosine_max"], 1e-4, 1e-9)
+                  and abs(ch["floor_one_minus_cosine_x_headroom"] - hr * fo["one_minus_cosine"][0]) <= 1e-12,
+                  "%s t1_above_floor true with the numbers" % cn)
+        ev = cal["evidence"]
+        check(ev["runs"] == 3 and ev["floor_runs"] == 2 and ev["headroom"] == hr and ev["probe_version"]
+              and ev["date"].endswith("Z") and ev["t1_above_floor"] is True,
+              "evidence: runs, floor runs, headroom, probe version, date")
+        check(sorted(ev["architectures"]) == ["NVIDIA A100-SXM4-80GB", "NVIDIA H200"],
+              "evidence: architectures = distinct GPU names (%r)" % ev["architectures"])
+        check(ev["machine"] == ["gpu01"], "evidence: machine")
+        check([f["label"] for f in ev["files"]] == ["ref0", "ref1", "ref2", "cand0", "cand1", "cand2"]
+              and all(f["torch"] == "2.5.1" and f["command"] == ["python3", "gen.py"] for f in ev["files"]),
+              "evidence: every input file with its manifest's label, command, torch")
+        check(ev["pairs"] == [["ref%d.h5" % i, "cand%d.h5" % i] for i in range(3)]
+              and ev["floor_pairs"] == [["ref0.h5", "ref1.h5"], ["ref0.h5", "ref2.h5"]],
+              "evidence: pairs and floor pairs")
+        check("T1 sits above the determinism floor" in so and "dit.step" in so, "stdout: summary and floor check")
+
+    # --- the file gates a 4th pair ---
+    cal15 = P("cal-1.5.json")
+    rc, so, se = run(COMPARE, P("ref3.h5"), P("within.h5"), "--gate", "T2", "--calibration", cal15)
+    check(rc == 0, "T2 with the calibration: a 4th pair within the drift passes [rc=%d %s%s]"
+          % (rc, so[-300:], se.strip()))
+    rc, so, se = run(COMPARE, P("ref3.h5"), P("beyond.h5"), "--gate", "T2", "--calibration", cal15,
+                     "--json", P("beyond.json"))
+    res = json.load(open(P("beyond.json"))) if rc != 2 else {"tensors": []}
+    check(rc == 1 and all(t["verdict"] == "fail" for t in res["tensors"]),
+          "T2: a 4th pair at 3x the drift fails every tensor [rc=%d]" % rc)
+
+    # --- --references-differ: the floor comes only from the repeats ---
+    other = {k: rng.standard_normal(s) for k, s in SHAPES.items()}
+    r1 = write(P("seed2-ref.h5"), noisy(other, floor_sigma))
+    c1 = write(P("seed2-cand.h5"), noisy(r1, lambda c: SIGMA[c]))
+    rep0 = write(P("ref0-again.h5"), noisy(refs[0], lambda c: 1e-5))
+    rc, so, se = run(CAL, "--feature", "fp8", "--references-differ", "--reference", P("ref0.h5"),
+                     "--reference", P("seed2-ref.h5"), "--candidate", P("cand0.h5"),
+                     "--candidate", P("seed2-cand.h5"), "--reference-repeat", P("ref0-again.h5"),
+                     "--out", P("cal-differ.json"))
+    check(rc == 0, "--references-differ with a repeat: exit 0 [%s]" % se.strip())
+    if rc == 0:
+        cal = json.load(open(P("cal-differ.json")))
+        flo = oracle([(refs[0], rep0)])
+        feat = oracle([(refs[0], cands[0]), (r1, c1)])
+        e = cal["components"]["dit.step"]
+        check(e["observed"]["floor"]["runs"] == 1
+              and close(e["observed"]["floor"]["rel_l2"]["max"], flo["dit.step"]["rel_l2"][0])
+              and close(e["rel_l2_max"], 1.5 * feat["dit.step"]["rel_l2"][0]),
+              "--references-differ: floor = reference 0 vs its repeat only; thresholds from both pairs")
+        check(cal["evidence"]["floor_pairs"] == [["ref0.h5", "ref0-again.h5"]], "evidence: floor pair is the repeat")
+
+    # --- a floor above T1: exit 1, file written with t1_above_floor false ---
+    loud = [write(P("loud%d.h5" % i), noisy(base, lambda c: 1e-2)) for i in range(2)]
+    write(P("loud-cand.h5"), noisy(loud[0], lambda c: 5e-2))
+    rc, so, se = run(CAL, "--feature", "fp8", "--reference", P("loud0.h5"), "--reference", P("loud1.h5"),
+                     "--candidate", P("loud-cand.h5"), "--out", P("cal-loud.json"))
+    check(rc == 1, "floor above T1: exit 1 [rc=%d %s]" % (rc, se.strip()))
+    check("does NOT sit above the determinism floor" in so, "floor above T1: stdout says so")
+    if os.path.exists(P("cal-loud.json")):
+        cal = json.load(open(P("cal-loud.json")))
+        fo = oracle([(loud[0], loud[1])])
+        e = cal["components"]["dit.step"]["observed"]
+        check(e["t1_above_floor"] is False and cal["evidence"]["t1_above_floor"] is False
+              and close(e["t1_floor_check"]["floor_rel_l2_x_headroom"], 1.5 * fo["dit.step"]["rel_l2"][0])
+              and e["t1_floor_check"]["floor_rel_l2_x_headroom"] >= 1e-2,
+              "floor above T1: t1_above_floor false with the floor's numbers")
+    else:
+        check(False, "floor above T1: the file is still written")
+
+    # --- bad input: exit 2, one line, nothing written ---
+    write(P("unknown.h5"), {"/foo.bar/0000/out": np.ones((4,))})
+    write(P("missing-tensor.h5"), {k: v for k, v in cands[0].items() if "0002" not in k})
+    nan = {k: v.copy() for k, v in cands[0].items()}
+    nan["/dit.step/0001/out.sample"].flat[3] = np.nan
+    write(P("nan.h5"), nan)
+    open(P("not-hdf5.h5"), "w").write("hello\n")
+    R = lambda i: ["--reference", P("ref%d.h5" % i)]  # noqa: E731
+    C = lambda n: ["--candidate", P(n)]  # noqa: E731
+    bad = [
+        ("missing file", ["--feature", "x", *R(0), *R(1), *C("nope.h5")], "nope.h5"),
+        ("not an HDF5 file", ["--feature", "x", *R(0), *R(1), *C("not-hdf5.h5")], "not-hdf5.h5"),
+        ("more candidates than references", ["--feature", "x", *R(0), *C("cand0.h5"), *C("cand1.h5")],
+         "2 candidates but 1 references"),
+        ("unknown component", ["--feature", "x", "--reference", P("unknown.h5"), *R(1), *C("unknown.h5")],
+         "unknown component 'foo.bar'"),
+        ("tensor missing in a candidate", ["--feature", "x", *R(0), *R(1), *C("missing-tensor.h5")],
+         "/dit.step/0002/out.sample"),
+        ("NaN in a candidate", ["--feature", "x", *R(0), *R(1), *C("nan.h5")], "NaN"),
+        ("no floor", ["--feature", "x", *R(0), *C("cand0.h5")], "determinism floor"),
+        ("references differ, no repeat", ["--feature", "x", "--references-differ", *R(0), *R(1), *C("cand0.h5")],
+         "determinism floor"),
+        ("no --feature", [*R(0), *R(1), *C("cand0.h5")], "--feature"),
+        ("headroom below 1", ["--feature", "x", "--headroom", "0.5", *R(0), *R(1), *C("cand0.h5")], "--headroom"),
+        ("negative atol", ["--feature", "x", "--atol", "-1", *R(0), *R(1), *C("cand0.h5")], "--atol"),
+        ("stray argument", ["--feature", "x", *R(0), *R(1), *C("cand0.h5"), P("cand1.h5")], "unexpected argument"),
+        ("unknown option", ["--feature", "x", "--bogus", *R(0), *R(1), *C("cand0.h5")], "--bogus"),
+    ]
+    for what, a, needle in bad:
+        out = P("bad.json")
+        if os.path.exists(out):
+            os.unlink(out)
+        rc, so, se = run(CAL, *a, "--out", out)
+        lines = se.strip().splitlines()
+        check(rc == 2 and lines and lines[0].startswith("probe-calibrate: ") and needle in lines[0]
+              and not os.path.exists(out) and (len(lines) == 1 or lines[1].startswith("usage:")),
+              "bad input (%s): exit 2, one line naming it [rc=%d %r]" % (what, rc, se.strip()[:200]))
+    rc, so, se = run(CAL, *args, "--out", P("ref0.h5"))
+    check(rc == 2 and "refusing to overwrite" in se, "--out naming an input file: exit 2")
+    rc, so, se = run(CAL, *args)
+    check(rc == 2 and "--out" in se, "no --out: exit 2")
+
+    print("%d failure(s)" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
