@@ -59,6 +59,21 @@ probe_status probe_metrics_compute(const double *ref, const double *cand, size_t
  * (numpy's method="inverted_cdf" gives the same value). */
 double probe_metrics_percentile_nearest_rank(double *v, size_t n, double q);
 
+/* probe_metrics_compute on two tensors held in their own element types: n
+ * elements of ref_dtype at ref and n elements of cand_dtype at cand (packed,
+ * little-endian, row-major; the two types may differ, e.g. a float32
+ * reference and a bfloat16 candidate). Both are converted with
+ * probe_dtype_to_f64() and the result is exactly probe_metrics_compute() on
+ * the converted arrays (same definitions, fp64 accumulation). Memory: 2 x n
+ * doubles of scratch plus the percentile's. Errors: PROBE_EINVAL for an
+ * unknown element type or a NULL pointer (ref/cand with n > 0, opts, out),
+ * PROBE_ENOMEM when the scratch cannot be allocated. Used by the Python
+ * module (docs/packaging.md). */
+#include "probe/dtype.h"
+probe_status probe_metrics_compute_typed(probe_dtype ref_dtype, const void *ref,
+                                         probe_dtype cand_dtype, const void *cand, size_t n,
+                                         const probe_metrics_opts *opts, probe_metrics *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,267 @@
+"""The Python module `probe` (probe.compare / probe.assert_parity) on in-memory
+torch tensors and numpy arrays: values against a numpy fp64 oracle, bfloat16
+and float16 inputs, mixed element types, non-contiguous and big-endian inputs,
+verdicts (identical pass, perturbed and NaN fail with reasons), T2 with a
+calibration file, bad input (shape mismatch, unknown gate, element types
+probe does not compare), agreement with probe-compare on the same data (same
+C metrics), and the module working from an installed prefix."""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+
+BUILD = os.path.abspath(os.environ.get("PROBE_BUILD_DIR", "build"))
+PY = os.environ.get("PROBE_PYTHON", sys.executable)
+sys.path.insert(0, os.path.join(BUILD, "share", "probe", "python"))
+import probe  # noqa: E402
+import probe._lib  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def close(a, b, rel=1e-12):
+    return a == b or abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def as_f64(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(torch.float64).numpy()
+    return np.asarray(x).astype(np.float64)
+
+
+def oracle(r, c, atol, rtol):
+    """CONTRACT.md's definitions in numpy fp64 over the finite indices."""
+    r = as_f64(r).ravel()
+    c = as_f64(c).ravel()
+    fin = np.isfinite(r) & np.isfinite(c)
+    rf, cf = r[fin], c[fin]
+    d = np.abs(cf - rf)
+    nr, nc = np.linalg.norm(rf), np.linalg.norm(cf)
+    mism = np.zeros(r.shape, bool)
+    mism[fin] = d > atol + rtol * np.abs(rf)
+    nonfin = ~fin
+    same = (r == c) | (np.isnan(r) & np.isnan(c))
+    mism[nonfin] = ~same[nonfin]
+    return {
+        "rel_l2": float(np.linalg.norm(cf - rf) / nr),
+        "cosine": float(np.clip(np.dot(rf, cf) / (nr * nc), -1, 1)),
+        "max_abs": float(d.max()),
+        "max_abs_offset": int(np.flatnonzero(fin)[int(np.argmax(d))]),
+        "p99_abs": float(np.percentile(d, 99, method="inverted_cdf")),
+        "mean_abs": float(d.mean()),
+        "mismatch_fraction": float(mism.sum()) / r.size,
+        "nan_cand": int(np.isnan(c).sum()),
+    }
+
+
+def check_values(name, ref, cand, atol=None, rtol=None):
+    """probe.compare under T1 (atol = rtol = 1e-3 unless overridden) against the oracle."""
+    res = probe.compare(ref, cand, gate="T1", atol=atol, rtol=rtol)
+    o = oracle(ref, cand, 1e-3 if atol is None else atol, 1e-3 if rtol is None else rtol)
+    for k in ("rel_l2", "cosine", "mean_abs"):
+        check(close(res[k], o[k]), "%s: %s %r == oracle %r" % (name, k, res[k], o[k]))
+    for k in ("max_abs", "p99_abs", "mismatch_fraction", "nan_cand"):
+        check(res[k] == o[k], "%s: %s %r == oracle %r (exact)" % (name, k, res[k], o[k]))
+    shape = tuple(ref.shape)
+    idx = list(np.unravel_index(o["max_abs_offset"], shape)) if shape else []
+    check(res["max_abs_index"] == [int(i) for i in idx],
+          "%s: max_abs_index %r == %r" % (name, res["max_abs_index"], idx))
+    check(res["n"] == int(np.prod(shape)) and res["shape"] == list(shape),
+          "%s: n and shape" % name)
+    return res
+
+
+def raises(exc, fn, *a, **kw):
+    try:
+        fn(*a, **kw)
+    except exc as e:
+        return str(e)
+    except Exception as e:  # the wrong exception type
+        return "WRONG %s: %s" % (type(e).__name__, e)
+    return None
+
+
+# --- the library is the build tree's ---------------------------------------
+lib = probe._lib.get()
+check(os.path.realpath(lib.path) == os.path.realpath(os.path.join(BUILD, "lib", "libprobe.so")),
+      "probe loads the build tree's libprobe (%s)" % lib.path)
+
+g = torch.Generator().manual_seed(1234)
+
+# --- values against the oracle ----------------------------------------------
+ref = torch.randn(2, 3, 17, 19, generator=g)
+cand = ref + 2e-2 * torch.randn(ref.shape, generator=g)
+cand[1, 2, 5, 7] += 0.25
+r32 = check_values("float32 perturbed", ref, cand)
+check(r32["verdict"] == "fail" and r32["dtype"] == "float32", "float32 perturbed fails T1")
+
+rb = (torch.randn(64, 48, generator=g) * 3).to(torch.bfloat16)
+cb = (rb.float() + 0.02 * torch.randn(64, 48, generator=g)).to(torch.bfloat16)
+res = check_values("bfloat16", rb, cb)
+check(res["dtype"] == "bfloat16" and res["dtype_candidate"] == "bfloat16", "bfloat16 dtypes reported")
+
+rh = torch.randn(5, 7, 9, generator=g).to(torch.float16)
+ch = (rh.float() * (1 + 1e-3 * torch.randn(5, 7, 9, generator=g))).to(torch.float16)
+res = check_values("float16", rh, ch)
+check(res["dtype"] == "float16", "float16 dtype reported")
+
+# mixed: float32 reference, bfloat16 candidate (the candidate's values are its bf16 values)
+rm = torch.randn(33, 31, generator=g)
+res = check_values("float32 vs bfloat16", rm, rm.to(torch.bfloat16))
+check(res["dtype_candidate"] == "bfloat16" and res["rel_l2"] > 0, "mixed dtypes compared as stored")
+
+# numpy arrays: float64, float16, int32; non-contiguous; big-endian
+rn = np.random.default_rng(7).standard_normal((40, 25))
+cn = rn + np.random.default_rng(8).standard_normal((40, 25)) * 1e-4
+check_values("numpy float64", rn, cn)
+check_values("numpy float16", rn.astype(np.float16), cn.astype(np.float16))
+check_values("numpy int32", (rn * 100).astype(np.int32), (cn * 100).astype(np.int32) + 1)
+check_values("numpy transposed (non-contiguous)", rn.T, cn.T)
+check_values("numpy big-endian", rn.astype(">f4"), cn.astype(">f8"))
+check_values("torch transposed (non-contiguous)", ref[0, 0].t(), cand[0, 0].t())
+check_values("torch strided slice", ref[:, ::2, 3:, ::3], cand[:, ::2, 3:, ::3])
+rg = ref.clone().requires_grad_(True)
+check_values("torch requires_grad", rg, cand)
+
+# atol/rtol overrides change only the element-wise tolerance
+res = check_values("atol/rtol override", ref, cand, atol=0.01, rtol=0.0)
+check(res["gate"]["atol"] == 0.01 and res["gate"]["rtol"] == 0.0 and res["gate"]["rel_l2_max"] == 1e-2,
+      "override keeps the gate's other thresholds")
+
+# --- verdicts ----------------------------------------------------------------
+res = probe.assert_parity(ref, ref.clone())
+check(res["verdict"] == "pass" and res["identical"] and res["rel_l2"] == 0.0 and res["cosine"] == 1.0,
+      "identical tensors pass T1")
+small = ref * (1 + 1e-5)
+res = probe.assert_parity(ref, small)
+check(res["verdict"] == "pass" and not res["identical"], "a 1e-5 relative change passes T1")
+
+msg = raises(AssertionError, probe.assert_parity, ref, cand)
+o = oracle(ref, cand, 1e-3, 1e-3)
+check(msg is not None and not msg.startswith("WRONG") and "gate T1 failed" in msg,
+      "perturbed: AssertionError naming the gate: %r" % (msg or "")[:200])
+check(msg is not None and "rel_l2 %.4g > 0.01" % o["rel_l2"] in msg,
+      "perturbed: the reason gives rel_l2 %.4g > 0.01" % o["rel_l2"])
+check(msg is not None and "mismatch" in msg and "rel_l2=%.6g" % o["rel_l2"] in msg
+      and "max_abs=%.6g at [1, 2, 5, 7]" % o["max_abs"] in msg,
+      "perturbed: the message carries the metrics and the max_abs index")
+res = probe.compare(ref, cand, gate="T1-relaxed:backend-swap")
+check(res["gate"]["name"] == "T1-relaxed:backend-swap" and res["gate"]["rel_l2_max"] == 5e-2,
+      "T1-relaxed:backend-swap thresholds")
+
+nan_c = ref.clone()
+nan_c[0, 1, 2, 3] = float("nan")
+msg = raises(AssertionError, probe.assert_parity, ref, nan_c, gate="T1-relaxed:compile-fusion")
+check(msg is not None and not msg.startswith("WRONG") and "nan_cand=1" in msg and "NaN" in msg,
+      "NaN in the candidate fails even a relaxed gate: %r" % (msg or "")[:200])
+res = probe.compare(ref, nan_c)
+o = oracle(ref, nan_c, 1e-3, 1e-3)
+check(res["nan_cand"] == 1 and res["mismatch_fraction"] == o["mismatch_fraction"]
+      and res["rel_l2"] == 0.0, "NaN index excluded from the norms, counted as a mismatch")
+
+# --- T2 with a calibration file ---------------------------------------------
+tmp = tempfile.mkdtemp(prefix="probe-pymod.")
+cal = os.path.join(tmp, "cal.json")
+with open(cal, "w") as f:
+    json.dump({"format": "probe-calibration", "version": 1,
+               "components": {"dit.step": {"rel_l2_max": 0.05, "cosine_min": 0.99,
+                                           "atol": 0.5, "rtol": 0.5}},
+               "tensors": {"/vae.decode/*/out": {"rel_l2_max": 1e-6}}}, f)
+lossy = ref + 0.02 * torch.randn(ref.shape, generator=g)
+o = oracle(ref, lossy, 0.5, 0.5)
+check(0.01 < o["rel_l2"] < 0.05, "T2 test tensor: rel_l2 %.4g between T1's and T2's limits" % o["rel_l2"])
+res = probe.assert_parity(ref, lossy, gate="T2", calibration=cal, component="dit.step")
+check(res["verdict"] == "pass" and res["gate"]["rel_l2_max"] == 0.05 and res["gate"]["atol"] == 0.5,
+      "T2: dit.step thresholds from the calibration file pass a lossy tensor")
+check(raises(AssertionError, probe.assert_parity, ref, lossy) is not None, "the same tensor fails T1")
+msg = raises(AssertionError, probe.assert_parity, ref, lossy, gate="T2", calibration=cal,
+             component="dit.step", path="/vae.decode/0000/out")
+check(msg is not None and "rel_l2" in msg and "1e-06" in msg, "T2: a tensors glob wins over the component")
+msg = raises(AssertionError, probe.assert_parity, ref, lossy, gate="T2", calibration=cal,
+             component="text_encoder")
+check(msg is not None and "no T2 thresholds for component 'text_encoder'" in msg,
+      "T2: a component without thresholds fails with the reason")
+msg = raises(ValueError, probe.compare, ref, lossy, gate="T2")
+check(msg is not None and not msg.startswith("WRONG") and "calibration" in msg, "T2 without calibration: ValueError")
+msg = raises(FileNotFoundError, probe.compare, ref, lossy, gate="T2",
+             calibration=os.path.join(tmp, "missing.json"), component="dit.step")
+check(msg is not None and not msg.startswith("WRONG") and "missing.json" in msg,
+      "T2 with a missing calibration file: FileNotFoundError naming it")
+
+# --- bad input -----------------------------------------------------------------
+msg = raises(ValueError, probe.assert_parity, ref, ref[0])
+check(msg is not None and not msg.startswith("WRONG") and "shape mismatch" in msg
+      and "[2, 3, 17, 19]" in msg and "[3, 17, 19]" in msg, "shape mismatch: ValueError naming both: %r" % msg)
+msg = raises(ValueError, probe.assert_parity, ref, ref, gate="T3")
+check(msg is not None and not msg.startswith("WRONG") and "T3" in msg, "unknown gate: ValueError: %r" % msg)
+msg = raises(ValueError, probe.compare, ref, ref, gate="T1-relaxed:magic")
+check(msg is not None and not msg.startswith("WRONG") and "magic" in msg, "unknown cause: ValueError")
+msg = raises(ValueError, probe.compare, ref, ref, gate=None)
+check(msg is not None and not msg.startswith("WRONG"), "gate=None: ValueError")
+msg = raises(TypeError, probe.compare, torch.zeros(3, dtype=torch.complex64), torch.zeros(3, dtype=torch.complex64))
+check(msg is not None and not msg.startswith("WRONG") and "complex64" in msg, "complex tensor: TypeError")
+msg = raises(TypeError, probe.compare, np.array(["a", "b"]), np.array(["a", "b"]))
+check(msg is not None and not msg.startswith("WRONG"), "string array: TypeError")
+
+# --- the same C metrics as probe-compare -------------------------------------
+ref_h5, cand_h5, out_json = (os.path.join(tmp, n) for n in ("r.h5", "c.h5", "c.json"))
+rnp, cnp = ref.numpy(), cand.numpy()
+with h5py.File(ref_h5, "w") as f:
+    f["/dit.step/0000/out"] = rnp
+with h5py.File(cand_h5, "w") as f:
+    f["/dit.step/0000/out"] = cnp
+p = subprocess.run([os.path.join(BUILD, "bin", "probe-compare"), "--json", out_json, ref_h5, cand_h5],
+                   capture_output=True, text=True)
+check(p.returncode == 1, "probe-compare on the perturbed pair exits 1 (%d %s)" % (p.returncode, p.stderr))
+t = json.load(open(out_json))["tensors"][0]
+res = probe.compare(ref, cand)
+for k in ("rel_l2", "cosine", "max_abs", "p99_abs", "mean_abs", "mismatch_fraction", "max_abs_index"):
+    check(res[k] == t[k], "probe.compare %s == probe-compare's %s (bit for bit)" % (k, k))
+check(res["reasons"] == t["reasons"], "same reasons as probe-compare: %r" % res["reasons"])
+
+# --- from an installed prefix ---------------------------------------------------
+prefix = os.path.join(tmp, "prefix")
+p = subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix], capture_output=True, text=True)
+check(p.returncode == 0, "cmake --install: %s" % p.stderr[-300:])
+pkgdir = os.path.join(prefix, "share", "probe", "python")
+check(os.path.isfile(os.path.join(pkgdir, "probe", "__init__.py")), "probe module installed in share/probe/python")
+script = r"""
+import json, sys, numpy as np, torch, probe, probe._lib
+r = torch.arange(1, 7, dtype=torch.float32).reshape(2, 3)
+c = r.clone(); c[1, 2] = 7
+res = probe.compare(r, c)
+print(json.dumps({"lib": probe._lib.get().path, "rel_l2": res["rel_l2"], "max_abs": res["max_abs"],
+                  "index": res["max_abs_index"], "verdict": res["verdict"]}))
+"""
+env = dict(os.environ, PYTHONPATH=pkgdir)
+env.pop("PROBE_LIBPROBE", None)
+p = subprocess.run([PY, "-c", script], capture_output=True, text=True, env=env, cwd=tmp)
+check(p.returncode == 0, "installed module runs: %s" % p.stderr[-400:])
+if p.returncode == 0:
+    out = json.loads(p.stdout)
+    check(os.path.realpath(out["lib"]).startswith(os.path.realpath(prefix) + os.sep),
+          "installed module loads the prefix's libprobe (%s)" % out["lib"])
+    check(close(out["rel_l2"], 1.0 / math.sqrt(91.0)) and out["max_abs"] == 1.0 and out["index"] == [1, 2]
+          and out["verdict"] == "fail", "installed module's values: %r" % out)
+# PROBE_LIBPROBE overrides the search; a wrong one is an OSError naming it
+env["PROBE_LIBPROBE"] = os.path.join(tmp, "nowhere", "libprobe.so")
+p = subprocess.run([PY, "-c", script], capture_output=True, text=True, env=env, cwd=tmp)
+check(p.returncode != 0 and "OSError" in p.stderr and "nowhere" in p.stderr,
+      "PROBE_LIBPROBE pointing nowhere: OSError naming it")
+
+import shutil  # noqa: E402
+shutil.rmtree(tmp, ignore_errors=True)
+print("test_python_module: %d failed" % len(failures))
+sys.exit(1 if failures else 0)
