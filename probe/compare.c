@@ -121,6 +121,8 @@ static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size
         probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
         s = probe_metrics_compute(r, c, n, &mo, &t->m);
     }
+    if (s == PROBE_OK) /* the report's histogram, channel shift and map, while r, c are here */
+        s = probe_tensor_stats_compute(r, c, n, t->ref.rank, t->ref.shape, &t->stats);
     free(r);
     free(c);
     if (s != PROBE_OK)
@@ -131,8 +133,10 @@ static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size
     if (have_gate) {
         probe_gate_verdict gv;
         s = probe_gate_check(&t->gate, &t->m, &gv);
-        if (s != PROBE_OK)
+        if (s != PROBE_OK) {
+            probe_tensor_stats_free(&t->stats);
             return s;
+        }
         t->verdict = gv;
     } else {
         t->verdict.pass = 0;
@@ -319,6 +323,8 @@ void probe_compare_result_free(probe_compare_result *r)
 {
     if (!r)
         return;
+    for (size_t i = 0; r->tensors && i < r->ntensors; i++)
+        probe_tensor_stats_free(&r->tensors[i].stats);
     free(r->tensors);
     free(r->missing_in_candidate);
     free(r->missing_in_reference);

@@ -163,47 +163,227 @@ probe_status probe_compare_write_json(const probe_compare_result *r, FILE *f)
     return PROBE_OK;
 }
 
-/* The page: a summary, one row per tensor, the data inline as JSON. The
- * script only formats the inline data; the page needs no network. */
+/* The page (docs/report.md): the verdict, the step x component heatmap of
+ * rel_l2, the selected tensor's histogram, channel shift and spatial map, the
+ * tensor table. The data is inline: probe-data holds exactly the JSON of
+ * probe_compare_write_json, probe-stats one entry per tensor (same order)
+ * from probe_tensor_stats; the script only draws it, and needs no network. */
 static const char html_head[] =
-    "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>probe-compare</title>\n"
-    "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;"
-    "font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-    "td:first-child{text-align:left;font-family:monospace}.fail{background:#fdd}"
-    ".pass{background:#dfd}</style></head><body>\n<h1>probe-compare</h1>\n"
-    "<p id=\"summary\"></p>\n<table id=\"tensors\"><thead><tr><th>path</th><th>dtype</th>"
-    "<th>n</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th>"
-    "<th>mismatch</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
-    "<script type=\"application/json\" id=\"probe-data\">";
-static const char html_tail[] =
-    "</script>\n<script>\n"
-    "const d=JSON.parse(document.getElementById('probe-data').textContent);\n"
-    "const f=x=>x===null?'null':(typeof x==='number'?x.toPrecision(4):String(x));\n"
-    "const fc=x=>x===null?'null':x.toFixed(8);\n"
-    "document.getElementById('summary').textContent='reference '+d.reference+', candidate '+"
-    "d.candidate+', gate '+d.gate.name+': '+d.verdict.toUpperCase()+(d.first_failure?"
-    "', first failure '+d.first_failure:'')+'; missing in candidate: '+"
-    "d.missing_in_candidate.length+', missing in reference: '+d.missing_in_reference.length;\n"
-    "const tb=document.querySelector('#tensors tbody');\n"
-    "for(const t of d.tensors){const tr=document.createElement('tr');tr.className=t.verdict;"
-    "for(const v of [t.path,t.dtype,t.n,f(t.rel_l2),fc(t.cosine),f(t.max_abs),f(t.p99_abs),"
-    "f(t.mismatch_fraction),t.verdict,t.reasons.join('; ')]){const td=document.createElement"
-    "('td');td.textContent=v;tr.appendChild(td);}tb.appendChild(tr);}\n"
-    "</script></body></html>\n";
+    "<!DOCTYPE html>\n"
+    "<html><head><meta charset=\"utf-8\"><title>probe-compare report</title>\n"
+    "<style>\n"
+    "body{font-family:system-ui,sans-serif;margin:1em 1.5em;color:#222}\n"
+    "h1{font-size:20px;margin:0 0 .3em}h2{font-size:16px;margin:1em 0 .4em}\n"
+    "code,.mono{font-family:monospace}\n"
+    "#verdict{display:inline-block;font-size:22px;font-weight:bold;padding:2px 14px;border-radius:4px;color:#fff}\n"
+    "#verdict.pass{background:#2a8a2a}#verdict.fail{background:#c0392b}\n"
+    ".info{color:#555;font-size:13px;margin:.2em 0}\n"
+    "table{border-collapse:collapse;font-size:12px}\n"
+    "td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}\n"
+    "th{background:#f3f3f3}\n"
+    "#heatmap td.hm{min-width:58px;text-align:center;cursor:pointer;font-family:monospace}\n"
+    "#heatmap td.hm.failcell{outline:2px solid #000;outline-offset:-2px;font-weight:bold}\n"
+    "#heatmap td.hm.none{background:#fafafa;color:#bbb;cursor:default}\n"
+    "#heatmap th.row{text-align:left;font-family:monospace}\n"
+    "#tensors td:first-child{text-align:left;font-family:monospace}\n"
+    "#tensors tr{cursor:pointer}#tensors tr.fail td{background:#fdd}#tensors tr.pass td{background:#efe}\n"
+    "#tensors tr.sel td{outline:2px solid #36c}\n"
+    ".legend{font-size:11px;color:#555;margin:.3em 0}\n"
+    ".legend span.bar{display:inline-block;width:160px;height:10px;vertical-align:middle;margin:0 4px}\n"
+    "#detail{border:1px solid #bbb;border-radius:4px;padding:.4em .8em;margin:.8em 0}\n"
+    ".charts{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}\n"
+    ".chart{font-size:12px}.chart .t{font-weight:bold;margin-bottom:2px}\n"
+    ".frames{display:flex;flex-wrap:wrap;gap:8px}\n"
+    ".frame{font-size:11px;text-align:center}\n"
+    "svg text{font-size:10px;fill:#444}\n"
+    "</style></head><body>\n"
+    "<h1>probe-compare report</h1>\n"
+    "<p>verdict <span id=\"verdict\"></span> under gate <b id=\"gate\"></b> &mdash; first failing component: <b id=\"first-failure-component\"></b> <code id=\"first-failure-path\"></code></p>\n"
+    "<p class=\"info\" id=\"files\"></p><p class=\"info\" id=\"counts\"></p><p class=\"info\" id=\"run-reasons\"></p>\n"
+    "<noscript><p>This report draws its tables and charts with JavaScript; the data is in the inline JSON blocks (script elements probe-data and probe-stats).</p></noscript>\n"
+    "<h2>relative L2 by denoising step and component (worst output slot per cell; click a cell)</h2>\n"
+    "<table id=\"heatmap\"></table><div class=\"legend\" id=\"hm-legend\"></div>\n"
+    "<div id=\"detail\"></div>\n"
+    "<h2>tensors in execution order (click a row to show its charts)</h2>\n"
+    "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
+    "<h2>missing</h2><p class=\"info\">in the candidate:</p><ul id=\"missing_in_candidate\"></ul><p class=\"info\">in the reference:</p><ul id=\"missing_in_reference\"></ul>\n";
+static const char html_script[] =
+    "(function(){'use strict';\n"
+    "var D=JSON.parse(document.getElementById('probe-data').textContent);\n"
+    "var S=JSON.parse(document.getElementById('probe-stats').textContent).tensors;\n"
+    "var NS='http://www.w3.org/2000/svg';\n"
+    "function $(id){return document.getElementById(id);}\n"
+    "function el(tag,attrs,text){var e=document.createElement(tag);for(var k in attrs||{})e.setAttribute(k,attrs[k]);if(text!==undefined)e.textContent=text;return e;}\n"
+    "function sv(tag,attrs){var e=document.createElementNS(NS,tag);for(var k in attrs||{})e.setAttribute(k,attrs[k]);return e;}\n"
+    "function fmt(x){return x===null||x===undefined?'n/a':(typeof x==='number'?(x===0?'0':Math.abs(x)>=1e-3&&Math.abs(x)<1e4?x.toPrecision(4):x.toExponential(3)):String(x));}\n"
+    "function comp(p){var i=D.tensors.findIndex(function(t){return t.path===p;});return i>=0?D.tensors[i].component:p.split('/')[1];}\n"
+    "/* colour: t in [0,1] from green (small) through yellow to red (large) */\n"
+    "function heat(t){t=Math.max(0,Math.min(1,t));return 'hsl('+Math.round(120*(1-t))+',75%,'+Math.round(62-12*t)+'%)';}\n"
+    "/* spatial map colour: dark blue (0) to yellow (max) */\n"
+    "function mapc(t){t=Math.max(0,Math.min(1,t));var a=[[13,8,135],[126,3,168],[204,71,120],[248,149,64],[240,249,33]];var x=t*4,i=Math.min(3,Math.floor(x)),f=x-i;var c=a[i].map(function(v,k){return Math.round(v+(a[i+1][k]-v)*f);});return 'rgb('+c.join(',')+')';}\n"
+    "/* verdict */\n"
+    "var v=$('verdict');v.textContent=D.verdict.toUpperCase();v.className=D.verdict;\n"
+    "$('gate').textContent=D.gate.name;\n"
+    "var ff=D.first_failure;$('first-failure-component').textContent=ff?comp(ff):'none';$('first-failure-path').textContent=ff||'';\n"
+    "var sm=D.summary||{};\n"
+    "$('files').textContent='reference '+D.reference+' \\u2022 candidate '+D.candidate;\n"
+    "$('counts').textContent=(sm.tensors!==undefined?sm.tensors:D.tensors.length)+' tensors compared, '+(sm.passed!==undefined?sm.passed:'?')+' pass, '+(sm.failed!==undefined?sm.failed:'?')+' fail; missing in candidate '+D.missing_in_candidate.length+', missing in reference '+D.missing_in_reference.length+(D.skipped?', skipped at capture '+D.skipped.length:'')+(D.feature_active?'':'; the candidate is identical to the reference: feature not active?');\n"
+    "var rr=(D.reasons||[]).slice();if(D.nothing_compared&&!rr.length)rr.push('nothing compared');$('run-reasons').textContent=rr.join('; ');\n"
+    "/* heatmap: rows components in execution order, columns steps (else call index), value the worst rel_l2 of the output slots */\n"
+    "var comps=[],cols=[],hasOut={},cells={};\n"
+    "D.tensors.forEach(function(t,i){if(comps.indexOf(t.component)<0)comps.push(t.component);if(/^out/.test(S[i].slot))hasOut[t.component]=1;});\n"
+    "D.tensors.forEach(function(t,i){var s=S[i];if(hasOut[t.component]&&!/^out/.test(s.slot))return;\n"
+    " var key=t.component+'\\u0000'+s.column,val=t.rel_l2===null?Infinity:t.rel_l2,c=cells[key];\n"
+    " if(cols.indexOf(s.column)<0)cols.push(s.column);\n"
+    " if(!c||val>c.v)cells[key]=c={v:val,i:i,fail:c?c.fail:0};c.fail=c.fail||t.verdict==='fail';});\n"
+    "cols.sort(function(a,b){return a-b;});\n"
+    "var lo=Infinity,hi=-Infinity;for(var k in cells){var x=cells[k].v;if(x>0&&isFinite(x)){lo=Math.min(lo,Math.floor(Math.log10(x)));hi=Math.max(hi,Math.ceil(Math.log10(x)));}}\n"
+    "if(hi<=lo)hi=lo+1;\n"
+    "var hm=$('heatmap'),tr=el('tr');tr.appendChild(el('th',{},'component \\\\ step'));cols.forEach(function(c){tr.appendChild(el('th',{},String(c)));});hm.appendChild(tr);\n"
+    "comps.forEach(function(cn){var tr=el('tr');tr.appendChild(el('th',{'class':'row'},cn));cols.forEach(function(col){var c=cells[cn+'\\u0000'+col];\n"
+    " if(!c){tr.appendChild(el('td',{'class':'hm none'},'\\u00b7'));return;}\n"
+    " var td=el('td',{'class':'hm'+(c.fail?' failcell':''),'data-component':cn,'data-step':String(col),'data-rel-l2':isFinite(c.v)?String(c.v):'null','data-tensor':String(c.i),title:D.tensors[c.i].path+': rel_l2 '+fmt(c.v)},isFinite(c.v)?fmt(c.v):'n/a');\n"
+    " td.style.background=!isFinite(c.v)?'#600':c.v===0?'#e8f0ff':heat((Math.log10(c.v)-lo)/(hi-lo));if(!isFinite(c.v))td.style.color='#fff';\n"
+    " td.onclick=function(){location.hash='tensor='+encodeURIComponent(D.tensors[c.i].path);};tr.appendChild(td);});hm.appendChild(tr);});\n"
+    "$('hm-legend').innerHTML='';var lg=$('hm-legend');lg.appendChild(document.createTextNode('log10 scale: 1e'+lo));var bar=el('span',{'class':'bar'});bar.style.background='linear-gradient(to right,'+[0,.25,.5,.75,1].map(heat).join(',')+')';lg.appendChild(bar);\n"
+    "lg.appendChild(document.createTextNode('1e'+hi+'; bold outline: a tensor of the cell fails the gate'+(D.gate.rel_l2_max!==null?' (T1 rel_l2_max '+D.gate.rel_l2_max+')':'')+'; rows with outputs show output slots only'));\n"
+    "/* tensor table */\n"
+    "var tb=$('tensors').querySelector('tbody');\n"
+    "D.tensors.forEach(function(t,i){var tr=el('tr',{'class':t.verdict,'data-index':String(i)});\n"
+    " [t.path,t.component,S[i].column,t.dtype,JSON.stringify(t.shape),fmt(t.rel_l2),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
+    " tr.onclick=function(){location.hash='tensor='+encodeURIComponent(t.path);};tb.appendChild(tr);});\n"
+    "['missing_in_candidate','missing_in_reference'].forEach(function(k){var ul=$(k);D[k].forEach(function(p){ul.appendChild(el('li',{},p));});});\n"
+    "/* per-tensor charts */\n"
+    "function histogram(t,s,box){var h=s.hist,B=h.counts.length,bars=[['0',null,null,h.zero]];\n"
+    " for(var k=0;k<B;k++)bars.push([null,h.log10_lo+k*(h.log10_hi-h.log10_lo)/B,h.log10_lo+(k+1)*(h.log10_hi-h.log10_lo)/B,h.counts[k]]);\n"
+    " bars.push(['non-finite',null,null,h.nonfinite]);\n"
+    " var mx=Math.max.apply(null,bars.map(function(b){return b[3];}))||1,W=12,H=120,g=sv('svg',{id:'hist',width:String(bars.length*W+20),height:String(H+30),'data-log10-lo':String(h.log10_lo),'data-log10-hi':String(h.log10_hi)});\n"
+    " var total=0;bars.forEach(function(b,j){total+=b[3];var bh=b[3]?Math.max(1,H*b[3]/mx):0;var r=sv('rect',{'class':'hbar',x:String(10+j*W),y:String(H-bh),width:String(W-2),height:String(bh),fill:j===0?'#7a7':j===bars.length-1?'#a33':'#47a','data-count':String(b[3]),'data-kind':j===0?'zero':j===bars.length-1?'nonfinite':'bin'});\n"
+    "  if(b[1]!==null){r.setAttribute('data-log10-from',String(b[1]));r.setAttribute('data-log10-to',String(b[2]));}\n"
+    "  var ti=sv('title');ti.textContent=(b[0]||('|c-r| in [1e'+b[1].toFixed(2)+', 1e'+b[2].toFixed(2)+')'))+': '+b[3];r.appendChild(ti);g.appendChild(r);});\n"
+    " var t0=sv('text',{x:'10',y:String(H+12)});t0.textContent='0';g.appendChild(t0);\n"
+    " var t1=sv('text',{x:'24',y:String(H+24)});t1.textContent='1e'+h.log10_lo;g.appendChild(t1);\n"
+    " var t2=sv('text',{x:String(bars.length*W-30),y:String(H+24)});t2.textContent='1e'+h.log10_hi;g.appendChild(t2);\n"
+    " var d=el('div',{'class':'chart'});d.appendChild(el('div',{'class':'t'},'histogram of |c \\u2212 r| (log-spaced bins; left: exactly 0, right: non-finite)'));d.appendChild(g);\n"
+    " var p=el('div');p.appendChild(document.createTextNode('total count '));p.appendChild(el('span',{id:'hist-total'},String(total)));p.appendChild(document.createTextNode(' of n = '+t.n+'; largest bin '+mx));d.appendChild(p);box.appendChild(d);}\n"
+    "function shift(s,box){var a=s.channel_shift,n=a.length,W=Math.max(1,Math.min(12,Math.floor(420/n))),H=120,m=0,mi=-1;\n"
+    " a.forEach(function(x,k){if(x!==null&&Math.abs(x)>m){m=Math.abs(x);mi=k;}});\n"
+    " var g=sv('svg',{id:'shift',width:String(n*W+20),height:String(H+20)});g.appendChild(sv('line',{x1:'10',x2:String(10+n*W),y1:String(H/2),y2:String(H/2),stroke:'#999'}));\n"
+    " a.forEach(function(x,k){var bh=x===null||m===0?0:(H/2)*Math.abs(x)/m;var r=sv('rect',{'class':'cbar',x:String(10+k*W),y:String(x>0?H/2-bh:H/2),width:String(Math.max(1,W-1)),height:String(bh),fill:x>0?'#c55':'#55c','data-channel':String(k),'data-shift':String(x)});var ti=sv('title');ti.textContent='channel '+k+': '+fmt(x);r.appendChild(ti);g.appendChild(r);});\n"
+    " var d=el('div',{'class':'chart'});d.appendChild(el('div',{'class':'t'},'per-channel mean shift, mean(c \\u2212 r) over axis '+s.channel_axis+' ('+n+' channels)'));d.appendChild(g);\n"
+    " d.appendChild(el('div',{id:'shift-max','data-channel':String(mi)},mi<0?'no shift':'largest |shift|: channel '+mi+', '+fmt(a[mi])));box.appendChild(d);}\n"
+    "function smap(s,box){var M=s.map,mh=M.map_h,mw=M.map_w,px=Math.max(2,Math.floor(192/Math.max(mh,mw))),mx=0,best=null;\n"
+    " M.values.forEach(function(x,k){if(x!==null&&x>mx){mx=x;best=k;}});\n"
+    " var d=el('div',{'class':'chart'});d.appendChild(el('div',{'class':'t'},'spatial map of mean |c \\u2212 r| over batch and channels ('+M.frames+' frame'+(M.frames>1?'s':'')+' of '+M.height+' x '+M.width+' pixels, '+mh+' x '+mw+' cells per map; one colour scale, 0 to '+fmt(mx)+')'));\n"
+    " var fr=el('div',{'class':'frames'});\n"
+    " for(var f=0;f<M.map_frames;f++){var f0=Math.ceil(f*M.frames/M.map_frames),f1=Math.ceil((f+1)*M.frames/M.map_frames)-1;\n"
+    "  var c=el('div',{'class':'frame'}),g=sv('svg',{'class':'map','data-frame':String(f),width:String(mw*px),height:String(mh*px)});\n"
+    "  for(var y=0;y<mh;y++)for(var x=0;x<mw;x++){var val=M.values[(f*mh+y)*mw+x];g.appendChild(sv('rect',{'class':'mcell',x:String(x*px),y:String(y*px),width:String(px),height:String(px),fill:val===null?'#888':mapc(mx?val/mx:0),'data-frame':String(f),'data-y':String(y),'data-x':String(x),'data-v':String(val)}));}\n"
+    "  c.appendChild(g);c.appendChild(el('div',{},f0===f1?'frame '+f0:'frames '+f0+'\\u2013'+f1));fr.appendChild(c);}\n"
+    " d.appendChild(fr);\n"
+    " if(best!==null){var bf=Math.floor(best/(mh*mw)),by=Math.floor(best/mw)%mh,bx=best%mw;\n"
+    "  var r0=Math.ceil(by*M.height/mh),r1=Math.ceil((by+1)*M.height/mh)-1,c0=Math.ceil(bx*M.width/mw),c1=Math.ceil((bx+1)*M.width/mw)-1;\n"
+    "  var f0=Math.ceil(bf*M.frames/M.map_frames),f1=Math.ceil((bf+1)*M.frames/M.map_frames)-1;\n"
+    "  d.appendChild(el('div',{id:'map-hottest','data-frame':String(f0),'data-frame-last':String(f1),'data-row':String(r0),'data-row-last':String(r1),'data-col':String(c0),'data-col-last':String(c1),'data-v':String(mx)},\n"
+    "   'hottest cell: frame '+(f0===f1?f0:f0+'\\u2013'+f1)+', pixel rows '+(r0===r1?r0:r0+'\\u2013'+r1)+', columns '+(c0===c1?c0:c0+'\\u2013'+c1)+': mean |c \\u2212 r| = '+fmt(mx)));}\n"
+    " box.appendChild(d);}\n"
+    "function select(){var m=/^#tensor=(.*)$/.exec(location.hash),i=-1;\n"
+    " if(m){var p=decodeURIComponent(m[1]);i=D.tensors.findIndex(function(t){return t.path===p;});}\n"
+    " if(i<0&&ff)i=D.tensors.findIndex(function(t){return t.path===ff;});\n"
+    " if(i<0&&D.tensors.length)i=0;\n"
+    " var box=$('detail');box.innerHTML='';\n"
+    " Array.prototype.forEach.call(document.querySelectorAll('#tensors tr.sel'),function(r){r.classList.remove('sel');});\n"
+    " if(i<0){box.appendChild(el('p',{},'no tensor was compared'));return;}\n"
+    " var row=document.querySelector('#tensors tr[data-index=\"'+i+'\"]');if(row)row.classList.add('sel');\n"
+    " var t=D.tensors[i],s=S[i];\n"
+    " var h=el('h2');h.appendChild(document.createTextNode('tensor '));h.appendChild(el('code',{id:'detail-path'},t.path));h.appendChild(document.createTextNode(' \\u2014 '));h.appendChild(el('span',{id:'detail-verdict','class':t.verdict},t.verdict.toUpperCase()));box.appendChild(h);\n"
+    " box.appendChild(el('p',{'class':'info',id:'detail-metrics'},'component '+t.component+', '+s.column_kind+' '+s.column+', '+t.dtype+' '+JSON.stringify(t.shape)+'; rel_l2 '+fmt(t.rel_l2)+', cosine '+(t.cosine===null?'n/a':t.cosine.toFixed(8))+', max_abs '+fmt(t.max_abs)+(t.max_abs_index?' at '+JSON.stringify(t.max_abs_index):'')+', p99_abs '+fmt(t.p99_abs)+', mean_abs '+fmt(t.mean_abs)+', mismatch '+fmt(t.mismatch_fraction)+(t.reasons.length?'; '+t.reasons.join('; '):'')));\n"
+    " if(!s.hist){box.appendChild(el('p',{},'not compared: no histogram or map'));return;}\n"
+    " var ch=el('div',{'class':'charts'});histogram(t,s,ch);if(s.channel_shift)shift(s,ch);box.appendChild(ch);\n"
+    " if(s.map)smap(s,box);else if(s.map_omitted)box.appendChild(el('p',{'class':'info'},'spatial map omitted: '+s.map_omitted));}\n"
+    "window.addEventListener('hashchange',select);select();\n"
+    "})();\n";
 
-probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f)
+/* The heatmap's column of a tensor: its denoising step, else its call index
+ * (probe.call, else the numeric path element after the component), else 0. */
+static json_int_t heat_column(const probe_tensor_info *ti, const char **kind)
 {
-    if (!r || !f)
-        return probe_set_error(PROBE_EINVAL, "probe_compare_write_html: NULL argument");
-    json_t *o = result_json(r);
+    *kind = "step";
+    if (ti->step >= 0)
+        return (json_int_t)ti->step;
+    *kind = "call";
+    if (ti->call >= 0)
+        return (json_int_t)ti->call;
+    const char *p = strchr(ti->path + (ti->path[0] == '/'), '/');
+    if (p && p[1] >= '0' && p[1] <= '9') {
+        char *end;
+        long long v = strtoll(p + 1, &end, 10);
+        if ((*end == '/' || *end == 0) && v >= 0)
+            return (json_int_t)v;
+    }
+    return 0;
+}
+
+/* All spatial maps of one page together hold at most this many cells (about
+ * 10 bytes each in the page); later maps are left out with a note. */
+#define HTML_MAP_BUDGET (4u << 20)
+
+static json_t *stats_json(const probe_tensor_result *t, size_t *map_cells)
+{
+    const probe_tensor_stats *st = &t->stats;
+    const char *kind;
+    json_int_t col = heat_column(&t->ref, &kind);
+    json_t *o = json_pack("{s:s,s:I,s:s}", "slot", t->ref.slot, "column", col, "column_kind", kind);
     if (!o)
-        return probe_set_error(PROBE_ENOMEM, "out of memory building JSON");
-    char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_PRESERVE_ORDER);
-    json_decref(o);
+        return NULL;
+    if (!t->compared || !st->computed) {
+        json_object_set_new(o, "hist", json_null());
+        return o;
+    }
+    json_t *counts = json_array();
+    for (int k = 0; k < PROBE_STATS_HIST_BINS; k++)
+        json_array_append_new(counts, json_integer((json_int_t)st->hist[k]));
+    json_object_set_new(o, "hist", json_pack("{s:I,s:I,s:i,s:i,s:o}", "zero",
+                                             (json_int_t)st->hist_zero, "nonfinite",
+                                             (json_int_t)st->hist_nonfinite, "log10_lo",
+                                             st->hist_log10_lo, "log10_hi", st->hist_log10_hi,
+                                             "counts", counts));
+    if (st->nchannels > 0) {
+        json_t *a = json_array();
+        for (int k = 0; k < st->nchannels; k++)
+            json_array_append_new(a, num_or_null(st->channel_shift[k]));
+        json_object_set_new(o, "channel_axis", json_integer(st->channel_axis));
+        json_object_set_new(o, "channel_shift", a);
+    }
+    if (st->map) {
+        size_t cells = (size_t)st->map_frames * (size_t)st->map_h * (size_t)st->map_w;
+        if (*map_cells + cells > HTML_MAP_BUDGET) {
+            json_object_set_new(o, "map_omitted",
+                                json_string("the page already holds its budget of map cells"));
+            return o;
+        }
+        *map_cells += cells;
+        json_t *a = json_array();
+        for (size_t k = 0; k < cells; k++)
+            json_array_append_new(a, num_or_null(st->map[k]));
+        json_object_set_new(o, "map", json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,s:o}", "frames",
+                                                (json_int_t)st->frames, "height",
+                                                (json_int_t)st->height, "width",
+                                                (json_int_t)st->width, "map_frames", st->map_frames,
+                                                "map_h", st->map_h, "map_w", st->map_w,
+                                                "values", a));
+    }
+    return o;
+}
+
+/* Write j inside <script type="application/json" id="ID">; "</" is written
+ * as "<\/" so that no string in the data can end the element. */
+static int write_json_script(FILE *f, const char *id, json_t *j, int precision)
+{
+    char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(precision) | JSON_PRESERVE_ORDER);
     if (!text)
-        return probe_set_error(PROBE_ENOMEM, "out of memory building JSON");
-    int ok = fputs(html_head, f) != EOF;
-    /* "</" inside a script element would end it: write it as "<\/". */
+        return -1;
+    int ok = fprintf(f, "<script type=\"application/json\" id=\"%s\">", id) > 0;
     for (const char *p = text; ok && *p; p++) {
         if (p[0] == '<' && p[1] == '/')
             ok = fputs("<\\", f) != EOF;
@@ -211,6 +391,33 @@ probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f)
             ok = fputc(*p, f) != EOF;
     }
     free(text);
-    ok = ok && fputs(html_tail, f) != EOF && fflush(f) == 0;
-    return ok ? PROBE_OK : probe_set_error(PROBE_EIO, "cannot write HTML output");
+    return ok && fputs("</script>\n", f) != EOF ? 0 : 1;
+}
+
+probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f)
+{
+    if (!r || !f)
+        return probe_set_error(PROBE_EINVAL, "probe_compare_write_html: NULL argument");
+    json_t *data = result_json(r), *stats = json_object(), *ts = json_array();
+    size_t map_cells = 0;
+    int built = data && stats && ts && json_object_set(stats, "tensors", ts) == 0;
+    for (size_t i = 0; built && i < r->ntensors; i++)
+        built = json_array_append_new(ts, stats_json(&r->tensors[i], &map_cells)) == 0;
+    json_decref(ts);
+    int rc = built ? 0 : -1;
+    if (built) {
+        rc = fputs(html_head, f) == EOF;
+        if (!rc)
+            rc = write_json_script(f, "probe-data", data, 17);
+        if (!rc)
+            rc = write_json_script(f, "probe-stats", stats, 6);
+        if (!rc)
+            rc = fprintf(f, "<script>\n%s</script>\n</body></html>\n", html_script) < 0 ||
+                 fflush(f) != 0;
+    }
+    json_decref(data);
+    json_decref(stats);
+    if (rc < 0)
+        return probe_set_error(PROBE_ENOMEM, "out of memory building the HTML report");
+    return rc ? probe_set_error(PROBE_EIO, "cannot write HTML output") : PROBE_OK;
 }

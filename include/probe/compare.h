@@ -40,6 +40,53 @@ typedef struct probe_compare_opts {
 
 #define PROBE_COMPARE_MAX_REASONS 4
 
+/* What the HTML report shows per tensor beyond the metrics: the error
+ * histogram, the per-channel mean shift and a spatial map of the error.
+ * Computed by probe_tensor_stats_compute() from the fp64 arrays while they
+ * are in memory (probe/tensor_stats.c). d = c - r over the indices finite on
+ * both sides; non-finite indices are only counted (hist_nonfinite). */
+#define PROBE_STATS_HIST_BINS 32      /* log-spaced bins of |d| > 0 */
+#define PROBE_STATS_MAX_CHANNELS 4096 /* more channels: no channel shift */
+#define PROBE_STATS_MAP_MAX 64        /* spatial map at most 64 x 64 cells per frame */
+#define PROBE_STATS_MAP_MAX_FRAMES 32 /* more frames are averaged in groups */
+typedef struct probe_tensor_stats {
+    int computed;               /* 1 when the fields below are valid */
+    /* Histogram of |d|: hist_zero counts |d| = 0, hist_nonfinite the indices
+     * not finite on one side; every other index falls in bin
+     * k = floor((log10|d| - hist_log10_lo) / (hist_log10_hi - hist_log10_lo) * BINS),
+     * clamped to [0, BINS-1]; hist_log10_lo = floor(log10 min|d|>0),
+     * hist_log10_hi = ceil(log10 max|d|) (> lo). The counts sum to n. */
+    uint64_t hist_zero, hist_nonfinite;
+    int hist_log10_lo, hist_log10_hi; /* both 0 when no |d| > 0 */
+    uint64_t hist[PROBE_STATS_HIST_BINS];
+    /* Per-channel mean shift: channel_shift[k] = mean of d over the finite
+     * indices of channel k (NaN if none). Channel axis: 1 for rank 4/5
+     * ([B,C,H,W], [B,C,F,H,W]), the last axis for rank 2/3 ([T,D], [B,T,D]);
+     * nchannels = 0 for other ranks or more than PROBE_STATS_MAX_CHANNELS. */
+    int channel_axis, nchannels;
+    double *channel_shift;      /* malloc'd, nchannels entries */
+    /* Spatial map (rank 4 [B,C,H,W]: 1 frame; rank 5 [B,C,F,H,W]: F frames):
+     * map[(f*map_h + y)*map_w + x] = mean |d| over B, C and the pixels of
+     * cell (y, x): rows [y*H/map_h, (y+1)*H/map_h), likewise columns, and the
+     * frames of group f (frames [f*F/map_frames, (f+1)*F/map_frames)); NaN
+     * if the cell has no finite index. map_h = min(H, 64), map_w = min(W, 64),
+     * map_frames = min(F, 32); all 0 and map NULL for other ranks. */
+    int map_frames, map_h, map_w;
+    int64_t frames, height, width;  /* F (1 for rank 4), H, W of the tensor */
+    double *map;                /* malloc'd */
+} probe_tensor_stats;
+
+/* Fill st from n reference/candidate element pairs of a row-major tensor of
+ * the given rank and shape (prod(shape) = n). The histogram is computed for
+ * every rank, the channel shift and the map as stated above. Frees nothing:
+ * st is overwritten (call probe_tensor_stats_free first to reuse one).
+ * Errors: PROBE_EINVAL (NULL pointer with n > 0, rank outside [0, 16],
+ * prod(shape) != n), PROBE_ENOMEM (st holds nothing allocated then). */
+probe_status probe_tensor_stats_compute(const double *ref, const double *cand, size_t n, int rank,
+                                        const int64_t *shape, probe_tensor_stats *st);
+/* Free what st holds and zero it. st may be NULL. */
+void probe_tensor_stats_free(probe_tensor_stats *st);
+
 typedef struct probe_tensor_result {
     probe_tensor_info ref;      /* reference side (shape, dtype, component, seq, ...) */
     probe_dtype dtype_cand;     /* candidate's logical element type */
@@ -50,6 +97,8 @@ typedef struct probe_tensor_result {
     int64_t max_abs_index[PROBE_MAX_RANK]; /* m.max_abs_offset as a row-major index of ref.shape */
     probe_gate gate;            /* the gate applied to this tensor (T2: per component/path) */
     probe_gate_verdict verdict; /* pass/fail and reasons (also "shape mismatch ...") */
+    probe_tensor_stats stats;   /* (additive) histogram, channel shift, spatial map; freed
+                                   by probe_compare_result_free */
 } probe_tensor_result;
 
 typedef struct probe_compare_skip {
@@ -108,7 +157,12 @@ probe_status probe_compare_write_json(const probe_compare_result *r, FILE *f);
  * cannot carry are written as '?'. PROBE_EIO if the stream fails. */
 probe_status probe_compare_write_junit(const probe_compare_result *r, FILE *f);
 
-/* Write a self-contained HTML report (no network; the JSON inline). */
+/* Write a self-contained HTML report (docs/report.md): no network; the JSON
+ * of probe_compare_write_json inline in <script id="probe-data">, the
+ * per-tensor stats (histogram, channel shift, spatial map; 6 significant
+ * digits) in <script id="probe-stats">; a script renders the verdict, the
+ * step x component heatmap of rel_l2 and the selected tensor's charts.
+ * PROBE_EIO if the stream fails, PROBE_ENOMEM. */
 probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f);
 
 #ifdef __cplusplus
