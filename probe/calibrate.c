@@ -157,7 +157,7 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
         }
         long k = comp_find(t, x->ref.component);
         if (k < 0) {
-            s = probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+            s = probe_set_error(PROBE_ENOMEM, "out of memory");
             goto out;
         }
         drift_acc *d = is_floor ? &t->floor[k] : &t->feature[k];
@@ -172,6 +172,10 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
             d->last_pair = pair_id;
         }
     }
+    if (!is_floor && !r->feature_active)
+        s = probe_set_error(PROBE_EMISMATCH, "pair %s vs %s: the candidate is identical to the "
+                            "reference in every tensor (feature not active?); a feature that did "
+                            "not run cannot be calibrated", ref, cand);
 out:
     probe_compare_result_free(r);
     return s;
@@ -202,30 +206,30 @@ void probe_calibrate_result_free(probe_calibrate_result *r)
 static probe_status check_opts(const probe_calibrate_opts *o)
 {
     if (!o)
-        return probe_set_error(PROBE_EINVAL, "calibrate: NULL options");
+        return probe_set_error(PROBE_EINVAL, "probe_calibrate_run: NULL options");
     if (!o->feature || !o->feature[0])
-        return probe_set_error(PROBE_EINVAL, "calibrate: no feature name");
+        return probe_set_error(PROBE_EINVAL, "no feature name");
     if (!isfinite(o->headroom) || o->headroom < 1)
-        return probe_set_error(PROBE_EINVAL, "calibrate: headroom %g: must be a finite number >= 1",
+        return probe_set_error(PROBE_EINVAL, "headroom %g: must be a finite number >= 1",
                                o->headroom);
     if (!isfinite(o->atol) || o->atol < 0 || !isfinite(o->rtol) || o->rtol < 0)
-        return probe_set_error(PROBE_EINVAL, "calibrate: atol %g rtol %g: must be finite and >= 0",
+        return probe_set_error(PROBE_EINVAL, "atol %g rtol %g: must be finite and >= 0",
                                o->atol, o->rtol);
     if (o->nreferences == 0 || !o->references)
-        return probe_set_error(PROBE_EINVAL, "calibrate: no reference run");
+        return probe_set_error(PROBE_EINVAL, "no reference run");
     if (o->ncandidates == 0 || !o->candidates)
-        return probe_set_error(PROBE_EINVAL, "calibrate: no candidate run");
+        return probe_set_error(PROBE_EINVAL, "no candidate run");
     if (o->ncandidates > o->nreferences)
-        return probe_set_error(PROBE_EINVAL, "calibrate: %zu candidates but %zu references: "
+        return probe_set_error(PROBE_EINVAL, "%zu candidates but %zu references: "
                                "candidate i pairs with reference i", o->ncandidates,
                                o->nreferences);
     if (o->nrepeats > o->nreferences || (o->nrepeats && !o->repeats))
-        return probe_set_error(PROBE_EINVAL, "calibrate: %zu reference repeats but %zu "
+        return probe_set_error(PROBE_EINVAL, "%zu reference repeats but %zu "
                                "references: repeat k is a second run of reference k",
                                o->nrepeats, o->nreferences);
     size_t nfloor = o->nrepeats + (o->references_differ ? 0 : o->nreferences - 1);
     if (nfloor == 0)
-        return probe_set_error(PROBE_EINVAL, "calibrate: no determinism floor: give a second "
+        return probe_set_error(PROBE_EINVAL, "no determinism floor: give a second "
                                "reference run of the same inputs (another reference, or a "
                                "reference repeat)");
     return PROBE_OK;
@@ -245,7 +249,7 @@ static probe_status add_file(probe_calibrate_result *r, const char *path, const 
     const char *m = probe_file_manifest(pf);
     if (m && !(f->manifest = strdup(m))) {
         probe_file_close(pf);
-        return probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
     }
     probe_file_close(pf);
     r->nfiles++;
@@ -255,7 +259,7 @@ static probe_status add_file(probe_calibrate_result *r, const char *path, const 
 probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_result **out)
 {
     if (!out)
-        return probe_set_error(PROBE_EINVAL, "calibrate: NULL result pointer");
+        return probe_set_error(PROBE_EINVAL, "probe_calibrate_run: NULL result pointer");
     *out = NULL;
     probe_status s = check_opts(o);
     if (s != PROBE_OK)
@@ -268,7 +272,7 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
     size_t nf = o->nreferences + o->ncandidates + o->nrepeats;
     if (!r || !(r->files = calloc(nf, sizeof *r->files))) {
         free(r);
-        return probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
     }
     snprintf(r->feature, sizeof r->feature, "%s", o->feature);
     r->headroom = o->headroom;
@@ -304,7 +308,7 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
     r->t1_above_floor = 1;
     r->components = calloc(t.n ? t.n : 1, sizeof *r->components);
     if (!r->components) {
-        s = probe_set_error(PROBE_ENOMEM, "calibrate: out of memory");
+        s = probe_set_error(PROBE_ENOMEM, "out of memory");
         goto fail;
     }
     for (size_t i = 0; i < t.n; i++) {
@@ -329,7 +333,7 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         r->t1_above_floor &= c->t1_above_floor;
     }
     if (r->ncomponents == 0) {
-        s = probe_set_error(PROBE_EMISMATCH, "calibrate: no tensor compared in any pair");
+        s = probe_set_error(PROBE_EMISMATCH, "no tensor compared in any pair");
         goto fail;
     }
     free(t.c);
@@ -451,7 +455,7 @@ static json_t *jpair(const probe_calibrate_result *r, const char *role_a, int ia
 probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f)
 {
     if (!r || !f)
-        return probe_set_error(PROBE_EINVAL, "calibrate: NULL argument");
+        return probe_set_error(PROBE_EINVAL, "probe_calibrate_write_json: NULL argument");
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string("probe-calibration"));
     json_object_set_new(root, "version", json_integer(1));
@@ -521,6 +525,6 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
     int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (rc != 0 || fputc('\n', f) == EOF || ferror(f))
-        return probe_set_error(PROBE_EIO, "calibrate: cannot write the calibration file");
+        return probe_set_error(PROBE_EIO, "cannot write the calibration file");
     return PROBE_OK;
 }

@@ -104,7 +104,9 @@ typedef struct probe_calibrate_result {
  * be opened or read, the message names it); PROBE_EMISMATCH when a pair
  * cannot be calibrated on: a tensor missing on one side, a shape mismatch,
  * nothing compared, a NaN in the candidate or a non-finite metric (the
- * message names the pair and the tensor); PROBE_ENOMEM. */
+ * message names the pair and the tensor), or a feature pair whose candidate
+ * is identical to its reference in every tensor (feature not active);
+ * PROBE_ENOMEM. */
 probe_status probe_calibrate_run(const probe_calibrate_opts *opts, probe_calibrate_result **out);
 void probe_calibrate_result_free(probe_calibrate_result *r);
 

@@ -241,6 +241,8 @@ def main():
         ("tensor missing in a candidate", ["--feature", "x", *R(0), *R(1), *C("missing-tensor.h5")],
          "/dit.step/0002/out.sample"),
         ("NaN in a candidate", ["--feature", "x", *R(0), *R(1), *C("nan.h5")], "NaN"),
+        ("candidate identical to its reference", ["--feature", "x", *R(0), *R(1), *C("ref0.h5")],
+         "feature not active"),
         ("no floor", ["--feature", "x", *R(0), *C("cand0.h5")], "determinism floor"),
         ("references differ, no repeat", ["--feature", "x", "--references-differ", *R(0), *R(1), *C("cand0.h5")],
          "determinism floor"),

@@ -206,5 +206,9 @@ Test(calibrate, bad_options)
     cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_ENOTFOUND);
     cr_assert_not_null(strstr(probe_last_error(), "nope.h5"));
     cr_assert_null(r);
+    /* a candidate identical to its reference: the feature did not run */
+    o = opts_of(refs, 2, refs + 1, 1);
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_EMISMATCH);
+    cr_assert_not_null(strstr(probe_last_error(), "feature not active"), "%s", probe_last_error());
     cr_assert_eq(probe_calibrate_write_json(NULL, stdout), PROBE_EINVAL);
 }
