@@ -8,8 +8,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <jansson.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,9 +17,9 @@
 #include <unistd.h>
 
 #include "probe/calibrate.h"
+#include "probe/components.h"
 
 #define MAX_FILES 256
-#define MAX_COMPONENTS 64
 #define USAGE_LINE                                                                            \
     "usage: probe-calibrate --feature NAME --reference R.h5... --candidate C.h5... --out "    \
     "CAL.json (--help for more)\n"
@@ -64,46 +62,6 @@ static int parse_num(const char *opt, const char *s, double min, double *out)
     }
     *out = v;
     return 0;
-}
-
-/* Component names from the component table (as probe-compare finds it):
- * $PROBE_COMPONENTS, else <exe>/../share/probe/components.json. Returns the
- * count; -1 (message printed) if $PROBE_COMPONENTS names an unreadable table;
- * 0 if the installed table is absent (then any name is accepted). */
-static int load_component_names(char *names[MAX_COMPONENTS])
-{
-    char path[PATH_MAX];
-    const char *env = getenv("PROBE_COMPONENTS");
-    if (env && *env) {
-        snprintf(path, sizeof path, "%s", env);
-    } else {
-        char exe[PATH_MAX];
-        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (len <= 0)
-            return 0;
-        exe[len] = 0;
-        snprintf(path, sizeof path, "%s/../share/probe/components.json", dirname(exe));
-    }
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root) {
-        if (env && *env) {
-            fprintf(stderr, "probe-calibrate: PROBE_COMPONENTS %s: %s\n", path, err.text);
-            return -1;
-        }
-        return 0;
-    }
-    int n = 0;
-    size_t i;
-    json_t *row;
-    json_array_foreach(json_object_get(root, "components"), i, row) {
-        const char *name = json_string_value(json_object_get(row, "name"));
-        if (name && n < MAX_COMPONENTS - 1)
-            names[n++] = strdup(name);
-    }
-    names[n] = NULL;
-    json_decref(root);
-    return n;
 }
 
 static int same_file(const char *a, const char *b)
@@ -260,16 +218,17 @@ int main(int argc, char **argv)
     o.repeats = reps;
     o.nrepeats = nrep;
 
-    char *names[MAX_COMPONENTS] = {0};
-    int nn = load_component_names(names);
-    if (nn < 0)
+    char **names = NULL;
+    probe_status s = probe_component_names_load(NULL, &names);
+    if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
+        fprintf(stderr, "probe-calibrate: %s\n", probe_last_error());
         return 2;
-    o.known_components = nn ? (const char *const *)names : NULL;
+    }
+    o.known_components = (const char *const *)names; /* NULL: no table installed, any name */
 
     probe_calibrate_result *r = NULL;
-    probe_status s = probe_calibrate_run(&o, &r);
-    for (int i = 0; names[i]; i++)
-        free(names[i]);
+    s = probe_calibrate_run(&o, &r);
+    probe_component_names_free(names);
     if (s != PROBE_OK) {
         fprintf(stderr, "probe-calibrate: %s\n", probe_last_error());
         return 2;

@@ -8,8 +8,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <jansson.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,9 +18,9 @@
 #include <unistd.h>
 
 #include "probe/compare.h"
+#include "probe/components.h"
 
 #define MAX_ONLY 64
-#define MAX_COMPONENTS 64
 
 static void usage(FILE *f)
 {
@@ -60,38 +58,6 @@ static int parse_tol(const char *opt, const char *s, double *out)
     }
     *out = v;
     return 0;
-}
-
-/* Known component names from the component table, for validating calibration
- * files: $PROBE_COMPONENTS, else <exe>/../share/probe/components.json. Returns
- * the number of names (0 if the table cannot be found: then any is accepted). */
-static size_t load_component_names(char *names[MAX_COMPONENTS])
-{
-    char path[PATH_MAX];
-    const char *env = getenv("PROBE_COMPONENTS");
-    if (env && *env) {
-        snprintf(path, sizeof path, "%s", env);
-    } else {
-        char exe[PATH_MAX];
-        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (len <= 0)
-            return 0;
-        exe[len] = 0;
-        snprintf(path, sizeof path, "%s/../share/probe/components.json", dirname(exe));
-    }
-    json_t *root = json_load_file(path, 0, NULL);
-    if (!root)
-        return 0;
-    size_t n = 0, i;
-    json_t *row;
-    json_array_foreach(json_object_get(root, "components"), i, row) {
-        const char *name = json_string_value(json_object_get(row, "name"));
-        if (name && n < MAX_COMPONENTS - 1)
-            names[n++] = strdup(name);
-    }
-    names[n] = NULL;
-    json_decref(root);
-    return n;
 }
 
 static void fmt_num(char *buf, size_t cap, double x, int present)
@@ -351,17 +317,22 @@ int main(int argc, char **argv)
         return 2;
     }
     probe_calibration *cal = NULL;
-    char *names[MAX_COMPONENTS] = {0};
     if (cal_path) {
-        size_t nn = load_component_names(names);
-        if (probe_calibration_load(cal_path, nn ? (const char *const *)names : NULL, &cal) !=
-            PROBE_OK) {
+        /* Calibration entries must name components of the table (any name
+         * when no table is installed next to this tool). */
+        char **names = NULL;
+        probe_status s = probe_component_names_load(NULL, &names);
+        if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
+            fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+            return 2;
+        }
+        s = probe_calibration_load(cal_path, (const char *const *)names, &cal);
+        probe_component_names_free(names);
+        if (s != PROBE_OK) {
             fprintf(stderr, "probe-compare: %s\n", probe_last_error());
             return 2;
         }
     }
-    for (size_t i = 0; names[i]; i++)
-        free(names[i]);
     if (opts.gate.kind == PROBE_GATE_T2 && !cal) {
         fprintf(stderr, "probe-compare: --gate T2 needs --calibration FILE\n");
         return 2;

@@ -1,0 +1,32 @@
+/* probe/components.h - the component table (components/components.json,
+ * installed as <prefix>/share/probe/components.json) as the C tools use it:
+ * the list of known component names, against which calibration files and
+ * other user input are checked (an unknown component name is an error). */
+#ifndef PROBE_COMPONENTS_H
+#define PROBE_COMPONENTS_H
+
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Load the names of the table's rows ("name" of each entry of "components").
+ * path: the table; NULL finds it: $PROBE_COMPONENTS if set, else
+ * <directory of the running executable>/../share/probe/components.json.
+ * On success *out is a NULL-terminated array of names; free it with
+ * probe_component_names_free. Errors: PROBE_ENOTFOUND when path is NULL,
+ * $PROBE_COMPONENTS is unset and no table is installed next to the
+ * executable (callers may then accept any name); PROBE_EFORMAT when the table
+ * (given, or named by $PROBE_COMPONENTS) cannot be read as JSON or has no
+ * "components" list (the message names the file and the reason);
+ * PROBE_ENOMEM; PROBE_EINVAL when out is NULL. */
+probe_status probe_component_names_load(const char *path, char ***out);
+
+/* Free what probe_component_names_load returned; names may be NULL. */
+void probe_component_names_free(char **names);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+/* components.c - the component table's names for the C tools
+ * (probe/components.h). */
+#include "probe/components.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void probe_component_names_free(char **names)
+{
+    if (!names)
+        return;
+    for (size_t i = 0; names[i]; i++)
+        free(names[i]);
+    free(names);
+}
+
+probe_status probe_component_names_load(const char *path, char ***out)
+{
+    if (!out)
+        return probe_set_error(PROBE_EINVAL, "probe_component_names_load: out is NULL");
+    *out = NULL;
+    char buf[PATH_MAX];
+    if (!path) {
+        const char *env = getenv("PROBE_COMPONENTS");
+        if (env && *env) {
+            path = env;
+        } else {
+            char exe[PATH_MAX];
+            ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            if (len <= 0)
+                return probe_set_error(PROBE_ENOTFOUND, "component table: cannot locate the "
+                                                        "running executable");
+            exe[len] = 0;
+            if (snprintf(buf, sizeof buf, "%s/../share/probe/components.json", dirname(exe)) >=
+                (int)sizeof buf)
+                return probe_set_error(PROBE_ENOTFOUND, "component table: path too long");
+            if (access(buf, F_OK) != 0)
+                return probe_set_error(PROBE_ENOTFOUND, "component table %s: not installed", buf);
+            path = buf;
+        }
+    }
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root)
+        return probe_set_error(PROBE_EFORMAT, "component table %s: %s", path, err.text);
+    json_t *rows = json_object_get(root, "components");
+    if (!json_is_array(rows)) {
+        json_decref(root);
+        return probe_set_error(PROBE_EFORMAT, "component table %s: no \"components\" list", path);
+    }
+    size_t n = json_array_size(rows), k = 0, i;
+    char **names = calloc(n + 1, sizeof *names);
+    if (!names) {
+        json_decref(root);
+        return probe_set_error(PROBE_ENOMEM, "component table %s: out of memory", path);
+    }
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (!name)
+            continue;
+        if (!(names[k++] = strdup(name))) {
+            probe_component_names_free(names);
+            json_decref(root);
+            return probe_set_error(PROBE_ENOMEM, "component table %s: out of memory", path);
+        }
+    }
+    json_decref(root);
+    *out = names;
+    return PROBE_OK;
+}

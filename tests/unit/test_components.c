@@ -1,0 +1,76 @@
+/* Component table names (probe/components.h): the repository's own table,
+ * $PROBE_COMPONENTS, and tables that cannot be used. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "probe/components.h"
+
+static char *write_tmp(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/probe-components-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+Test(components, repository_table_has_the_five_components)
+{
+    const char *src = getenv("PROBE_SOURCE_DIR");
+    cr_assert_not_null(src, "PROBE_SOURCE_DIR is set by ctest");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/components/components.json", src);
+    char **names = NULL;
+    cr_assert_eq(probe_component_names_load(path, &names), PROBE_OK, "%s", probe_last_error());
+    const char *want[] = {"text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode"};
+    size_t n = 0;
+    while (names[n])
+        n++;
+    cr_assert_eq(n, 5);
+    for (size_t i = 0; i < 5; i++) {
+        int found = 0;
+        for (size_t k = 0; k < n; k++)
+            found |= strcmp(names[k], want[i]) == 0;
+        cr_assert(found, "%s missing", want[i]);
+    }
+    probe_component_names_free(names);
+}
+
+Test(components, env_names_the_table)
+{
+    char *p = write_tmp("{\"components\": [{\"name\": \"a.b\"}, {\"x\": 1}, {\"name\": \"c\"}]}");
+    setenv("PROBE_COMPONENTS", p, 1);
+    char **names = NULL;
+    cr_assert_eq(probe_component_names_load(NULL, &names), PROBE_OK, "%s", probe_last_error());
+    cr_assert_str_eq(names[0], "a.b");
+    cr_assert_str_eq(names[1], "c");
+    cr_assert_null(names[2]);
+    probe_component_names_free(names);
+    unsetenv("PROBE_COMPONENTS");
+    unlink(p);
+}
+
+Test(components, unusable_tables_are_errors_naming_the_file)
+{
+    char **names = (char **)1;
+    char *p = write_tmp("{not json");
+    cr_assert_eq(probe_component_names_load(p, &names), PROBE_EFORMAT);
+    cr_assert_null(names);
+    cr_assert(strstr(probe_last_error(), p) != NULL, "%s", probe_last_error());
+    unlink(p);
+    p = write_tmp("{\"rows\": []}");
+    cr_assert_eq(probe_component_names_load(p, &names), PROBE_EFORMAT);
+    cr_assert(strstr(probe_last_error(), "no \"components\" list") != NULL, "%s", probe_last_error());
+    unlink(p);
+    setenv("PROBE_COMPONENTS", "/nonexistent/components.json", 1);
+    cr_assert_eq(probe_component_names_load(NULL, &names), PROBE_EFORMAT);
+    cr_assert(strstr(probe_last_error(), "/nonexistent/components.json") != NULL);
+    unsetenv("PROBE_COMPONENTS");
+    cr_assert_eq(probe_component_names_load(p, NULL), PROBE_EINVAL);
+    probe_component_names_free(NULL);
+}
