@@ -121,7 +121,7 @@ static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size
         probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
         s = probe_metrics_compute(r, c, n, &mo, &t->m);
     }
-    if (s == PROBE_OK) /* the report's histogram, channel shift and map, while r, c are here */
+    if (s == PROBE_OK && o->want_stats) /* the report's data, while r and c are in memory */
         s = probe_tensor_stats_compute(r, c, n, t->ref.rank, t->ref.shape, &t->stats);
     free(r);
     free(c);

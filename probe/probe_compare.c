@@ -339,6 +339,7 @@ int main(int argc, char **argv)
     }
     opts.calibration = cal;
     opts.only = nonly ? only : NULL;
+    opts.want_stats = html_path != NULL; /* only the HTML report shows them */
     progress_state prog = {0, 0};
     if (!quiet && isatty(STDERR_FILENO)) {
         opts.progress = show_progress;

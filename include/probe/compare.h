@@ -36,6 +36,9 @@ typedef struct probe_compare_opts {
     void (*progress)(void *ctx, size_t done, size_t total, uint64_t bytes_done,
                      uint64_t bytes_total);
     void *progress_ctx;
+    int want_stats;         /* 1: fill each tensor's `stats` (histogram, channel shift, spatial
+                               map) for the HTML report; 0: leave them empty (saves a pass
+                               over the data and the maps' memory) */
 } probe_compare_opts;
 
 #define PROBE_COMPARE_MAX_REASONS 4
