@@ -74,6 +74,92 @@ probe_status probe_metrics_compute_typed(probe_dtype ref_dtype, const void *ref,
                                          probe_dtype cand_dtype, const void *cand, size_t n,
                                          const probe_metrics_opts *opts, probe_metrics *out);
 
+
+/* ---- streaming: tensors of any size in bounded memory ----
+ *
+ * probe_metrics_compute_source() computes exactly the metrics above (same
+ * definitions, same fp64 accumulation) from a pair of element streams, in
+ * memory bounded independently of n (docs/metrics.md "Memory"), using worker
+ * threads. Its results do not depend on the number of threads: every sum is
+ * formed per fixed-size block of elements and the blocks are combined in
+ * element order. probe_metrics_compute() and probe_metrics_compute_typed()
+ * are this function on in-memory arrays, so every path gives identical bits.
+ */
+
+/* Fill dst with the `count` elements [offset, offset + count) of one side of
+ * the pair (side 0 = reference, 1 = candidate), packed, little-endian, in
+ * that side's element type. Called only from the thread that called
+ * probe_metrics_compute_source(), never concurrently; each pass reads [0, n)
+ * in increasing order (one pass, or more when the exact p99 or the range of
+ * float64 inputs needs it; docs/metrics.md). Return PROBE_OK, or an error
+ * status with probe_set_error()'s message: the computation stops and returns
+ * it. */
+typedef probe_status (*probe_pair_read_fn)(void *ctx, int side, uint64_t offset, size_t count,
+                                           void *dst);
+
+typedef struct probe_pair_source {
+    uint64_t n;              /* elements per side */
+    probe_dtype dtype[2];    /* [0] reference, [1] candidate; may differ (compared in fp64) */
+    probe_pair_read_fn read;
+    void *ctx;
+} probe_pair_source;
+
+/* A channel axis for the per-channel mean shift. The element at row-major
+ * flat offset i belongs to channel (i / inner) % count: for axis A of a
+ * tensor of shape S, count = S[A] and inner = S[A+1] * ... * S[rank-1]
+ * (1 for the last axis). */
+typedef struct probe_channel_spec {
+    uint64_t count;          /* channels, 1..PROBE_CHANNELS_MAX; 0 = no channel shift */
+    uint64_t inner;          /* >= 1 */
+} probe_channel_spec;
+
+#define PROBE_CHANNELS_MAX 65536
+
+/* Per-channel mean shift (quantization bias): for channel k over the indices
+ * finite on both sides, shift_k = mean(c - r) and std_k = the population
+ * standard deviation (divisor n_k) of r. */
+typedef struct probe_channel_shift {
+    uint64_t count;          /* channels (0: not computed) */
+    uint64_t argmax;         /* channel of the largest |shift_k| (the first on ties); channels
+                                without a finite index are skipped */
+    double max;              /* shift_argmax, signed; NaN if no channel has a finite index */
+    double max_rel;          /* shift_argmax / std_argmax: 0 if both are 0, +-inf if only std is
+                                0, NaN if no channel has a finite index */
+    double std_ref;          /* std_argmax */
+} probe_channel_shift;
+
+typedef struct probe_stream_opts {
+    int threads;                  /* worker threads; 0 = the online CPUs, at most 16 */
+    probe_channel_spec channel;   /* count 0: no channel shift */
+    double *channel_shift_out;    /* NULL, or channel.count doubles: every shift_k (NaN if none) */
+} probe_stream_opts;
+
+/* Metrics of the pair src (and, if shift is non-NULL and sopts->channel.count
+ * > 0, its per-channel mean shift). sopts NULL: defaults (all CPUs, no
+ * channel shift). Errors: PROBE_EINVAL (NULL src/read/opts/out, unknown
+ * element type, atol/rtol < 0 or NaN, channel count above PROBE_CHANNELS_MAX,
+ * inner 0, or count * inner not dividing n), PROBE_ENOMEM, or what src->read
+ * returned. out is zeroed on error. */
+probe_status probe_metrics_compute_source(const probe_pair_source *src,
+                                          const probe_metrics_opts *opts,
+                                          const probe_stream_opts *sopts, probe_metrics *out,
+                                          probe_channel_shift *shift);
+
+
+/* Summary of one tensor x (stats-only capture keeps it instead of the
+ * bytes): counts, and over the finite elements min, max, max |x| and the
+ * fp64 compensated sums of x and x^2 (NaN min/max/abs_max if none is
+ * finite). */
+typedef struct probe_summary {
+    uint64_t n, n_finite, nan, inf;
+    double min, max, abs_max;
+    double sum, sum_sq;
+} probe_summary;
+
+/* Summary of n elements of type dtype at x (packed, little-endian).
+ * PROBE_EINVAL for an unknown type or NULL x with n > 0 or NULL out. */
+probe_status probe_summary_compute(probe_dtype dtype, const void *x, size_t n, probe_summary *out);
+
 #ifdef __cplusplus
 }
 #endif

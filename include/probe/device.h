@@ -1,0 +1,68 @@
+/* probe/device.h - the metrics of probe/metrics.h on a CUDA device.
+ *
+ * Provided by libprobe_cuda.so (built when the CUDA toolkit is found; it
+ * links the CUDA runtime statically and libprobe). probe-compare loads it
+ * on demand (`--device cuda[:N]`); the capture path can call it on device
+ * pointers (stats-only capture of tensors too large to copy out).
+ *
+ * Definitions are exactly CONTRACT.md's (see probe/metrics.h): the counts,
+ * max_abs, max_abs_offset, p99_abs (exact nearest-rank, by radix select on
+ * the bit patterns of |c - r| in fp64), mismatch_count, identical and
+ * zero_norm_reference are bit-equal to the CPU path; the fp64 sums (norms,
+ * dot, mean_abs and what derives from them: rel_l2, cosine, channel shift)
+ * are summed in another order and agree with the CPU path to a relative
+ * 1e-12 of the sum of magnitudes (docs/metrics.md, "CPU and GPU").
+ *
+ * Errors: PROBE_EUNSUPPORTED when there is no usable CUDA device (the
+ * message says what cudaGetDeviceCount/cudaSetDevice returned); PROBE_EIO
+ * for any other CUDA error (out of device memory, a failed launch; named in
+ * the message); PROBE_EINVAL for bad arguments, as on the CPU path. No
+ * function leaves the calling thread's current device changed.
+ */
+#ifndef PROBE_DEVICE_H
+#define PROBE_DEVICE_H
+
+#include <stdint.h>
+#include "probe/dtype.h"
+#include "probe/metrics.h"
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Metrics of n element pairs held in device memory of the current device:
+ * ref (ref_dtype) and cand (cand_dtype), packed row-major. Work is enqueued
+ * on `stream` (a cudaStream_t; NULL = the legacy default stream) after what
+ * is already there; the call returns when the result is on the host (it
+ * synchronizes `stream` only). shift / channel as in
+ * probe_metrics_compute_source (NULL / count 0: none). Scratch device
+ * memory: about 16 bytes x n / 1024 plus the p99 candidates. */
+probe_status probe_cuda_metrics(probe_dtype ref_dtype, const void *ref, probe_dtype cand_dtype,
+                                const void *cand, uint64_t n, const probe_metrics_opts *opts,
+                                const probe_channel_spec *channel, void *stream,
+                                probe_metrics *out, probe_channel_shift *shift);
+
+/* The same for a pair given as a probe_pair_source (e.g. two datasets of
+ * capture files): the elements are read in chunks into pinned host memory,
+ * copied to device `device` (ordinal), and computed there. Host memory stays
+ * bounded (a few chunks); device memory holds both tensors. */
+probe_status probe_cuda_metrics_source(int device, const probe_pair_source *src,
+                                       const probe_metrics_opts *opts,
+                                       const probe_channel_spec *channel, probe_metrics *out,
+                                       probe_channel_shift *shift);
+
+/* probe_summary_compute (probe/metrics.h) of n elements in device memory:
+ * the summary that stats-only capture keeps of a tensor too large to copy
+ * out. Same stream rule as probe_cuda_metrics. */
+probe_status probe_cuda_summary(probe_dtype dtype, const void *x, uint64_t n, void *stream,
+                                probe_summary *out);
+
+/* Version of the plugin interface; probe-compare refuses another. */
+#define PROBE_CUDA_ABI_VERSION 1
+int probe_cuda_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
