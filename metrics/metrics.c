@@ -2,52 +2,28 @@
  * (probe/metrics.h; definitions in CONTRACT.md "Metric definitions" and
  * docs/metrics.md).
  *
- * Summation: every sum (sum r^2, sum c^2, sum (c-r)^2, sum r*c, sum |c-r|) is
- * an fp64 Neumaier (improved Kahan-Babuska) compensated sum, so the
- * summation error is about eps relative to the sum of magnitudes, independent
- * of n (for n*eps << 1). Source: A. Neumaier, "Rundungsfehleranalyse einiger
- * Verfahren zur Summation endlicher Summen", ZAMM 54 (1974).
+ * The computation itself is stream.c's (probe_metrics_compute_source): the
+ * in-memory entry points below hand it their arrays, so every path gives the
+ * same bits. Summation: fp64 lanes per block of 1024 elements, blocks added
+ * with Neumaier's compensated summation (stream.c gives the error bound).
  *
  * Range: when the largest magnitude of r, c or c - r lies outside
  * [2^-300, 2^300] (possible only for float64 inputs), the squares could
  * overflow or underflow; the sums are then recomputed in a second pass on
  * values scaled by powers of two (exact), as LAPACK's dnrm2 does in spirit.
  *
- * p99: exact nearest-rank percentile by selection (introselect: quickselect
- * with median-of-3 pivot and 3-way partition, heapsort fallback after
- * 2*log2(n) rounds), on a scratch copy of the finite |c - r|.
+ * p99: exact nearest-rank percentile by selection (introselect below:
+ * quickselect with median-of-3 pivot and 3-way partition, heapsort fallback
+ * after 2*log2(n) rounds), on the finite |c - r| or, for large n, on the
+ * elements of one radix bucket (stream.c).
  */
 #include "probe/metrics.h"
+
+#include "select.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- compensated sum ---- */
-
-/* Running sum s plus the accumulated rounding errors c: Neumaier's improved
- * Kahan-Babuska summation (A. Neumaier, ZAMM 54, 1974). The branch picks the
- * larger operand so that (big - t) + small is the exact rounding error of
- * big + small (Fast2Sum; T. J. Dekker, Numer. Math. 18, 1971). */
-typedef struct {
-    double s, c;
-} nsum;
-
-static inline void nsum_add(nsum *a, double x)
-{
-    double t = a->s + x;
-    if (fabs(a->s) >= fabs(x))
-        a->c += (a->s - t) + x;
-    else
-        a->c += (x - t) + a->s;
-    a->s = t;
-}
-
-static inline double nsum_get(const nsum *a)
-{
-    /* once the running sum is +-inf the compensation is NaN: report the inf */
-    return isfinite(a->s) ? a->s + a->c : a->s;
-}
 
 /* ---- selection ---- */
 
@@ -112,7 +88,7 @@ static double median3(double a, double b, double c)
  * for any input (NaNs compare equal to every pivot: the result is then
  * unspecified but the loop still shrinks, since the equal band holds the
  * pivot itself). O(n) on average, O(n log n) worst case. */
-static double select_kth(double *v, size_t n, size_t k)
+double probe_select_kth(double *v, size_t n, size_t k)
 {
     size_t lo = 0, hi = n;
     int budget = 4;
@@ -154,159 +130,55 @@ double probe_metrics_percentile_nearest_rank(double *v, size_t n, double q)
      * cross an integer, so the rank is exact (e.g. q = 99, n = 100 -> 99). */
     double x = ceil(q * (double)n / 100.0);
     size_t rank = x < 1.0 ? 1 : (x >= (double)n ? n : (size_t)x);
-    return select_kth(v, n, rank - 1);
+    return probe_select_kth(v, n, rank - 1);
 }
 
-/* ---- metrics ---- */
+/* ---- in-memory pairs ---- */
 
-/* Power-of-two exponent that brings a positive finite magnitude m into
- * [0.5, 1): m = f*2^e, return -e. 0 for m = 0. */
-static int scale_exp(double m)
+typedef struct {
+    const void *p[2];
+    size_t esize[2];
+} mem_pair;
+
+static probe_status mem_read(void *ctx, int side, uint64_t offset, size_t count, void *dst)
 {
-    int e = 0;
-    if (m > 0.0 && isfinite(m))
-        frexp(m, &e);
-    return -e;
+    const mem_pair *m = ctx;
+    memcpy(dst, (const unsigned char *)m->p[side] + offset * m->esize[side], count * m->esize[side]);
+    return PROBE_OK;
 }
 
-static int in_safe_range(double m)
+static probe_status compute_mem(const char *fn, probe_dtype rt, const void *ref, probe_dtype ct,
+                                const void *cand, size_t n, const probe_metrics_opts *opts,
+                                probe_metrics *out)
 {
-    return m == 0.0 || (m >= 0x1p-300 && m <= 0x1p300);
+    if (out == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: out is NULL", fn);
+    memset(out, 0, sizeof *out);
+    if (opts == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: opts is NULL", fn);
+    if (probe_dtype_size(rt) == 0 || probe_dtype_size(ct) == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: unknown %s element type %d", fn,
+                               probe_dtype_size(rt) ? "candidate" : "reference",
+                               (int)(probe_dtype_size(rt) ? ct : rt));
+    if (n > 0 && (ref == NULL || cand == NULL))
+        return probe_set_error(PROBE_EINVAL, "%s: %s is NULL with n = %zu", fn,
+                               ref == NULL ? "ref" : "cand", n);
+    mem_pair m = {{ref, cand}, {probe_dtype_size(rt), probe_dtype_size(ct)}};
+    probe_pair_source src = {n, {rt, ct}, mem_read, &m};
+    return probe_metrics_compute_source(&src, opts, NULL, out, NULL);
 }
 
 probe_status probe_metrics_compute(const double *ref, const double *cand, size_t n,
                                    const probe_metrics_opts *opts, probe_metrics *out)
 {
-    if (out == NULL)
-        return probe_set_error(PROBE_EINVAL, "probe_metrics_compute: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (opts == NULL)
-        return probe_set_error(PROBE_EINVAL, "probe_metrics_compute: opts is NULL");
-    if (n > 0 && (ref == NULL || cand == NULL))
-        return probe_set_error(PROBE_EINVAL, "probe_metrics_compute: %s is NULL with n = %zu",
-                               ref == NULL ? "ref" : "cand", n);
-    if (!(opts->atol >= 0.0) || !(opts->rtol >= 0.0))
-        return probe_set_error(PROBE_EINVAL,
-                               "probe_metrics_compute: atol %g and rtol %g must be >= 0 (not NaN)",
-                               opts->atol, opts->rtol);
+    return compute_mem("probe_metrics_compute", PROBE_DTYPE_FLOAT64, ref, PROBE_DTYPE_FLOAT64,
+                       cand, n, opts, out);
+}
 
-    double *scratch = NULL;
-    if (n > 0) {
-        if (n > SIZE_MAX / sizeof(double) ||
-            (scratch = malloc(n * sizeof(double))) == NULL)
-            return probe_set_error(PROBE_ENOMEM,
-                                   "probe_metrics_compute: cannot allocate scratch for the exact "
-                                   "p99 of %zu elements", n);
-    }
-
-    const double atol = opts->atol, rtol = opts->rtol;
-    nsum s_rr = {0, 0}, s_cc = {0, 0}, s_dd = {0, 0}, s_rc = {0, 0}, s_abs = {0, 0};
-    double amax_r = 0.0, amax_c = 0.0, max_d = -1.0;
-    size_t max_off = 0, nf = 0;
-    uint64_t mismatch = 0, nan_r = 0, nan_c = 0, inf_r = 0, inf_c = 0, inf_mis = 0;
-    int identical = 1;
-
-    for (size_t i = 0; i < n; i++) {
-        double r = ref[i], c = cand[i];
-        if (isfinite(r) && isfinite(c)) {
-            double diff = c - r, d = fabs(diff), ar = fabs(r), ac = fabs(c);
-            scratch[nf++] = d;
-            if (d > max_d) {
-                max_d = d;
-                max_off = i;
-            }
-            mismatch += d > atol + rtol * ar;
-            identical &= r == c;
-            amax_r = ar > amax_r ? ar : amax_r;
-            amax_c = ac > amax_c ? ac : amax_c;
-            nsum_add(&s_rr, r * r);
-            nsum_add(&s_cc, c * c);
-            nsum_add(&s_dd, diff * diff);
-            nsum_add(&s_rc, r * c);
-            nsum_add(&s_abs, d);
-        } else {
-            int rn = isnan(r), cn = isnan(c);
-            nan_r += rn;
-            nan_c += cn;
-            inf_r += isinf(r) != 0;
-            inf_c += isinf(c) != 0;
-            if (!(r == c || (rn && cn))) {
-                mismatch++;
-                identical = 0;
-                if (isinf(r) || isinf(c))
-                    inf_mis++;
-            }
-        }
-    }
-    if (max_d < 0.0)
-        max_d = 0.0; /* no finite index */
-
-    /* Power-of-two scale exponents (0 = unscaled) for r, c and c - r. */
-    int kr = 0, kc = 0, kd = 0, d_overflow = !isfinite(max_d);
-    if (!in_safe_range(amax_r) || !in_safe_range(amax_c) || !in_safe_range(max_d)) {
-        kr = scale_exp(amax_r);
-        kc = scale_exp(amax_c);
-        /* |c - r| <= 2 max(|r|, |c|): if it overflowed, scale before subtracting */
-        kd = d_overflow ? scale_exp(fmax(amax_r, amax_c)) - 1 : scale_exp(max_d);
-        s_rr = s_cc = s_dd = s_rc = s_abs = (nsum){0, 0};
-        for (size_t i = 0; i < n; i++) {
-            double r = ref[i], c = cand[i];
-            if (!(isfinite(r) && isfinite(c)))
-                continue;
-            double rs = ldexp(r, kr), cs = ldexp(c, kc);
-            double ds = d_overflow ? ldexp(c, kd) - ldexp(r, kd) : ldexp(c - r, kd);
-            nsum_add(&s_rr, rs * rs);
-            nsum_add(&s_cc, cs * cs);
-            nsum_add(&s_dd, ds * ds);
-            nsum_add(&s_rc, rs * cs);
-            nsum_add(&s_abs, fabs(ds));
-        }
-    }
-
-    double srr = nsum_get(&s_rr), scc = nsum_get(&s_cc), sdd = nsum_get(&s_dd);
-    double src = nsum_get(&s_rc), sabs = nsum_get(&s_abs);
-    double nr = sqrt(srr), nc = sqrt(scc), nd = sqrt(sdd);
-
-    out->n = n;
-    out->n_finite = nf;
-    out->nan_ref = nan_r;
-    out->nan_cand = nan_c;
-    out->inf_ref = inf_r;
-    out->inf_cand = inf_c;
-    out->inf_mismatch = inf_mis;
-    out->mismatch_count = mismatch;
-    out->mismatch_fraction = n ? (double)mismatch / (double)n : 0.0;
-    out->identical = identical;
-    out->zero_norm_reference = srr == 0.0;
-    out->norm_ref = ldexp(nr, -kr);
-    out->norm_cand = ldexp(nc, -kc);
-    out->norm_diff = ldexp(nd, -kd);
-    out->dot = ldexp(src, -(kr + kc));
-
-    /* rel_l2 = ||c-r|| / ||r|| */
-    if (srr == 0.0)
-        out->rel_l2 = sdd == 0.0 ? 0.0 : INFINITY;
-    else
-        out->rel_l2 = ldexp(nd / nr, kr - kd);
-
-    /* cosine = <r,c> / (||r|| ||c||), clamped to [-1, 1]. sqrt(srr*scc) rather
-     * than nr*nc when the product is in range: sqrt(x*x) == |x| exactly in
-     * IEEE arithmetic, so c = r gives exactly 1. */
-    if (srr == 0.0 && scc == 0.0) {
-        out->cosine = 1.0;
-    } else if (srr == 0.0 || scc == 0.0) {
-        out->cosine = 0.0;
-    } else {
-        double prod = srr * scc;
-        double denom = isnormal(prod) ? sqrt(prod) : nr * nc;
-        double cos = src / denom;
-        out->cosine = cos > 1.0 ? 1.0 : (cos < -1.0 ? -1.0 : cos);
-    }
-
-    out->max_abs = max_d;
-    out->max_abs_offset = max_off;
-    out->mean_abs = nf ? ldexp(sabs / (double)nf, -kd) : NAN;
-    out->p99_abs = probe_metrics_percentile_nearest_rank(scratch, nf, 99.0);
-    free(scratch);
-    return PROBE_OK;
+probe_status probe_metrics_compute_typed(probe_dtype ref_dtype, const void *ref,
+                                         probe_dtype cand_dtype, const void *cand, size_t n,
+                                         const probe_metrics_opts *opts, probe_metrics *out)
+{
+    return compute_mem("probe_metrics_compute_typed", ref_dtype, ref, cand_dtype, cand, n, opts,
+                       out);
 }

@@ -2,6 +2,9 @@
  * apply gates, find the first failure in execution order (CONTRACT.md). */
 #include "probe/compare.h"
 
+#include "device_loader.h"
+#include "probe/components.h"
+
 #include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
@@ -69,6 +72,61 @@ static int tensor_gate(const probe_compare_opts *o, const probe_tensor_info *ti,
     return 1;
 }
 
+typedef struct {
+    probe_file *f[2];
+    size_t idx[2];
+} file_pair;
+
+static probe_status file_pair_read(void *ctx, int side, uint64_t offset, size_t count, void *dst)
+{
+    file_pair *fp = ctx;
+    return probe_file_read_range(fp->f[side], fp->idx[side], offset, count, dst);
+}
+
+/* The channel axis of tensor ti (compare.h: option, table, layout rule) as a
+ * spec; t->channel_axis/-_from say which. spec->count stays 0 when none. */
+static void channel_axis_of(const probe_compare_opts *o, const probe_tensor_info *ti,
+                            probe_tensor_result *t, probe_channel_spec *spec)
+{
+    int axis = PROBE_NO_CHANNEL_AXIS;
+    const char *from = NULL;
+    if (o->channel_axis_set) {
+        axis = o->channel_axis;
+        from = "option";
+    } else {
+        for (size_t i = 0; o->axis_components && o->axis_components[i]; i++)
+            if (strcmp(o->axis_components[i], ti->component) == 0) {
+                if (o->axis_values[i] != PROBE_NO_CHANNEL_AXIS && o->axis_ranks[i] == ti->rank) {
+                    axis = o->axis_values[i];
+                    from = "table";
+                }
+                break;
+            }
+        if (!from && probe_channel_axis_by_layout(ti->rank) >= 0) {
+            axis = probe_channel_axis_by_layout(ti->rank);
+            from = "layout";
+        }
+    }
+    t->channel_axis = -1;
+    t->channel_axis_from = NULL;
+    if (!from)
+        return;
+    if (axis < 0 && axis != PROBE_NO_CHANNEL_AXIS)
+        axis += ti->rank;
+    if (axis < 0 || axis >= ti->rank || ti->shape[axis] <= 0 ||
+        (uint64_t)ti->shape[axis] > PROBE_CHANNELS_MAX)
+        return;
+    uint64_t inner = 1;
+    for (int d = axis + 1; d < ti->rank; d++)
+        inner *= (uint64_t)ti->shape[d];
+    if (inner == 0)
+        return;
+    spec->count = (uint64_t)ti->shape[axis];
+    spec->inner = inner;
+    t->channel_axis = axis;
+    t->channel_axis_from = from;
+}
+
 static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size_t ci,
                                  const probe_compare_opts *o, probe_tensor_result *t)
 {
@@ -99,34 +157,41 @@ static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size
         return PROBE_OK;
     }
 
-    size_t n = (size_t)t->ref.n;
-    double *r = NULL, *c = NULL;
-    if (n) {
-        if (n > SIZE_MAX / sizeof(double) / 2)
-            return probe_set_error(PROBE_ENOMEM, "%s: %llu elements do not fit in memory",
-                                   t->ref.path, (unsigned long long)n);
-        r = malloc(n * sizeof *r);
-        c = malloc(n * sizeof *c);
-        if (!r || !c) {
-            free(r);
-            free(c);
-            return probe_set_error(PROBE_ENOMEM, "%s: cannot allocate 2 x %zu doubles",
-                                   t->ref.path, n);
+    file_pair fp = {{rf, cf}, {ri, ci}};
+    probe_pair_source src = {t->ref.n, {t->ref.dtype, ct->dtype}, file_pair_read, &fp};
+    probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
+    probe_channel_spec spec = {0, 0};
+    channel_axis_of(o, &t->ref, t, &spec);
+    double *per_channel = NULL;
+    probe_status s = PROBE_OK;
+    if (o->want_stats && spec.count && spec.count <= PROBE_STATS_MAX_CHANNELS &&
+        !(per_channel = malloc((size_t)spec.count * sizeof *per_channel)))
+        return probe_set_error(PROBE_ENOMEM, "%s: cannot allocate the channel shift", t->ref.path);
+    if (o->use_cuda) {
+        probe_cuda_source_fn fn;
+        s = probe_cuda_load(&fn);
+        if (s == PROBE_OK)
+            s = fn(o->cuda_device, &src, &mo, spec.count ? &spec : NULL, &t->m, &t->shift);
+    } else {
+        probe_stream_opts so = {o->threads, spec, per_channel};
+        s = probe_metrics_compute_source(&src, &mo, &so, &t->m, &t->shift);
+    }
+    if (s == PROBE_OK && o->want_stats) { /* the report's data: a second, sequential read */
+        s = probe_tensor_stats_compute_source(&src, t->ref.rank, t->ref.shape, &t->stats);
+        if (s == PROBE_OK && per_channel && t->shift.count) {
+            t->stats.channel_axis = t->channel_axis;
+            t->stats.nchannels = (int)spec.count;
+            t->stats.channel_shift = per_channel;
+            per_channel = NULL;
         }
     }
-    probe_status s = n ? probe_file_read_f64(rf, ri, r) : PROBE_OK;
-    if (s == PROBE_OK && n)
-        s = probe_file_read_f64(cf, ci, c);
-    if (s == PROBE_OK) {
-        probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
-        s = probe_metrics_compute(r, c, n, &mo, &t->m);
-    }
-    if (s == PROBE_OK && o->want_stats) /* the report's data, while r and c are in memory */
-        s = probe_tensor_stats_compute(r, c, n, t->ref.rank, t->ref.shape, &t->stats);
-    free(r);
-    free(c);
+    free(per_channel);
     if (s != PROBE_OK)
         return s;
+    if (!t->shift.count) {
+        t->channel_axis = -1;
+        t->channel_axis_from = NULL;
+    }
     t->compared = 1;
     offset_to_index(t->m.max_abs_offset, t->ref.rank, t->ref.shape, t->max_abs_index);
 

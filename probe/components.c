@@ -1,6 +1,7 @@
 /* components.c - the component table's names for the C tools
  * (probe/components.h). */
 #include "probe/components.h"
+#include "probe/capture.h" /* PROBE_MAX_RANK */
 
 #include <jansson.h>
 #include <libgen.h>
@@ -19,11 +20,13 @@ void probe_component_names_free(char **names)
     free(names);
 }
 
-probe_status probe_component_names_load(const char *path, char ***out)
+static probe_status load(const char *path, char ***out, int **axes_out, int **ranks_out)
 {
-    if (!out)
-        return probe_set_error(PROBE_EINVAL, "probe_component_names_load: out is NULL");
     *out = NULL;
+    if (axes_out)
+        *axes_out = NULL;
+    if (ranks_out)
+        *ranks_out = NULL;
     char buf[PATH_MAX];
     if (!path) {
         const char *env = getenv("PROBE_COMPONENTS");
@@ -55,7 +58,12 @@ probe_status probe_component_names_load(const char *path, char ***out)
     }
     size_t n = json_array_size(rows), k = 0, i;
     char **names = calloc(n + 1, sizeof *names);
-    if (!names) {
+    int *axes = axes_out ? malloc((n + 1) * sizeof *axes) : NULL;
+    int *ranks = ranks_out ? malloc((n + 1) * sizeof *ranks) : NULL;
+    if (!names || (axes_out && !axes) || (ranks_out && !ranks)) {
+        free(names);
+        free(axes);
+        free(ranks);
         json_decref(root);
         return probe_set_error(PROBE_ENOMEM, "component table %s: out of memory", path);
     }
@@ -64,13 +72,47 @@ probe_status probe_component_names_load(const char *path, char ***out)
         const char *name = json_string_value(json_object_get(row, "name"));
         if (!name)
             continue;
+        if (axes) {
+            json_t *ax = json_object_get(row, "channel_axis");
+            axes[k] = json_is_integer(ax) && json_integer_value(ax) >= -PROBE_MAX_RANK &&
+                              json_integer_value(ax) < PROBE_MAX_RANK
+                          ? (int)json_integer_value(ax)
+                          : PROBE_NO_CHANNEL_AXIS;
+        }
+        if (ranks) { /* "[B, C, F, H, W]" -> 5; 0 when absent */
+            const char *lay = json_string_value(json_object_get(row, "layout"));
+            int r = 0;
+            for (const char *c = lay; c && *c; c++)
+                r += *c == ',';
+            ranks[k] = lay && strchr(lay, '[') ? r + 1 : 0;
+        }
         if (!(names[k++] = strdup(name))) {
             probe_component_names_free(names);
+            free(axes);
+            free(ranks);
             json_decref(root);
             return probe_set_error(PROBE_ENOMEM, "component table %s: out of memory", path);
         }
     }
     json_decref(root);
     *out = names;
+    if (axes_out)
+        *axes_out = axes;
+    if (ranks_out)
+        *ranks_out = ranks;
     return PROBE_OK;
+}
+
+probe_status probe_component_names_load(const char *path, char ***out)
+{
+    if (!out)
+        return probe_set_error(PROBE_EINVAL, "probe_component_names_load: out is NULL");
+    return load(path, out, NULL, NULL);
+}
+
+probe_status probe_component_axes_load(const char *path, char ***names, int **axes, int **ranks)
+{
+    if (!names || !axes || !ranks)
+        return probe_set_error(PROBE_EINVAL, "probe_component_axes_load: NULL argument");
+    return load(path, names, axes, ranks);
 }

@@ -30,6 +30,13 @@ struct probe_file {
     char *manifest;
     probe_skip_info *skips;
     size_t nskips;
+    /* probe_file_read_range: the dataset last read, kept open */
+    struct {
+        size_t index;       /* (size_t)-1: none */
+        hid_t d, ft, mt, fsp;
+        int fd;             /* >= 0: contiguous, stored as read: pread at `addr` */
+        uint64_t addr;
+    } cur;
 };
 
 /* --- attributes (call inside H5E_BEGIN_TRY); an attribute of an unexpected
@@ -409,6 +416,7 @@ probe_status probe_file_open(const char *path, probe_file **out)
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
     }
     f->file = H5I_INVALID_HID;
+    f->cur.index = (size_t)-1;
 
     char text[256] = "";
     H5E_BEGIN_TRY {
@@ -465,10 +473,13 @@ probe_status probe_file_open(const char *path, probe_file **out)
     return PROBE_OK;
 }
 
+static void range_close(probe_file *f);
+
 void probe_file_close(probe_file *f)
 {
     if (f == NULL)
         return;
+    range_close(f);
     if (f->file >= 0) {
         H5E_BEGIN_TRY { H5Fclose(f->file); } H5E_END_TRY;
     }
@@ -630,4 +641,170 @@ probe_status probe_file_read_f64(probe_file *f, size_t i, double *dst)
         }
     }
     return PROBE_OK;
+}
+
+/* --- reading a range of elements --- */
+
+static void range_close(probe_file *f)
+{
+    if (f->cur.index == (size_t)-1)
+        return;
+    H5E_BEGIN_TRY {
+        if (f->cur.mt >= 0)
+            H5Tclose(f->cur.mt);
+        if (f->cur.ft >= 0)
+            H5Tclose(f->cur.ft);
+        if (f->cur.fsp >= 0)
+            H5Sclose(f->cur.fsp);
+        if (f->cur.d >= 0)
+            H5Dclose(f->cur.d);
+    } H5E_END_TRY;
+    if (f->cur.fd >= 0)
+        close(f->cur.fd);
+    f->cur.index = (size_t)-1;
+}
+
+/* Open tensor i for range reads. A contiguous dataset whose file type is the
+ * memory type (no conversion) and that is allocated is read with pread()
+ * straight from the file; anything else (chunked, compressed, big-endian,
+ * converted types) through H5Dread with a hyperslab selection. */
+static probe_status range_open(probe_file *f, size_t i)
+{
+    if (f->cur.index == i)
+        return PROBE_OK;
+    range_close(f);
+    const probe_tensor_info *t = &f->t[i];
+    probe_status s = PROBE_OK;
+    char text[256];
+    f->cur.d = f->cur.ft = f->cur.mt = f->cur.fsp = H5I_INVALID_HID;
+    f->cur.fd = -1;
+    f->cur.index = i;
+    H5E_BEGIN_TRY {
+        f->cur.d = H5Dopen2(f->file, t->path, H5P_DEFAULT);
+        f->cur.ft = f->cur.d >= 0 ? H5Dget_type(f->cur.d) : H5I_INVALID_HID;
+        f->cur.fsp = f->cur.d >= 0 ? H5Dget_space(f->cur.d) : H5I_INVALID_HID;
+        if (f->cur.d < 0 || f->cur.ft < 0 || f->cur.fsp < 0) {
+            probe_h5_error_text(text, sizeof text);
+            s = probe_set_error(PROBE_EIO, "%s: %s: cannot open dataset (%s)", f->path, t->path, text);
+        } else if (probe_h5_classify(f->cur.ft, t->dtype, &f->cur.mt) != t->dtype ||
+                   (uint64_t)H5Sget_simple_extent_npoints(f->cur.fsp) != t->n) {
+            s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
+                                f->path, t->path);
+        } else {
+            hid_t dcpl = H5Dget_create_plist(f->cur.d);
+            haddr_t addr = H5Dget_offset(f->cur.d);
+            int direct = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+                         H5Pget_external_count(dcpl) == 0 && addr != HADDR_UNDEF &&
+                         H5Tequal(f->cur.ft, f->cur.mt) > 0;
+            if (dcpl >= 0)
+                H5Pclose(dcpl);
+            if (direct && (f->cur.fd = open(f->path, O_RDONLY | O_CLOEXEC)) >= 0)
+                f->cur.addr = (uint64_t)addr;
+        }
+    } H5E_END_TRY;
+    if (s != PROBE_OK)
+        range_close(f);
+    return s;
+}
+
+/* Select the row-major flat range [a, b) of a dataspace of the given shape
+ * as a union of at most 2*rank - 1 hyperslab blocks: a partial row at each
+ * end and the whole rows between, recursively. `lead` holds the indices
+ * fixed so far (dims [0, dim)). Returns < 0 on an HDF5 error. */
+static int select_range(hid_t sp, int rank, const hsize_t *shape, int dim, hsize_t *lead,
+                        uint64_t a, uint64_t b, int *first)
+{
+    if (a >= b)
+        return 0;
+    uint64_t inner = 1;
+    for (int k = dim + 1; k < rank; k++)
+        inner *= shape[k];
+    uint64_t a0 = a / inner, a1 = a % inner, b0 = b / inner, b1 = b % inner;
+    hsize_t start[PROBE_MAX_RANK], count[PROBE_MAX_RANK];
+    if (dim == rank - 1 || a0 == b0 || (a1 == 0 && b1 == 0)) {
+        if (dim < rank - 1 && a0 == b0) { /* within one row of this dimension */
+            lead[dim] = a0;
+            return select_range(sp, rank, shape, dim + 1, lead, a1, b1, first);
+        }
+        /* whole rows [a0, b0) (or, in the last dimension, elements [a, b)) */
+        for (int k = 0; k < rank; k++) {
+            start[k] = k < dim ? lead[k] : k == dim ? a0 : 0;
+            count[k] = k < dim ? 1 : k == dim ? b0 - a0 : shape[k];
+        }
+        herr_t e = H5Sselect_hyperslab(sp, *first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL,
+                                       count, NULL);
+        *first = 0;
+        return e < 0 ? -1 : 0;
+    }
+    if (a1 != 0) { /* the partial first row */
+        lead[dim] = a0;
+        if (select_range(sp, rank, shape, dim + 1, lead, a1, inner, first) < 0)
+            return -1;
+        a0++;
+    }
+    if (b0 > a0 && select_range(sp, rank, shape, dim, lead, a0 * inner, b0 * inner, first) < 0)
+        return -1;
+    if (b1 != 0) { /* the partial last row */
+        lead[dim] = b0;
+        if (select_range(sp, rank, shape, dim + 1, lead, 0, b1, first) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, size_t count, void *dst)
+{
+    probe_status s = check_read(f, i, dst, "probe_file_read_range");
+    if (s != PROBE_OK)
+        return s;
+    const probe_tensor_info *t = &f->t[i];
+    if (offset > t->n || count > t->n - offset)
+        return probe_set_error(PROBE_EINVAL, "probe_file_read_range: %s: %s: elements [%llu, %llu) "
+                               "outside the tensor's %llu", f->path, t->path,
+                               (unsigned long long)offset, (unsigned long long)(offset + count),
+                               (unsigned long long)t->n);
+    if (count == 0)
+        return PROBE_OK;
+    if (dst == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_read_range: dst is NULL");
+    if ((s = range_open(f, i)) != PROBE_OK)
+        return s;
+    size_t esize = probe_dtype_size(t->dtype);
+    if (f->cur.fd >= 0) {
+        size_t want = count * esize, got = 0;
+        uint64_t at = f->cur.addr + offset * esize;
+        while (got < want) {
+            ssize_t k = pread(f->cur.fd, (char *)dst + got, want - got, (off_t)(at + got));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                return probe_set_error(k < 0 ? PROBE_EIO : PROBE_EFORMAT,
+                                       "%s: %s: cannot read elements at %llu (%s)", f->path,
+                                       t->path, (unsigned long long)offset,
+                                       k < 0 ? strerror(errno) : "file truncated");
+            got += (size_t)k;
+        }
+        return PROBE_OK;
+    }
+    char text[256];
+    H5E_BEGIN_TRY {
+        hsize_t shape[PROBE_MAX_RANK], lead[PROBE_MAX_RANK], mcount = count;
+        int rank = t->rank, first = 1;
+        for (int k = 0; k < rank; k++)
+            shape[k] = (hsize_t)t->shape[k];
+        hid_t msp = H5Screate_simple(1, &mcount, NULL);
+        int sel = rank == 0 ? H5Sselect_all(f->cur.fsp)
+                            : select_range(f->cur.fsp, rank, shape, 0, lead, offset,
+                                           offset + count, &first);
+        if (msp < 0 || sel < 0 ||
+            H5Dread(f->cur.d, f->cur.mt, msp, f->cur.fsp, H5P_DEFAULT, dst) < 0) {
+            probe_h5_error_text(text, sizeof text);
+            s = probe_set_error(PROBE_EIO, "%s: %s: cannot read elements [%llu, %llu) (%s)",
+                                f->path, t->path, (unsigned long long)offset,
+                                (unsigned long long)(offset + count), text);
+        }
+        if (msp >= 0)
+            H5Sclose(msp);
+    } H5E_END_TRY;
+    return s;
 }

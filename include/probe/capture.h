@@ -136,6 +136,16 @@ probe_status probe_file_find(const probe_file *f, const char *path, size_t *inde
 probe_status probe_file_read_f64(probe_file *f, size_t i, double *dst);
 /* Read tensor i's raw bytes in its logical type (n * probe_dtype_size bytes). */
 probe_status probe_file_read_raw(probe_file *f, size_t i, void *dst, size_t nbytes);
+/* Read elements [offset, offset + count) of tensor i in row-major order,
+ * in its logical type, packed little-endian (count * probe_dtype_size bytes
+ * into dst): what the streaming compare reads, a chunk at a time. The
+ * dataset stays open between calls on the same tensor; a contiguous dataset
+ * stored as read is read with pread() from the file directly, any other
+ * through HDF5 (hyperslab selection). Errors: PROBE_EINVAL (range outside
+ * the tensor, NULL dst with count > 0), PROBE_EIO / PROBE_EFORMAT (message
+ * names file and path). */
+probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, size_t count,
+                                   void *dst);
 
 /* Root attribute probe.manifest (JSON text) or NULL. */
 const char *probe_file_manifest(const probe_file *f);

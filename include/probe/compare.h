@@ -39,6 +39,20 @@ typedef struct probe_compare_opts {
     int want_stats;         /* 1: fill each tensor's `stats` (histogram, channel shift, spatial
                                map) for the HTML report; 0: leave them empty (saves a pass
                                over the data and the maps' memory) */
+    int threads;            /* metric worker threads; 0: the online CPUs (at most 16) */
+    /* Channel axis of the per-channel mean shift, first rule that applies:
+     * channel_axis_set: channel_axis for every tensor of rank > the axis
+     * (negative counts from the last axis); else the component table's axis
+     * (axis_components[i] / axis_values[i] for tensors of rank axis_ranks[i],
+     * from probe_component_axes_load; NULL: none); else the layout rule:
+     * axis 1 for rank 4 and 5 ([B, C, H, W], [B, C, F, H, W]), the last axis
+     * for rank 2 and 3 ([T, D], [B, T, D]). No shift above PROBE_CHANNELS_MAX
+     * channels. */
+    int channel_axis_set, channel_axis;
+    char *const *axis_components;
+    const int *axis_values, *axis_ranks;
+    int use_cuda;           /* 1: compute on CUDA device cuda_device (libprobe_cuda.so) */
+    int cuda_device;
 } probe_compare_opts;
 
 #define PROBE_COMPARE_MAX_REASONS 4
@@ -87,6 +101,16 @@ typedef struct probe_tensor_stats {
  * prod(shape) != n), PROBE_ENOMEM (st holds nothing allocated then). */
 probe_status probe_tensor_stats_compute(const double *ref, const double *cand, size_t n, int rank,
                                         const int64_t *shape, probe_tensor_stats *st);
+/* The histogram and the spatial map of a pair given as a source (in
+ * bounded memory: two sequential passes in chunks); the channel shift is
+ * left empty (the compare engine fills it from the metrics of the tensor's
+ * channel axis). Errors as probe_tensor_stats_compute, plus what src->read
+ * returns. */
+probe_status probe_tensor_stats_compute_source(const probe_pair_source *src, int rank,
+                                               const int64_t *shape, probe_tensor_stats *st);
+/* The layout rule's channel axis: 1 for rank 4 and 5, rank - 1 for rank 2
+ * and 3, -1 otherwise. */
+int probe_channel_axis_by_layout(int rank);
 /* Free what st holds and zero it. st may be NULL. */
 void probe_tensor_stats_free(probe_tensor_stats *st);
 
@@ -102,6 +126,9 @@ typedef struct probe_tensor_result {
     probe_gate_verdict verdict; /* pass/fail and reasons (also "shape mismatch ...") */
     probe_tensor_stats stats;   /* (additive) histogram, channel shift, spatial map; freed
                                    by probe_compare_result_free */
+    int channel_axis;           /* axis of `shift` (>= 0), -1 when none was computed */
+    const char *channel_axis_from; /* "option", "table" or "layout"; NULL when none */
+    probe_channel_shift shift;  /* per-channel mean shift (shift.count 0: none) */
 } probe_tensor_result;
 
 typedef struct probe_compare_skip {

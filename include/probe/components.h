@@ -23,6 +23,16 @@ extern "C" {
  * PROBE_ENOMEM; PROBE_EINVAL when out is NULL. */
 probe_status probe_component_names_load(const char *path, char ***out);
 
+/* The same names and, in (*axes)[i], the "channel_axis" of row i: the axis
+ * of the component's tensors along which the per-channel mean shift is taken
+ * (negative counts from the last axis: -1 = last), or PROBE_NO_CHANNEL_AXIS
+ * when the row has none (or one outside [-16, 15]); in (*ranks)[i] the rank
+ * of the row's "layout" ("[B, C, F, H, W]": 5; 0 when absent): the axis
+ * applies to the component's tensors of that rank. Free *axes and *ranks
+ * with free(). Errors as probe_component_names_load. */
+#define PROBE_NO_CHANNEL_AXIS (-1000)
+probe_status probe_component_axes_load(const char *path, char ***names, int **axes, int **ranks);
+
 /* Free what probe_component_names_load returned; names may be NULL. */
 void probe_component_names_free(char **names);
 

@@ -1,0 +1,47 @@
+/* device_loader.c - find and load libprobe_cuda.so (device_loader.h). */
+#include "device_loader.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static probe_cuda_source_fn loaded;
+static char why[512];
+
+static void load(void)
+{
+    char path[PATH_MAX] = "libprobe_cuda.so";
+    Dl_info info;
+    if (dladdr((void *)&probe_cuda_load, &info) && info.dli_fname) {
+        const char *slash = strrchr(info.dli_fname, '/');
+        if (slash)
+            snprintf(path, sizeof path, "%.*s/libprobe_cuda.so", (int)(slash - info.dli_fname),
+                     info.dli_fname);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && strchr(path, '/'))
+        h = dlopen("libprobe_cuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, sizeof why, "CUDA metrics are not available: cannot load %s (%s)", path,
+                 dlerror());
+        return;
+    }
+    int (*abi)(void) = (int (*)(void))dlsym(h, "probe_cuda_abi_version");
+    void *fn = dlsym(h, "probe_cuda_metrics_source");
+    if (!abi || !fn || abi() != 1) {
+        snprintf(why, sizeof why, "CUDA metrics are not available: %s is not a libprobe_cuda of "
+                 "ABI version 1", path);
+        return;
+    }
+    memcpy(&loaded, &fn, sizeof loaded);
+}
+
+probe_status probe_cuda_load(probe_cuda_source_fn *fn)
+{
+    pthread_once(&once, load);
+    *fn = loaded;
+    return loaded ? PROBE_OK : probe_set_error(PROBE_EUNSUPPORTED, "%s", why);
+}

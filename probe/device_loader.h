@@ -1,0 +1,18 @@
+/* device_loader.h - libprobe_cuda.so, loaded on demand (probe/device.h). */
+#ifndef PROBE_DEVICE_LOADER_H
+#define PROBE_DEVICE_LOADER_H
+
+#include "probe/metrics.h"
+
+typedef probe_status (*probe_cuda_source_fn)(int device, const probe_pair_source *src,
+                                             const probe_metrics_opts *opts,
+                                             const probe_channel_spec *channel,
+                                             probe_metrics *out, probe_channel_shift *shift);
+
+/* probe_cuda_metrics_source of libprobe_cuda.so, found next to libprobe (the
+ * directory of the library holding this code), else on the loader's path.
+ * PROBE_EUNSUPPORTED with the reason when it cannot be loaded or has another
+ * ABI version. Thread-safe; loads once. */
+probe_status probe_cuda_load(probe_cuda_source_fn *fn);
+
+#endif
