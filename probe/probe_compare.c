@@ -37,6 +37,11 @@ static void usage(FILE *f)
             "                      '-' for stdout\n"
             "  --html FILE         write a self-contained HTML report\n"
             "  --junit FILE        write JUnit XML, one test case per tensor; '-' for stdout\n"
+            "  --channel-axis N    axis of the per-channel mean shift for every tensor (negative\n"
+            "                      counts from the last); default: the component table's, else\n"
+            "                      1 for rank 4/5 and the last axis for rank 2/3\n"
+            "  --threads N         metric worker threads (default: the online CPUs, at most 16)\n"
+            "  --device D          cpu (default), cuda or cuda:N: compute the metrics on a GPU\n"
             "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
             "                      vs reference); without it a candidate identical to the\n"
             "                      reference everywhere fails as \"feature not active\"\n"
@@ -57,6 +62,19 @@ static int parse_tol(const char *opt, const char *s, double *out)
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "probe-compare: %s '%s': not an integer in [%d, %d]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
     return 0;
 }
 
@@ -226,7 +244,8 @@ static int write_to(const char *path, const probe_compare_result *r, int html)
 int main(int argc, char **argv)
 {
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
-           OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL };
+           OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
+           OPT_DEVICE };
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
@@ -235,6 +254,9 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, OPT_HELP},         {"version", no_argument, 0, OPT_VERSION},
         {"junit", required_argument, 0, OPT_JUNIT},
         {"expect-identical", no_argument, 0, OPT_EXPECT_IDENTICAL},
+        {"channel-axis", required_argument, 0, OPT_CHANNEL_AXIS},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"device", required_argument, 0, OPT_DEVICE},
         {0, 0, 0, 0}};
     const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
     const char *junit_path = NULL;
@@ -271,6 +293,32 @@ int main(int argc, char **argv)
         case OPT_HTML: html_path = optarg; break;
         case OPT_JUNIT: junit_path = optarg; break;
         case OPT_EXPECT_IDENTICAL: opts.expect_identical = 1; break;
+        case OPT_CHANNEL_AXIS:
+            if (parse_int("--channel-axis", optarg, -PROBE_MAX_RANK, PROBE_MAX_RANK - 1,
+                          &opts.channel_axis))
+                return 2;
+            opts.channel_axis_set = 1;
+            break;
+        case OPT_THREADS:
+            if (parse_int("--threads", optarg, 1, 16, &opts.threads))
+                return 2;
+            break;
+        case OPT_DEVICE:
+            if (!strcmp(optarg, "cpu")) {
+                opts.use_cuda = 0;
+            } else if (!strcmp(optarg, "cuda")) {
+                opts.use_cuda = 1;
+                opts.cuda_device = 0;
+            } else if (!strncmp(optarg, "cuda:", 5)) {
+                if (parse_int("--device cuda:N", optarg + 5, 0, 1023, &opts.cuda_device))
+                    return 2;
+                opts.use_cuda = 1;
+            } else {
+                fprintf(stderr, "probe-compare: --device: '%s' is not cpu, cuda or cuda:N\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case OPT_QUIET: quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
@@ -338,6 +386,18 @@ int main(int argc, char **argv)
         return 2;
     }
     opts.calibration = cal;
+    /* The component table's channel axes (none when no table is installed). */
+    char **axis_names = NULL;
+    int *axis_values = NULL, *axis_ranks = NULL;
+    probe_status ts = probe_component_axes_load(NULL, &axis_names, &axis_values, &axis_ranks);
+    if (ts != PROBE_OK && ts != PROBE_ENOTFOUND) {
+        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        probe_calibration_free(cal);
+        return 2;
+    }
+    opts.axis_components = axis_names;
+    opts.axis_values = axis_values;
+    opts.axis_ranks = axis_ranks;
     opts.only = nonly ? only : NULL;
     opts.want_stats = html_path != NULL; /* only the HTML report shows them */
     progress_state prog = {0, 0};
@@ -355,6 +415,9 @@ int main(int argc, char **argv)
     if (cs != PROBE_OK) {
         fprintf(stderr, "probe-compare: %s\n", probe_last_error());
         probe_calibration_free(cal);
+        probe_component_names_free(axis_names);
+        free(axis_values);
+        free(axis_ranks);
         return 2;
     }
     /* With the JSON or JUnit on stdout, the human-readable text goes to stderr. */
@@ -376,5 +439,8 @@ int main(int argc, char **argv)
         rc = 2;
     probe_compare_result_free(res);
     probe_calibration_free(cal);
+    probe_component_names_free(axis_names);
+    free(axis_values);
+    free(axis_ranks);
     return rc;
 }

@@ -47,6 +47,23 @@ static void null_reasons(const probe_tensor_result *t, json_t *reasons)
             "max_abs, p99_abs, mean_abs are null: no index is finite on both sides"));
 }
 
+/* The per-channel mean shift keys (docs/compare-json.md): present on every
+ * compared tensor, null when no channel axis applied. */
+static void channel_json(json_t *o, const probe_tensor_result *t)
+{
+    const probe_channel_shift *cs = &t->shift;
+    int have = cs->count > 0 && t->channel_axis >= 0;
+    json_object_set_new(o, "channel_axis", have ? json_integer(t->channel_axis) : json_null());
+    json_object_set_new(o, "channel_axis_from",
+                        have && t->channel_axis_from ? json_string(t->channel_axis_from)
+                                                     : json_null());
+    json_object_set_new(o, "channel_shift_max", have ? num_or_null(cs->max) : json_null());
+    json_object_set_new(o, "channel_shift_max_rel", have ? num_or_null(cs->max_rel) : json_null());
+    json_object_set_new(o, "channel_shift_argmax",
+                        have && isfinite(cs->max) ? json_integer((json_int_t)cs->argmax)
+                                                  : json_null());
+}
+
 static json_t *tensor_json(const probe_tensor_result *t)
 {
     json_t *o = json_object();
@@ -79,6 +96,7 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "identical", json_boolean(m->identical));
         json_object_set_new(o, "mismatch_count", json_integer((json_int_t)m->mismatch_count));
         null_reasons(t, reasons);
+        channel_json(o, t);
     } else {
         static const char *keys[] = {"rel_l2", "cosine", "max_abs", "max_abs_index", "p99_abs",
                                      "mean_abs", "mismatch_fraction", "nan_ref", "nan_cand",
