@@ -7,10 +7,13 @@
  * from the |c - r| values kept in memory (n <= INMEM_MAX) or, for larger n,
  * from a radix select over the bit patterns of |c - r| (a non-negative
  * double orders like its bits read as an unsigned integer): pass 1 counts
- * the top 16 bits, and each further pass either counts the next 16 bits of
- * the elements in the one bucket that holds the wanted rank or, once that
- * bucket holds at most CAND_MAX elements, collects them for a selection.
- * After the 4th 16-bit level every bit of the answer is known. A float64
+ * the top 20 bits (sign, exponent and 8 mantissa bits: buckets 2^-8 wide
+ * relative to their values), and each further pass either counts the next
+ * digit (16, 16, then 12 bits) of the elements in the one bucket that holds
+ * the wanted rank or, once that bucket holds at most CAND_MAX elements,
+ * collects them for a selection. A pass also notes the smallest and largest
+ * element of the bucket: when they are equal (ties) that is the answer.
+ * After the 4th digit every bit of the answer is known. A float64
  * pair whose magnitudes leave [2^-300, 2^300] also needs the sums again on
  * power-of-two scaled values (metrics.c explains why); that is done in the
  * same extra pass.
@@ -48,9 +51,11 @@ enum {
     CHUNK = 128 * BLOCK,          /* reading/work unit (elements) */
     LANES = 8,
     MAX_THREADS = 16,
-    HBITS = 16,                   /* radix digit */
-    HBINS = 1 << HBITS,
+    HBINS = 1 << 20,              /* buckets of the widest radix digit */
 };
+/* radix digit widths, top first: 20 + 16 + 16 + 12 = 64 bits */
+static const int DIGIT_BITS[4] = {20, 16, 16, 12};
+static const int KNOWN_BITS[5] = {0, 20, 36, 52, 64}; /* bits known after each level */
 #define INMEM_MAX ((uint64_t)1 << 23) /* keep |c - r| in memory up to this n (64 MiB) */
 #define CAND_MAX ((uint64_t)1 << 23)  /* collect a bucket of at most this many (64 MiB) */
 
@@ -133,7 +138,9 @@ enum { SLOT_FREE, SLOT_FILLED, SLOT_DONE };
 
 typedef struct {
     double *r, *c;        /* CHUNK converted elements */
-    uint64_t *hist;       /* HBINS counts (radix passes) */
+    uint32_t *hist;       /* HBINS counts (radix passes), flushed to job.hist_total */
+    uint64_t hist_n;      /* elements counted in hist since its last flush */
+    double pmin, pmax;    /* extra passes: range of the elements in the prefix bucket */
     double *cand_buf;     /* CHUNK candidates before they are appended */
 } worker_mem;
 
@@ -156,7 +163,8 @@ struct job {
     int kr, kc, kd, d_overflow;
     int level;             /* radix: digits known (1..3) when counting the next one; 0 = none */
     int collect;           /* collect the bucket's elements instead of counting */
-    uint64_t prefix;       /* the known top level*16 bits */
+    uint64_t prefix;       /* the known top KNOWN_BITS[level] bits */
+    uint64_t *hist_total;  /* HBINS: the workers' counts, merged */
     double *cand;          /* cand_cap candidates */
     uint64_t cand_cap;
     nsum scaled_sum[NSUMS];/* the sums of the scaled pass */
@@ -199,6 +207,12 @@ static inline int finite2(double r, double c)
 
 /* Sums of one block of m <= BLOCK elements, all finite on both sides:
  * lane-wise fp64, then pairwise over the lanes in a fixed order. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+/* AVX2 when the CPU has it (4 doubles per vector instead of 2); the lanes
+ * are explicit and floating-point contraction is off for this file, so both
+ * versions give the same bits. */
+__attribute__((target_clones("avx2", "default")))
+#endif
 static void block_finite(const job *jb, const double *R, const double *C, size_t m, part *p,
                          uint64_t base, double *ad_out)
 {
@@ -397,17 +411,39 @@ static probe_status convert(const job *jb, int side, const void *raw, double *ds
     return probe_dtype_to_f64(jb->src->dtype[side], raw, dst, m);
 }
 
-/* Radix digit `level` (0 = top 16 bits) of a non-negative double. */
+/* Radix digit `level` (0 = the top 20 bits) of a non-negative double. */
 static inline unsigned digit(double a, int level)
 {
-    return (unsigned)(bits_of(a) >> (64 - HBITS * (level + 1))) & (HBINS - 1);
+    return (unsigned)(bits_of(a) >> (64 - KNOWN_BITS[level + 1])) &
+           ((1u << DIGIT_BITS[level]) - 1);
+}
+
+/* Move a worker's 32-bit counts into the job's 64-bit ones (under jb->mu
+ * when workers run) before they could overflow. */
+static void hist_flush(job *jb, worker_mem *w)
+{
+    for (size_t b = 0; b < HBINS; b++)
+        jb->hist_total[b] += w->hist[b];
+    memset(w->hist, 0, HBINS * sizeof *w->hist);
+    w->hist_n = 0;
+}
+
+static void hist_maybe_flush(job *jb, worker_mem *w)
+{
+    if (w->hist_n < 0xF0000000u)
+        return;
+    pthread_mutex_lock(&jb->mu);
+    hist_flush(jb, w);
+    pthread_mutex_unlock(&jb->mu);
 }
 
 static void extra_block(job *jb, const double *R, const double *C, size_t m, part *p,
                         worker_mem *w, size_t *ncb)
 {
     double s[NSUMS] = {0};
-    const uint64_t pmask = jb->level ? ~0ull << (64 - HBITS * jb->level) : 0;
+    const uint64_t pmask = jb->level ? ~0ull << (64 - KNOWN_BITS[jb->level]) : 0;
+    double pmin = w->pmin, pmax = w->pmax;
+    uint64_t counted = 0;
     for (size_t i = 0; i < m; i++) {
         double r = R[i], c = C[i];
         if (!finite2(r, c))
@@ -425,12 +461,19 @@ static void extra_block(job *jb, const double *R, const double *C, size_t m, par
             double a = fabs(c - r);
             if ((bits_of(a) & pmask) != jb->prefix)
                 continue;
-            if (jb->collect)
+            pmin = a < pmin ? a : pmin;
+            pmax = a > pmax ? a : pmax;
+            if (jb->collect) {
                 w->cand_buf[(*ncb)++] = a;
-            else
+            } else {
                 w->hist[digit(a, jb->level)]++;
+                counted++;
+            }
         }
     }
+    w->pmin = pmin;
+    w->pmax = pmax;
+    w->hist_n += counted;
     if (jb->scaled)
         for (int k = 0; k < NSUMS; k++)
             nsum_add(&p->sum[k], s[k]);
@@ -455,6 +498,7 @@ static void compute_chunk(job *jb, slot *sl, worker_mem *w)
             size_t bm = m - b < BLOCK ? m - b : BLOCK;
             extra_block(jb, w->r + b, w->c + b, bm, &sl->p, w, &ncb);
         }
+        hist_maybe_flush(jb, w);
         if (ncb) {
             uint64_t at = atomic_fetch_add(&jb->ncand, ncb);
             if (at + ncb <= jb->cand_cap)
@@ -475,10 +519,13 @@ static void compute_chunk(job *jb, slot *sl, worker_mem *w)
         else
             block_mixed(jb, R, C, bm, &sl->p, base + b, ad + b);
     }
-    if (jb->radix)
+    if (jb->radix) {
         for (size_t i = 0; i < m; i++)
             if (ad[i] >= 0.0)
                 w->hist[digit(ad[i], 0)]++;
+        w->hist_n += m;
+        hist_maybe_flush(jb, w);
+    }
     if (jb->ch.count)
         chunk_channels(jb, w->r, w->c, m, base, &sl->p);
 }
@@ -706,6 +753,7 @@ static void job_free(job *jb)
     free(jb->wm);
     free(jb->inmem);
     free(jb->cand);
+    free(jb->hist_total);
     free(jb->total.chan);
     pthread_mutex_destroy(&jb->mu);
     pthread_cond_destroy(&jb->work_cv);
@@ -736,11 +784,15 @@ static probe_status job_alloc(job *jb)
         w->r = malloc(per * sizeof(double));
         w->c = malloc(per * sizeof(double));
         w->cand_buf = malloc(per * sizeof(double));
+        w->pmin = INFINITY;
+        w->pmax = -INFINITY;
         if (!w->r || !w->c || !w->cand_buf)
             return PROBE_ENOMEM;
-        if (jb->radix && !(w->hist = calloc(HBINS, sizeof(uint64_t))))
+        if (jb->radix && !(w->hist = calloc(HBINS, sizeof *w->hist)))
             return PROBE_ENOMEM;
     }
+    if (jb->radix && !(jb->hist_total = calloc(HBINS, sizeof *jb->hist_total)))
+        return PROBE_ENOMEM;
     if (ch && !(jb->total.chan = calloc(ch, sizeof(chan_acc))))
         return PROBE_ENOMEM;
     if (!jb->radix && jb->n && !(jb->inmem = malloc((size_t)jb->n * sizeof(double))))
@@ -748,16 +800,21 @@ static probe_status job_alloc(job *jb)
     return PROBE_OK;
 }
 
-/* Merge the workers' histograms into w[0] and clear the others. */
-static uint64_t *merged_hist(job *jb)
+/* The workers' counts of the last pass, merged into jb->hist_total (then
+ * the workers' are zero), and the merged range of the prefix bucket. */
+static uint64_t *merged_hist(job *jb, double *pmin, double *pmax)
 {
-    uint64_t *h = jb->wm[0].hist;
-    for (int i = 1; i < jb->nthreads; i++) {
-        for (size_t b = 0; b < HBINS; b++)
-            h[b] += jb->wm[i].hist[b];
-        memset(jb->wm[i].hist, 0, HBINS * sizeof(uint64_t));
+    *pmin = INFINITY;
+    *pmax = -INFINITY;
+    for (int i = 0; i < jb->nthreads; i++) {
+        worker_mem *w = &jb->wm[i];
+        hist_flush(jb, w);
+        *pmin = w->pmin < *pmin ? w->pmin : *pmin;
+        *pmax = w->pmax > *pmax ? w->pmax : *pmax;
+        w->pmin = INFINITY;
+        w->pmax = -INFINITY;
     }
-    return h;
+    return jb->hist_total;
 }
 
 /* In the merged histogram h, the bucket holding 1-based rank *k; *k becomes
@@ -773,22 +830,24 @@ static unsigned bucket_of(const uint64_t *h, uint64_t *k)
 }
 
 /* Exact nearest-rank p99 of the finite |c - r| when pass 1 kept no copy of
- * them: radix levels over extra passes. */
+ * them: radix levels over extra passes. need_scaled: do the rescaled sums in
+ * the first extra pass. */
 static probe_status radix_p99(job *jb, uint64_t k, int need_scaled, double *p99)
 {
-    uint64_t *h = merged_hist(jb);
+    double pmin, pmax;
+    uint64_t *h = merged_hist(jb, &pmin, &pmax);
     unsigned b = bucket_of(h, &k);
     uint64_t cnt = h[b];
-    jb->prefix = (uint64_t)b << (64 - HBITS);
+    jb->prefix = (uint64_t)b << (64 - KNOWN_BITS[1]);
     jb->level = 1;
+    probe_status s = PROBE_OK;
     for (;;) {
         jb->collect = cnt <= CAND_MAX;
-        if (jb->level == 4) { /* all 64 bits are known */
-            jb->level = 0;
+        if (jb->level == 4) { /* every bit is known */
             *p99 = from_bits(jb->prefix);
-            return need_scaled ? run_pass(jb, PASS_EXTRA) : PROBE_OK;
+            break;
         }
-        memset(jb->wm[0].hist, 0, HBINS * sizeof(uint64_t));
+        memset(jb->hist_total, 0, HBINS * sizeof *jb->hist_total);
         if (jb->collect) {
             if (!(jb->cand = malloc((size_t)(cnt ? cnt : 1) * sizeof(double))))
                 return probe_set_error(PROBE_ENOMEM, "cannot allocate %llu p99 candidates",
@@ -797,11 +856,12 @@ static probe_status radix_p99(job *jb, uint64_t k, int need_scaled, double *p99)
         }
         atomic_store(&jb->ncand, 0);
         jb->scaled = need_scaled;
-        probe_status s = run_pass(jb, PASS_EXTRA);
+        s = run_pass(jb, PASS_EXTRA);
         need_scaled = 0;
         jb->scaled = 0;
         if (s != PROBE_OK)
             return s;
+        h = merged_hist(jb, &pmin, &pmax);
         if (jb->collect) {
             uint64_t got = atomic_load(&jb->ncand);
             if (got != cnt)
@@ -809,15 +869,24 @@ static probe_status radix_p99(job *jb, uint64_t k, int need_scaled, double *p99)
                                        "p99 candidates found)", (unsigned long long)got,
                                        (unsigned long long)cnt);
             *p99 = probe_select_kth(jb->cand, (size_t)cnt, (size_t)(k - 1));
-            jb->level = 0;
-            return PROBE_OK;
+            break;
         }
-        h = merged_hist(jb);
+        if (pmin == pmax) { /* the bucket holds one value (ties) */
+            *p99 = pmin;
+            break;
+        }
         b = bucket_of(h, &k);
         cnt = h[b];
-        jb->prefix |= (uint64_t)b << (64 - HBITS * (jb->level + 1));
+        jb->prefix |= (uint64_t)b << (64 - KNOWN_BITS[jb->level + 1]);
         jb->level++;
     }
+    jb->level = 0;
+    if (need_scaled) {
+        jb->scaled = 1;
+        s = run_pass(jb, PASS_EXTRA);
+        jb->scaled = 0;
+    }
+    return s;
 }
 
 probe_status probe_metrics_compute_source(const probe_pair_source *src,
