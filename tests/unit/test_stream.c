@@ -379,3 +379,27 @@ Test(stream, bad_arguments)
     probe_metrics_opts neg = {-1, 0};
     cr_assert_eq(probe_metrics_compute_source(&src, &neg, NULL, &m, NULL), PROBE_EINVAL);
 }
+
+Test(stream, fp8_nan_and_inf_encodings)
+{
+    /* OCP FP8: e4m3fn has no infinity, S.1111.111 (0x7F, 0xFF) is NaN;
+     * e5m2 is IEEE-like: 0x7C = +inf, 0xFC = -inf, 0x7D..0x7F NaN.
+     * reference e4m3fn: 1.0 (0x38), 2.0 (0x40), NaN (0x7F), NaN (0xFF), 0.5 (0x30)
+     * candidate e5m2:   1.0 (0x3C), +inf (0x7C), NaN (0x7E), 1.5 (0x3E), -inf (0xFC) */
+    const uint8_t r[5] = {0x38, 0x40, 0x7F, 0xFF, 0x30};
+    const uint8_t c[5] = {0x3C, 0x7C, 0x7E, 0x3E, 0xFC};
+    probe_metrics m;
+    cr_assert_eq(probe_metrics_compute_typed(PROBE_DTYPE_FLOAT8_E4M3FN, r, PROBE_DTYPE_FLOAT8_E5M2, c,
+                                             5, &TOL, &m), PROBE_OK);
+    cr_assert_eq(m.nan_ref, 2);
+    cr_assert_eq(m.nan_cand, 1);
+    cr_assert_eq(m.inf_ref, 0);
+    cr_assert_eq(m.inf_cand, 2);
+    cr_assert_eq(m.n_finite, 1, "only index 0 is finite on both sides");
+    cr_assert_eq(m.max_abs, 0.0);
+    cr_assert_eq(m.p99_abs, 0.0);
+    /* 1: 2 vs +inf, 3: NaN vs 1.5, 4: 0.5 vs -inf; NaN vs NaN (2) is no mismatch */
+    cr_assert_eq(m.mismatch_count, 3);
+    cr_assert_eq(m.inf_mismatch, 2);
+    cr_assert(!m.identical);
+}
