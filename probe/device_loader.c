@@ -9,7 +9,7 @@
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static probe_cuda_source_fn loaded;
-static char why[512];
+static char why[PATH_MAX + 1024];
 
 static void load(void)
 {

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,6 +266,11 @@ int main(int argc, char **argv)
     int quiet = 0;
     probe_compare_opts opts;
     memset(&opts, 0, sizeof opts);
+    /* Large buffers (HDF5 decompresses whole chunks) go to mmap and back to
+     * the system when freed: glibc's adaptive threshold would otherwise move
+     * them onto the heap, where a 16 MiB chunk read again and again grows the
+     * resident size well past the engine's bound (docs/metrics.md, Memory). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
     opterr = 0;
     int c;

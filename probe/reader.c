@@ -680,7 +680,15 @@ static probe_status range_open(probe_file *f, size_t i)
     f->cur.fd = -1;
     f->cur.index = i;
     H5E_BEGIN_TRY {
-        f->cur.d = H5Dopen2(f->file, t->path, H5P_DEFAULT);
+        /* A chunked dataset is read a range at a time: a chunk cache that
+         * holds whole HDF5 chunks (up to 32 MiB; one per open side) keeps each one from being
+         * read and decompressed once per range it overlaps. */
+        hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+        if (dapl >= 0)
+            H5Pset_chunk_cache(dapl, 12421, (size_t)32 << 20, 1.0);
+        f->cur.d = H5Dopen2(f->file, t->path, dapl >= 0 ? dapl : H5P_DEFAULT);
+        if (dapl >= 0)
+            H5Pclose(dapl);
         f->cur.ft = f->cur.d >= 0 ? H5Dget_type(f->cur.d) : H5I_INVALID_HID;
         f->cur.fsp = f->cur.d >= 0 ? H5Dget_space(f->cur.d) : H5I_INVALID_HID;
         if (f->cur.d < 0 || f->cur.ft < 0 || f->cur.fsp < 0) {
@@ -707,12 +715,16 @@ static probe_status range_open(probe_file *f, size_t i)
     return s;
 }
 
-/* Select the row-major flat range [a, b) of a dataspace of the given shape
- * as a union of at most 2*rank - 1 hyperslab blocks: a partial row at each
- * end and the whole rows between, recursively. `lead` holds the indices
- * fixed so far (dims [0, dim)). Returns < 0 on an HDF5 error. */
-static int select_range(hid_t sp, int rank, const hsize_t *shape, int dim, hsize_t *lead,
-                        uint64_t a, uint64_t b, int *first)
+/* The row-major flat range [a, b) of a tensor of the given shape as at most
+ * 2*rank - 1 regular hyperslab blocks, in order (a partial row at each end
+ * and the whole rows between, recursively); emit() gets each block's start
+ * and count. `lead` holds the indices fixed so far (dims [0, dim)). Each
+ * block is read on its own: one regular hyperslab per H5Dread keeps HDF5 on
+ * its fast path (a union of blocks is iterated element by element). */
+typedef int (*block_fn)(void *ctx, const hsize_t *start, const hsize_t *count, uint64_t nelem);
+
+static int for_each_block(int rank, const hsize_t *shape, int dim, hsize_t *lead, uint64_t a,
+                          uint64_t b, block_fn emit, void *ctx)
 {
     if (a >= b)
         return 0;
@@ -720,36 +732,54 @@ static int select_range(hid_t sp, int rank, const hsize_t *shape, int dim, hsize
     for (int k = dim + 1; k < rank; k++)
         inner *= shape[k];
     uint64_t a0 = a / inner, a1 = a % inner, b0 = b / inner, b1 = b % inner;
-    hsize_t start[PROBE_MAX_RANK], count[PROBE_MAX_RANK];
-    if (dim == rank - 1 || a0 == b0 || (a1 == 0 && b1 == 0)) {
-        if (dim < rank - 1 && a0 == b0) { /* within one row of this dimension */
-            lead[dim] = a0;
-            return select_range(sp, rank, shape, dim + 1, lead, a1, b1, first);
-        }
-        /* whole rows [a0, b0) (or, in the last dimension, elements [a, b)) */
+    if (dim < rank - 1 && a0 == b0) { /* within one row of this dimension */
+        lead[dim] = a0;
+        return for_each_block(rank, shape, dim + 1, lead, a1, b1, emit, ctx);
+    }
+    if (dim == rank - 1 || (a1 == 0 && b1 == 0)) {
+        /* whole rows [a0, b0) (in the last dimension: elements [a, b)) */
+        hsize_t start[PROBE_MAX_RANK], count[PROBE_MAX_RANK];
         for (int k = 0; k < rank; k++) {
             start[k] = k < dim ? lead[k] : k == dim ? a0 : 0;
             count[k] = k < dim ? 1 : k == dim ? b0 - a0 : shape[k];
         }
-        herr_t e = H5Sselect_hyperslab(sp, *first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL,
-                                       count, NULL);
-        *first = 0;
-        return e < 0 ? -1 : 0;
+        return emit(ctx, start, count, b - a);
     }
     if (a1 != 0) { /* the partial first row */
         lead[dim] = a0;
-        if (select_range(sp, rank, shape, dim + 1, lead, a1, inner, first) < 0)
+        if (for_each_block(rank, shape, dim + 1, lead, a1, inner, emit, ctx) < 0)
             return -1;
         a0++;
     }
-    if (b0 > a0 && select_range(sp, rank, shape, dim, lead, a0 * inner, b0 * inner, first) < 0)
+    if (b0 > a0 && for_each_block(rank, shape, dim, lead, a0 * inner, b0 * inner, emit, ctx) < 0)
         return -1;
     if (b1 != 0) { /* the partial last row */
         lead[dim] = b0;
-        if (select_range(sp, rank, shape, dim + 1, lead, 0, b1, first) < 0)
+        if (for_each_block(rank, shape, dim + 1, lead, 0, b1, emit, ctx) < 0)
             return -1;
     }
     return 0;
+}
+
+typedef struct {
+    probe_file *f;
+    unsigned char *dst;
+    size_t esize;
+} block_read;
+
+static int read_block(void *ctx, const hsize_t *start, const hsize_t *count, uint64_t nelem)
+{
+    block_read *br = ctx;
+    /* the memory space has the block's own shape: HDF5 maps same-shaped
+     * selections chunk by chunk, others element by element */
+    hid_t msp = H5Screate_simple(H5Sget_simple_extent_ndims(br->f->cur.fsp), count, NULL);
+    int ok = msp >= 0 &&
+             H5Sselect_hyperslab(br->f->cur.fsp, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+             H5Dread(br->f->cur.d, br->f->cur.mt, msp, br->f->cur.fsp, H5P_DEFAULT, br->dst) >= 0;
+    if (msp >= 0)
+        H5Sclose(msp);
+    br->dst += nelem * br->esize;
+    return ok ? 0 : -1;
 }
 
 probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, size_t count, void *dst)
@@ -788,23 +818,20 @@ probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, siz
     }
     char text[256];
     H5E_BEGIN_TRY {
-        hsize_t shape[PROBE_MAX_RANK], lead[PROBE_MAX_RANK], mcount = count;
-        int rank = t->rank, first = 1;
+        hsize_t shape[PROBE_MAX_RANK], lead[PROBE_MAX_RANK];
+        int rank = t->rank;
         for (int k = 0; k < rank; k++)
             shape[k] = (hsize_t)t->shape[k];
-        hid_t msp = H5Screate_simple(1, &mcount, NULL);
-        int sel = rank == 0 ? H5Sselect_all(f->cur.fsp)
-                            : select_range(f->cur.fsp, rank, shape, 0, lead, offset,
-                                           offset + count, &first);
-        if (msp < 0 || sel < 0 ||
-            H5Dread(f->cur.d, f->cur.mt, msp, f->cur.fsp, H5P_DEFAULT, dst) < 0) {
+        block_read br = {f, dst, esize};
+        int bad = rank == 0 ? H5Dread(f->cur.d, f->cur.mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0
+                            : for_each_block(rank, shape, 0, lead, offset, offset + count,
+                                             read_block, &br) < 0;
+        if (bad) {
             probe_h5_error_text(text, sizeof text);
             s = probe_set_error(PROBE_EIO, "%s: %s: cannot read elements [%llu, %llu) (%s)",
                                 f->path, t->path, (unsigned long long)offset,
                                 (unsigned long long)(offset + count), text);
         }
-        if (msp >= 0)
-            H5Sclose(msp);
     } H5E_END_TRY;
     return s;
 }
