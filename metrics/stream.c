@@ -51,6 +51,7 @@ enum {
     CHUNK = 128 * BLOCK,          /* reading/work unit (elements) */
     LANES = 8,
     MAX_THREADS = 16,
+    DEFAULT_MAX_THREADS = 8,      /* the reader is one thread: more workers rarely help */
     HBINS = 1 << 20,              /* buckets of the widest radix digit */
 };
 /* radix digit widths, top first: 20 + 16 + 16 + 12 = 64 bits */
@@ -185,7 +186,7 @@ static int default_threads(void)
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     if (c < 1)
         c = 1;
-    return c > MAX_THREADS ? MAX_THREADS : (int)c;
+    return c > DEFAULT_MAX_THREADS ? DEFAULT_MAX_THREADS : (int)c;
 }
 
 /* ---- chunk computation ---- */

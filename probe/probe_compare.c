@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "  --channel-axis N    axis of the per-channel mean shift for every tensor (negative\n"
             "                      counts from the last); default: the component table's, else\n"
             "                      1 for rank 4/5 and the last axis for rank 2/3\n"
-            "  --threads N         metric worker threads (default: the online CPUs, at most 16)\n"
+            "  --threads N         metric worker threads (default: the online CPUs, at most 8)\n"
             "  --device D          cpu (default), cuda or cuda:N: compute the metrics on a GPU\n"
             "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
             "                      vs reference); without it a candidate identical to the\n"

@@ -39,7 +39,7 @@ typedef struct probe_compare_opts {
     int want_stats;         /* 1: fill each tensor's `stats` (histogram, channel shift, spatial
                                map) for the HTML report; 0: leave them empty (saves a pass
                                over the data and the maps' memory) */
-    int threads;            /* metric worker threads; 0: the online CPUs (at most 16) */
+    int threads;            /* metric worker threads; 0: the online CPUs, at most 8 (max 16) */
     /* Channel axis of the per-channel mean shift, first rule that applies:
      * channel_axis_set: channel_axis for every tensor of rank > the axis
      * (negative counts from the last axis); else the component table's axis

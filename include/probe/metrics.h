@@ -129,7 +129,7 @@ typedef struct probe_channel_shift {
 } probe_channel_shift;
 
 typedef struct probe_stream_opts {
-    int threads;                  /* worker threads; 0 = the online CPUs, at most 16 */
+    int threads;                  /* worker threads; 0 = the online CPUs, at most 8; at most 16 */
     probe_channel_spec channel;   /* count 0: no channel shift */
     double *channel_shift_out;    /* NULL, or channel.count doubles: every shift_k (NaN if none) */
 } probe_stream_opts;
