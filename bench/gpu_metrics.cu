@@ -1,0 +1,199 @@
+/* gpu_metrics.cu - benchmark of libprobe_cuda's passes (not a test).
+ *
+ *   gpu_metrics [N]        default N = 268435456 (2^28) bfloat16 elements per side
+ *
+ * Builds the engine from source (#include of metrics/cuda/metrics.cu) so that
+ * its passes can be timed one by one: the fused stats pass (+ its one-block
+ * combine), the p99 radix select after it, the whole probe_cuda_metrics
+ * call, probe_cuda_summary of one side, and a plain read of both inputs and
+ * a device-to-device copy as the memory ceilings. Data: x ~ N(0,1) (sum of
+ * four uniforms, scaled), r = bf16(x), c = bf16(x * (1 + 2^-9 u)), u uniform
+ * in [-1, 1): about the disagreement of a bf16 kernel swap. Times: median of
+ * 10 after 3 warm-ups, CUDA events. Link: -L build/lib -lprobe.
+ */
+#include "../metrics/cuda/metrics.cu"
+
+#include <stdio.h>
+
+__device__ static inline uint32_t hash32(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+__device__ static inline uint16_t to_bf16(float f)
+{
+    uint32_t b = __float_as_uint(f);
+    b += 0x7FFFu + ((b >> 16) & 1u); /* round to nearest even (finite inputs) */
+    return (uint16_t)(b >> 16);
+}
+
+__global__ void gen_kernel(uint16_t *r, uint16_t *c, uint64_t n)
+{
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        float s = 0;
+        for (int k = 0; k < 4; k++)
+            s += (float)hash32(i * 8 + k) * 2.3283064e-10f;
+        float x = (s - 2.0f) * 1.7320508f;
+        float u = (float)hash32(i * 8 + 5) * 2.3283064e-10f * 2.0f - 1.0f;
+        r[i] = to_bf16(x);
+        c[i] = to_bf16(x * (1.0f + u * 0.001953125f));
+    }
+}
+
+__global__ void read_kernel(const uint4 *a, const uint4 *b, uint64_t n16, unsigned *sink)
+{
+    unsigned acc = 0;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        uint4 x = __ldg(a + i), y = __ldg(b + i);
+        acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+    }
+    if (acc == 0x12345678u)
+        *sink = acc;
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                            \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+#define REPS 10
+#define WARM 3
+
+int main(int argc, char **argv)
+{
+    uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : (1ull << 28);
+    uint16_t *r, *c;
+    CK(cudaMalloc((void **)&r, n * 2));
+    CK(cudaMalloc((void **)&c, n * 2));
+    unsigned *sink;
+    CK(cudaMalloc((void **)&sink, 4));
+    gen_kernel<<<132 * 16, 256>>>(r, c, n);
+    CK(cudaDeviceSynchronize());
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float t[REPS];
+    double bytes = 2.0 * 2.0 * (double)n;
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("gpu_metrics: %s, n = %llu bfloat16 per side (%.3f GB read for both)\n", prop.name,
+           (unsigned long long)n, bytes / 1e9);
+
+#define TIME(label, ...)                                                                           \
+    do {                                                                                           \
+        for (int it = 0; it < WARM + REPS; it++) {                                                 \
+            cudaEventRecord(e0, st);                                                               \
+            __VA_ARGS__;                                                                                \
+            cudaEventRecord(e1, st);                                                               \
+            cudaEventSynchronize(e1);                                                              \
+            if (it >= WARM)                                                                        \
+                cudaEventElapsedTime(&t[it - WARM], e0, e1);                                       \
+        }                                                                                          \
+        qsort(t, REPS, sizeof t[0], cmp_f);                                                        \
+        float med = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;                                           \
+        printf("%-34s median %8.3f ms  (min %.3f, max %.3f)  %7.1f GB/s of input\n", label, med,   \
+               t[0], t[REPS - 1], bytes / (med * 1e-3) / 1e9);                                     \
+    } while (0)
+
+    /* ceilings */
+    TIME("ceiling: read both inputs", read_kernel<<<132 * 8, 512, 0, st>>>((const uint4 *)r,
+                                                                          (const uint4 *)c, n * 2 / 16, sink));
+    {
+        uint16_t *tmp;
+        CK(cudaMalloc((void **)&tmp, n * 2));
+        for (int it = 0; it < WARM + REPS; it++) {
+            cudaEventRecord(e0, st);
+            cudaMemcpyAsync(tmp, r, n * 2, cudaMemcpyDeviceToDevice, st);
+            cudaEventRecord(e1, st);
+            cudaEventSynchronize(e1);
+            if (it >= WARM)
+                cudaEventElapsedTime(&t[it - WARM], e0, e1);
+        }
+        qsort(t, REPS, sizeof t[0], cmp_f);
+        float med = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+        printf("%-34s median %8.3f ms  %7.1f GB/s (read + write)\n", "ceiling: cudaMemcpy d2d",
+               med, 2.0 * 2.0 * (double)n / (med * 1e-3) / 1e9);
+        cudaFree(tmp);
+    }
+
+    /* the passes, from the engine's own functions */
+    cudaMemPool_t pool;
+    CK(pool_for(0, &pool));
+    ctx x = {"bench", st, pool, PROBE_OK};
+    pair_dev pd = {(const unsigned char *)r, (const unsigned char *)c, PROBE_DTYPE_BFLOAT16,
+                   PROBE_DTYPE_BFLOAT16, n, 1};
+    unsigned grid = nblocks_for(n);
+    fused_out fo;
+    fo.part = (double *)dalloc(&x, (size_t)grid * P_COUNT * sizeof(double));
+    fo.part_off = (unsigned long long *)dalloc(&x, (size_t)grid * sizeof(unsigned long long));
+    fo.counts = (unsigned long long *)dalloc(&x, (C_COUNT + HBINS) * sizeof(unsigned long long));
+    fo.hist = fo.counts + C_COUNT;
+    fused_res *d_res = (fused_res *)dalloc(&x, sizeof(fused_res));
+    unsigned long long *d_hist = (unsigned long long *)dalloc(&x, HBINS * 8);
+    unsigned long long *d_aux = (unsigned long long *)dalloc(&x, (4 + COLLECT_MAX) * 8);
+    probe_metrics_opts opts = {1e-3, 1e-3};
+    TIME("probe fused pass (+combine)",
+         cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st);
+         fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
+         reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
+    TIME("probe fused pass, generic decode",
+         cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st);
+         fused_kernel<0, 0><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
+         reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
+    unsigned long long cn[C_COUNT], *h0 = (unsigned long long *)malloc(HBINS * 8);
+    CK(cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st));
+    fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
+    CK(cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, st));
+    CK(cudaMemcpyAsync(h0, fo.hist, HBINS * 8, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    uint64_t nf = cn[C_NF];
+    double xr = ceil(99.0 * (double)nf / 100.0);
+    uint64_t rank = (uint64_t)xr;
+    double p99 = 0;
+    TIME("probe p99 radix select (after fused)",
+         p99 = p99_select(&x, &pd, h0, cn[C_ZERO], rank, d_hist, d_aux));
+    printf("  p99 = %.17g (rank %llu of %llu finite; %llu exact zeros)\n", p99,
+           (unsigned long long)rank, (unsigned long long)nf, (unsigned long long)cn[C_ZERO]);
+    probe_metrics m;
+    TIME("probe_cuda_metrics (whole call)",
+         probe_cuda_metrics(PROBE_DTYPE_BFLOAT16, r, PROBE_DTYPE_BFLOAT16, c, n, &opts, NULL, st, &m,
+                            NULL));
+    printf("  rel_l2 %.9g cosine %.12g max_abs %.9g @ %llu p99 %.9g mismatch %llu\n", m.rel_l2,
+           m.cosine, m.max_abs, (unsigned long long)m.max_abs_offset, m.p99_abs,
+           (unsigned long long)m.mismatch_count);
+    probe_summary s;
+    TIME("probe_cuda_summary (one side; GB/s x2)",
+         probe_cuda_summary(PROBE_DTYPE_BFLOAT16, r, n, st, &s));
+    printf("  summary: finite %llu min %g max %g sum %.9g sum_sq %.9g\n",
+           (unsigned long long)s.n_finite, s.min, s.max, s.sum, s.sum_sq);
+    /* a channel shift over [16, 16384] channels x 1024 inner (rows path) */
+    probe_channel_spec ch = {16384, 1024};
+    probe_channel_shift sh;
+    if (n % (16384ull * 1024) == 0) {
+        TIME("probe_cuda_metrics + channel shift",
+             probe_cuda_metrics(PROBE_DTYPE_BFLOAT16, r, PROBE_DTYPE_BFLOAT16, c, n, &opts, &ch, st,
+                                &m, &sh));
+        printf("  channel shift: argmax %llu max %.6g (%.6g std)\n", (unsigned long long)sh.argmax,
+               sh.max, sh.max_rel);
+    }
+    return x.status == PROBE_OK ? 0 : 1;
+}

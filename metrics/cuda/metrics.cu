@@ -1,0 +1,1551 @@
+/* metrics.cu - the metrics of probe/metrics.h on a CUDA device
+ * (probe/device.h; definitions in CONTRACT.md and docs/metrics.md; the
+ * algorithm and its memory are described in docs/device.md).
+ *
+ * CUDA C: C-style code; templates only to specialise the hot kernels on the
+ * element types of the pair (a few common pairs, plus one generic version
+ * that switches on the type at run time).
+ *
+ * Passes over the pair (r = reference, c = candidate, d = c - r in fp64):
+ *  1. fused: decode both sides exactly as metrics/dtype.c, then per element
+ *     the counts (finite/NaN/Inf, mismatch, inf mismatch, not identical), the
+ *     sums r^2, c^2, d^2, r*c, |d| (plain fp64 per thread over at most 64
+ *     elements, a fixed tree in the block), max |r|, max |c|, max |d| with
+ *     its first offset, the number of exact zeros |d| = 0, and a 4096-bin
+ *     histogram of the top 12 bits of the fp64 bit pattern of |d|
+ *     (non-negative doubles order like their bits as uint64). Per-block
+ *     partials, combined by one block in a fixed order with Neumaier's
+ *     compensated summation: the same input gives the same bits every run.
+ *     Counters use integer atomics only.
+ *  2. (float64 inputs with |x| outside [2^-300, 2^300] only) the sums again
+ *     on power-of-two scaled values, as metrics/metrics.c does.
+ *  3. p99: radix select on the bit patterns of |d|. The fused histogram picks
+ *     the 12-bit prefix holding rank k = ceil(0.99 n_finite); each further
+ *     pass re-reads the pair and histograms the next 12 bits of the elements
+ *     under the prefix (and their min/max: when all are equal the value is
+ *     known); once at most 4096 candidates remain they are collected and
+ *     sorted on the host. Shortcuts: k <= number of exact zeros -> 0;
+ *     k = n_finite -> max |d|.
+ *  4. channels (when a channel spec is given): per segment (a piece of a row
+ *     of `inner` elements, or a run of up to 64 rows of one column) Welford
+ *     partials (count, mean r, M2 r, sum d), combined per channel in a fixed
+ *     order with Chan's formula (T. F. Chan, G. H. Golub, R. J. LeVeque,
+ *     "Algorithms for computing the sample variance", 1983).
+ */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "probe/device.h"
+
+#define THREADS 256
+#define VEC 8                          /* elements per thread per group */
+#define GROUPS 8                       /* groups per thread per tile */
+#define TILE (THREADS * VEC * GROUPS)  /* 16384 elements per block */
+#define HBITS 12
+#define HBINS (1 << HBITS)
+#define LEVEL0_SHIFT 51                /* 63 - 12: |d| bits are < 2^63 */
+#define COLLECT_MAX 4096
+#define RED_THREADS 256
+#define CHUNK_BYTES (64u << 20)        /* probe_cuda_metrics_source: per read */
+/* The library is built with -fvisibility=hidden: only probe/device.h is exported. */
+#define PROBE_CUDA_API extern "C" __attribute__((visibility("default")))
+
+/* ---- element decoding (bit for bit as metrics/dtype.c) ---- */
+
+__host__ __device__ static inline int dt_size(int t)
+{
+    switch (t) {
+    case PROBE_DTYPE_BOOL: case PROBE_DTYPE_INT8: case PROBE_DTYPE_UINT8:
+    case PROBE_DTYPE_FLOAT8_E4M3FN: case PROBE_DTYPE_FLOAT8_E5M2:
+        return 1;
+    case PROBE_DTYPE_INT16: case PROBE_DTYPE_UINT16: case PROBE_DTYPE_FLOAT16:
+    case PROBE_DTYPE_BFLOAT16:
+        return 2;
+    case PROBE_DTYPE_INT32: case PROBE_DTYPE_UINT32: case PROBE_DTYPE_FLOAT32:
+        return 4;
+    case PROBE_DTYPE_INT64: case PROBE_DTYPE_UINT64: case PROBE_DTYPE_FLOAT64:
+        return 8;
+    default:
+        return 0;
+    }
+}
+
+__device__ static inline double bits_d(uint64_t b)
+{
+    return __longlong_as_double((long long)b);
+}
+
+__device__ static inline uint64_t d_bits(double x)
+{
+    return (uint64_t)__double_as_longlong(x);
+}
+
+/* The decoder of metrics/dtype.c (decode_minifloat): 1 sign bit, ebits
+ * exponent bits, mbits mantissa bits; ieee: all-ones exponent is inf (m = 0)
+ * or NaN, else (E4M3FN) only S.1111.111 is NaN. */
+__device__ static inline double dec_mini(unsigned bits, int ebits, int mbits, int bias, int ieee)
+{
+    unsigned emax = (1u << ebits) - 1, mmax = (1u << mbits) - 1;
+    unsigned sign = (bits >> (ebits + mbits)) & 1u;
+    unsigned e = (bits >> mbits) & emax, m = bits & mmax;
+    uint64_t sbit = (uint64_t)sign << 63;
+    if (e == emax && (ieee || m == mmax)) {
+        if (ieee && m == 0)
+            return bits_d(sbit | 0x7FF0000000000000ull);
+        return bits_d(sbit | 0x7FF8000000000000ull | ((uint64_t)m << (52 - mbits)));
+    }
+    if (e == 0) {
+        double v = (double)m * bits_d((uint64_t)(1 - bias - mbits + 1023) << 52);
+        return sign ? -v : v;
+    }
+    return bits_d(sbit | ((uint64_t)((int)e - bias + 1023) << 52) | ((uint64_t)m << (52 - mbits)));
+}
+
+__device__ static inline double dec(int t, uint64_t b)
+{
+    switch (t) {
+    case PROBE_DTYPE_BOOL: return (b & 0xFFu) ? 1.0 : 0.0;
+    case PROBE_DTYPE_INT8: return (double)(int8_t)(uint8_t)b;
+    case PROBE_DTYPE_UINT8: return (double)(uint8_t)b;
+    case PROBE_DTYPE_INT16: return (double)(int16_t)(uint16_t)b;
+    case PROBE_DTYPE_UINT16: return (double)(uint16_t)b;
+    case PROBE_DTYPE_INT32: return (double)(int32_t)(uint32_t)b;
+    case PROBE_DTYPE_UINT32: return (double)(uint32_t)b;
+    case PROBE_DTYPE_INT64: return (double)(long long)b;
+    case PROBE_DTYPE_UINT64: return (double)(unsigned long long)b;
+    case PROBE_DTYPE_FLOAT16: return dec_mini((unsigned)(b & 0xFFFFu), 5, 10, 15, 1);
+    case PROBE_DTYPE_BFLOAT16: return (double)__uint_as_float((unsigned)(b & 0xFFFFu) << 16);
+    case PROBE_DTYPE_FLOAT32: return (double)__uint_as_float((unsigned)b);
+    case PROBE_DTYPE_FLOAT64: return bits_d(b);
+    case PROBE_DTYPE_FLOAT8_E4M3FN: return dec_mini((unsigned)(b & 0xFFu), 4, 3, 7, 0);
+    case PROBE_DTYPE_FLOAT8_E5M2: return dec_mini((unsigned)(b & 0xFFu), 5, 2, 15, 1);
+    default: return 0.0;
+    }
+}
+
+__device__ static inline uint64_t ld_raw(const unsigned char *p, int sz, uint64_t i)
+{
+    switch (sz) {
+    case 1: return p[i];
+    case 2: return ((const uint16_t *)p)[i];
+    case 4: return ((const uint32_t *)p)[i];
+    default: return ((const unsigned long long *)p)[i];
+    }
+}
+
+/* The raw bits of VEC consecutive elements, kept packed (2 to 16 words) so
+ * that a group costs few registers; decoded one element at a time. */
+typedef struct {
+    unsigned w[16];
+} rawgrp;
+
+__device__ static inline uint64_t get_elem(const rawgrp *g, int sz, int j)
+{
+    switch (sz) {
+    case 1: return (g->w[j >> 2] >> (8 * (j & 3))) & 0xFFu;
+    case 2: return (g->w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+    case 4: return g->w[j];
+    default: return (uint64_t)g->w[2 * j] | ((uint64_t)g->w[2 * j + 1] << 32);
+    }
+}
+
+__device__ static inline void set_elem(rawgrp *g, int sz, int j, uint64_t v)
+{
+    switch (sz) {
+    case 1: {
+        unsigned sh = 8 * (j & 3);
+        g->w[j >> 2] = (g->w[j >> 2] & ~(0xFFu << sh)) | ((unsigned)v << sh);
+        break;
+    }
+    case 2: {
+        unsigned sh = 16 * (j & 1);
+        g->w[j >> 1] = (g->w[j >> 1] & ~(0xFFFFu << sh)) | ((unsigned)v << sh);
+        break;
+    }
+    case 4: g->w[j] = (unsigned)v; break;
+    default:
+        g->w[2 * j] = (unsigned)v;
+        g->w[2 * j + 1] = (unsigned)(v >> 32);
+    }
+}
+
+/* Load elements [base, base + VEC) of p (type D, or t when D = 0) into g;
+ * elements at or beyond n read as 0. vec: p is 16-byte aligned, so a full
+ * group is one 8-byte or one to four 16-byte loads. */
+template <int D>
+__device__ static inline void load_raw(const unsigned char *p, int t, uint64_t base, uint64_t n,
+                                       int vec, rawgrp *g)
+{
+    const int sz = dt_size(D ? D : t);
+    if (vec && base + VEC <= n) {
+        if (sz == 1) {
+            uint2 a = __ldg((const uint2 *)(p + base));
+            g->w[0] = a.x;
+            g->w[1] = a.y;
+        } else {
+            const uint4 *q = (const uint4 *)(p + (size_t)sz * base);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if (k < sz / 2) {
+                    uint4 a = __ldg(q + k);
+                    g->w[4 * k] = a.x;
+                    g->w[4 * k + 1] = a.y;
+                    g->w[4 * k + 2] = a.z;
+                    g->w[4 * k + 3] = a.w;
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            set_elem(g, sz, j, base + j < n ? ld_raw(p, sz, base + j) : 0);
+    }
+}
+
+/* Decoded elements of a group, for the kernels that are not hot. */
+template <int D>
+__device__ static inline void load_group(const unsigned char *p, int t, uint64_t base, uint64_t n,
+                                         int vec, double *v)
+{
+    const int tt = D ? D : t;
+    rawgrp g;
+    load_raw<D>(p, t, base, n, vec, &g);
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+        v[j] = dec(tt, get_elem(&g, dt_size(tt), j));
+}
+
+/* finite / NaN / inf from the bits (independent of compiler flags) */
+__device__ static inline int is_fin(double x)
+{
+    return (d_bits(x) & 0x7FFFFFFFFFFFFFFFull) < 0x7FF0000000000000ull;
+}
+__device__ static inline int is_nan_(double x)
+{
+    return (d_bits(x) & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
+}
+__device__ static inline int is_inf_(double x)
+{
+    return (d_bits(x) & 0x7FFFFFFFFFFFFFFFull) == 0x7FF0000000000000ull;
+}
+
+/* ---- Neumaier compensated sum (as metrics/metrics.c) ---- */
+
+typedef struct {
+    double s, c;
+} nsum;
+
+__host__ __device__ static inline void nsum_add(nsum *a, double x)
+{
+    double t = a->s + x;
+    if (fabs(a->s) >= fabs(x))
+        a->c += (a->s - t) + x;
+    else
+        a->c += (x - t) + a->s;
+    a->s = t;
+}
+
+__host__ __device__ static inline void nsum_merge(nsum *a, const nsum *b)
+{
+    nsum_add(a, b->s);
+    a->c += b->c;
+}
+
+__host__ __device__ static inline double nsum_get(const nsum *a)
+{
+    return (a->s - a->s == 0.0) ? a->s + a->c : a->s; /* inf/NaN: the running sum */
+}
+
+/* ---- block reductions (fixed order: the same bits every run) ---- */
+
+__device__ static inline double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+/* Sum over the block; the result is valid in thread 0. sh: THREADS/32 doubles. */
+__device__ static double block_sum(double v, double *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    double t = 0.0;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < THREADS / 32; i++)
+            t += sh[i];
+    return t;
+}
+
+__device__ static unsigned long long block_sum_u(unsigned long long v, unsigned long long *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    unsigned long long t = 0;
+    if (threadIdx.x == 0)
+        for (int i = 0; i < THREADS / 32; i++)
+            t += sh[i];
+    return t;
+}
+
+/* (value, offset) max: larger value, then smaller offset. Values are >= 0 or
+ * -1 (none). */
+__device__ static inline void vo_max(double *v, uint64_t *o, double v2, uint64_t o2)
+{
+    if (v2 > *v || (v2 == *v && o2 < *o)) {
+        *v = v2;
+        *o = o2;
+    }
+}
+
+__device__ static void block_max_off(double *v, uint64_t *o, double *shv, uint64_t *sho)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int s = 16; s > 0; s >>= 1) {
+        double v2 = __shfl_down_sync(0xFFFFFFFFu, *v, s);
+        uint64_t o2 = __shfl_down_sync(0xFFFFFFFFu, *o, s);
+        vo_max(v, o, v2, o2);
+    }
+    __syncthreads();
+    if (lane == 0) {
+        shv[w] = *v;
+        sho[w] = *o;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 1; i < THREADS / 32; i++)
+            vo_max(v, o, shv[i], sho[i]);
+}
+
+__device__ static double block_max(double v, double *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int s = 16; s > 0; s >>= 1)
+        v = fmax(v, __shfl_down_sync(0xFFFFFFFFu, v, s));
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 1; i < THREADS / 32; i++)
+            v = fmax(v, sh[i]);
+    return v;
+}
+
+/* ---- the fused pass ---- */
+
+enum { C_NF, C_NAN_R, C_NAN_C, C_INF_R, C_INF_C, C_MIS, C_INF_MIS, C_NOT_IDENT, C_ZERO, C_COUNT };
+enum { P_RR, P_CC, P_DD, P_RC, P_AD, P_AMAX_R, P_AMAX_C, P_MAXD, P_COUNT };
+
+typedef struct {
+    double *part;                  /* [blocks][P_COUNT] */
+    unsigned long long *part_off;  /* [blocks] offset of the block's max |d| */
+    unsigned long long *counts;    /* [C_COUNT] */
+    unsigned long long *hist;      /* [HBINS] level-0 histogram of |d| bits >> 51 */
+} fused_out;
+
+template <int RD, int CD>
+__global__ void __launch_bounds__(THREADS)
+fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
+             int vec, double atol, double rtol, fused_out o)
+{
+    __shared__ unsigned int hist[HBINS];
+    __shared__ double shd[THREADS / 32];
+    __shared__ uint64_t sho[THREADS / 32];
+    __shared__ unsigned long long shu[THREADS / 32];
+    for (int i = threadIdx.x; i < HBINS; i += THREADS)
+        hist[i] = 0;
+    __syncthreads();
+
+    double s_rr = 0, s_cc = 0, s_dd = 0, s_rc = 0, s_ad = 0;
+    double amax_r = 0, amax_c = 0, maxd = -1.0;
+    uint64_t maxoff = 0;
+    unsigned cnt[C_COUNT];
+    for (int i = 0; i < C_COUNT; i++)
+        cnt[i] = 0;
+
+    const uint64_t tile = (uint64_t)blockIdx.x * TILE;
+    for (int g = 0; g < GROUPS; g++) {
+        uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
+        if (base >= n)
+            break;
+        rawgrp gr, gc;
+        load_raw<RD>(ref, rdt, base, n, vec, &gr);
+        load_raw<CD>(cand, cdt, base, n, vec, &gc);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            if (base + j >= n)
+                break;
+            double r = dec(RD ? RD : rdt, get_elem(&gr, dt_size(RD ? RD : rdt), j));
+            double c = dec(CD ? CD : cdt, get_elem(&gc, dt_size(CD ? CD : cdt), j));
+            if (is_fin(r) && is_fin(c)) {
+                double d = c - r, ad = fabs(d), ar = fabs(r), ac = fabs(c);
+                cnt[C_NF]++;
+                if (ad > maxd) {
+                    maxd = ad;
+                    maxoff = base + j;
+                }
+                /* no fused multiply-add: the same rounding as the CPU */
+                cnt[C_MIS] += ad > __dadd_rn(atol, __dmul_rn(rtol, ar));
+                cnt[C_NOT_IDENT] += r != c;
+                amax_r = fmax(amax_r, ar);
+                amax_c = fmax(amax_c, ac);
+                s_rr += r * r;
+                s_cc += c * c;
+                s_dd += d * d;
+                s_rc += r * c;
+                s_ad += ad;
+                if (ad == 0.0)
+                    cnt[C_ZERO]++;
+                else
+                    atomicAdd(&hist[d_bits(ad) >> LEVEL0_SHIFT], 1u);
+            } else {
+                int rn = is_nan_(r), cn = is_nan_(c), ri = is_inf_(r), ci = is_inf_(c);
+                cnt[C_NAN_R] += rn;
+                cnt[C_NAN_C] += cn;
+                cnt[C_INF_R] += ri;
+                cnt[C_INF_C] += ci;
+                if (!(r == c || (rn && cn))) {
+                    cnt[C_MIS]++;
+                    cnt[C_NOT_IDENT]++;
+                    cnt[C_INF_MIS] += (ri || ci);
+                }
+            }
+        }
+    }
+
+    double *P = o.part + (size_t)blockIdx.x * P_COUNT;
+    double v;
+    v = block_sum(s_rr, shd); if (threadIdx.x == 0) P[P_RR] = v;
+    v = block_sum(s_cc, shd); if (threadIdx.x == 0) P[P_CC] = v;
+    v = block_sum(s_dd, shd); if (threadIdx.x == 0) P[P_DD] = v;
+    v = block_sum(s_rc, shd); if (threadIdx.x == 0) P[P_RC] = v;
+    v = block_sum(s_ad, shd); if (threadIdx.x == 0) P[P_AD] = v;
+    v = block_max(amax_r, shd); if (threadIdx.x == 0) P[P_AMAX_R] = v;
+    v = block_max(amax_c, shd); if (threadIdx.x == 0) P[P_AMAX_C] = v;
+    block_max_off(&maxd, &maxoff, shd, sho);
+    if (threadIdx.x == 0) {
+        P[P_MAXD] = maxd;
+        o.part_off[blockIdx.x] = maxoff;
+    }
+    for (int i = 0; i < C_COUNT; i++) {
+        unsigned long long t = block_sum_u(cnt[i], shu);
+        if (threadIdx.x == 0 && t)
+            atomicAdd(&o.counts[i], t);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < HBINS; i += THREADS)
+        if (hist[i])
+            atomicAdd(&o.hist[i], (unsigned long long)hist[i]);
+}
+
+/* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/metrics.c, "Range"). */
+__global__ void __launch_bounds__(THREADS)
+scaled_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
+              int kr, int kc, int kd, int d_overflow, double *part)
+{
+    __shared__ double shd[THREADS / 32];
+    double s_rr = 0, s_cc = 0, s_dd = 0, s_rc = 0, s_ad = 0;
+    const uint64_t tile = (uint64_t)blockIdx.x * TILE;
+    for (int g = 0; g < GROUPS; g++) {
+        uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
+        if (base >= n)
+            break;
+        double rv[VEC], cv[VEC];
+        load_group<0>(ref, rdt, base, n, 0, rv);
+        load_group<0>(cand, cdt, base, n, 0, cv);
+        for (int j = 0; j < VEC && base + j < n; j++) {
+            double r = rv[j], c = cv[j];
+            if (!(is_fin(r) && is_fin(c)))
+                continue;
+            double rs = scalbn(r, kr), cs = scalbn(c, kc);
+            double ds = d_overflow ? scalbn(c, kd) - scalbn(r, kd) : scalbn(c - r, kd);
+            s_rr += rs * rs;
+            s_cc += cs * cs;
+            s_dd += ds * ds;
+            s_rc += rs * cs;
+            s_ad += fabs(ds);
+        }
+    }
+    double *P = part + (size_t)blockIdx.x * P_COUNT;
+    double v;
+    v = block_sum(s_rr, shd); if (threadIdx.x == 0) P[P_RR] = v;
+    v = block_sum(s_cc, shd); if (threadIdx.x == 0) P[P_CC] = v;
+    v = block_sum(s_dd, shd); if (threadIdx.x == 0) P[P_DD] = v;
+    v = block_sum(s_rc, shd); if (threadIdx.x == 0) P[P_RC] = v;
+    v = block_sum(s_ad, shd); if (threadIdx.x == 0) P[P_AD] = v;
+}
+
+/* One block combines the block partials in a fixed order: thread t takes
+ * blocks t, t + RED_THREADS, ... (Neumaier), then a fixed tree. res: the 5
+ * sums, max |r|, max |c|, max |d|; res_off: its offset. */
+typedef struct {
+    double sum[5];
+    double amax_r, amax_c, maxd;
+    unsigned long long maxoff;
+} fused_res;
+
+__global__ void __launch_bounds__(RED_THREADS)
+reduce_kernel(const double *part, const unsigned long long *part_off, unsigned nblocks,
+              fused_res *res)
+{
+    __shared__ nsum sh_s[5][RED_THREADS];
+    __shared__ double sh_m[3][RED_THREADS];
+    __shared__ unsigned long long sh_o[RED_THREADS];
+    nsum s[5];
+    for (int i = 0; i < 5; i++)
+        s[i].s = s[i].c = 0.0;
+    double ar = 0, ac = 0, md = -1.0;
+    uint64_t mo = 0;
+    for (unsigned b = threadIdx.x; b < nblocks; b += RED_THREADS) {
+        const double *P = part + (size_t)b * P_COUNT;
+        for (int i = 0; i < 5; i++)
+            nsum_add(&s[i], P[i]);
+        ar = fmax(ar, P[P_AMAX_R]);
+        ac = fmax(ac, P[P_AMAX_C]);
+        vo_max(&md, &mo, P[P_MAXD], part_off[b]);
+    }
+    int t = threadIdx.x;
+    for (int i = 0; i < 5; i++)
+        sh_s[i][t] = s[i];
+    sh_m[0][t] = ar;
+    sh_m[1][t] = ac;
+    sh_m[2][t] = md;
+    sh_o[t] = mo;
+    __syncthreads();
+    for (int stride = RED_THREADS / 2; stride > 0; stride >>= 1) {
+        if (t < stride) {
+            for (int i = 0; i < 5; i++)
+                nsum_merge(&sh_s[i][t], &sh_s[i][t + stride]);
+            sh_m[0][t] = fmax(sh_m[0][t], sh_m[0][t + stride]);
+            sh_m[1][t] = fmax(sh_m[1][t], sh_m[1][t + stride]);
+            double v = sh_m[2][t];
+            uint64_t off = sh_o[t];
+            vo_max(&v, &off, sh_m[2][t + stride], sh_o[t + stride]);
+            sh_m[2][t] = v;
+            sh_o[t] = off;
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        for (int i = 0; i < 5; i++)
+            res->sum[i] = nsum_get(&sh_s[i][0]);
+        res->amax_r = sh_m[0][0];
+        res->amax_c = sh_m[1][0];
+        res->maxd = sh_m[2][0];
+        res->maxoff = sh_o[0];
+    }
+}
+
+/* ---- p99: passes under a prefix of the |d| bit pattern ---- */
+
+enum { MODE_HIST = 0, MODE_COLLECT = 1 };
+
+/* Elements with finite r and c whose key = bits(|c - r|) has
+ * key >> shift == prefix: MODE_HIST histograms the next `width` bits into
+ * hist[] and min/max of the keys into mm[0]/mm[1]; MODE_COLLECT appends the
+ * keys to buf (counter *cnt; at most COLLECT_MAX are stored). */
+template <int RD, int CD>
+__global__ void __launch_bounds__(THREADS, 4)
+select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
+              int vec, uint64_t prefix, int shift, int width, int mode, unsigned long long *hist,
+              unsigned long long *mm, unsigned long long *buf, unsigned long long *cnt)
+{
+    __shared__ unsigned int sh[HBINS];
+    __shared__ unsigned long long shu[THREADS / 32];
+    if (mode == MODE_HIST) {
+        for (int i = threadIdx.x; i < HBINS; i += THREADS)
+            sh[i] = 0;
+        __syncthreads();
+    }
+    const int dshift = shift - width;
+    const uint64_t dmask = ((uint64_t)1 << width) - 1;
+    unsigned long long kmin = ~0ull, kmax = 0;
+    const uint64_t tile = (uint64_t)blockIdx.x * TILE;
+    for (int g = 0; g < GROUPS; g++) {
+        uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
+        if (base >= n)
+            break;
+        rawgrp gr, gc;
+        load_raw<RD>(ref, rdt, base, n, vec, &gr);
+        load_raw<CD>(cand, cdt, base, n, vec, &gc);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            if (base + j >= n)
+                break;
+            double r = dec(RD ? RD : rdt, get_elem(&gr, dt_size(RD ? RD : rdt), j));
+            double c = dec(CD ? CD : cdt, get_elem(&gc, dt_size(CD ? CD : cdt), j));
+            if (!(is_fin(r) && is_fin(c)))
+                continue;
+            uint64_t key = d_bits(fabs(c - r));
+            if ((key >> shift) != prefix)
+                continue;
+            if (mode == MODE_HIST) {
+                atomicAdd(&sh[(key >> dshift) & dmask], 1u);
+                kmin = key < kmin ? key : kmin;
+                kmax = key > kmax ? key : kmax;
+            } else {
+                unsigned long long at = atomicAdd(cnt, 1ull);
+                if (at < COLLECT_MAX)
+                    buf[at] = key;
+            }
+        }
+    }
+    if (mode != MODE_HIST)
+        return;
+    /* block min / max of the keys, then one atomic each */
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long a = __shfl_down_sync(0xFFFFFFFFu, kmin, o);
+        unsigned long long b = __shfl_down_sync(0xFFFFFFFFu, kmax, o);
+        kmin = a < kmin ? a : kmin;
+        kmax = b > kmax ? b : kmax;
+    }
+    if (lane == 0)
+        shu[w] = kmin;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < THREADS / 32; i++)
+            kmin = shu[i] < kmin ? shu[i] : kmin;
+        if (kmin != ~0ull)
+            atomicMin(&mm[0], kmin);
+    }
+    __syncthreads();
+    if (lane == 0)
+        shu[w] = kmax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < THREADS / 32; i++)
+            kmax = shu[i] > kmax ? shu[i] : kmax;
+        atomicMax(&mm[1], kmax);
+    }
+    for (int i = threadIdx.x; i < HBINS; i += THREADS)
+        if (sh[i])
+            atomicAdd(&hist[i], (unsigned long long)sh[i]);
+}
+
+/* ---- per-channel mean shift ---- */
+
+/* Welford partial of r (count, mean, M2) and the compensated sum of d over
+ * the finite indices of one segment of one channel. */
+typedef struct {
+    double n, mean, m2;
+    nsum sd;
+} chan_part;
+
+__host__ __device__ static inline void chan_merge(chan_part *a, const chan_part *b)
+{
+    if (b->n == 0.0)
+        return;
+    if (a->n == 0.0) {
+        *a = *b;
+        return;
+    }
+    double n = a->n + b->n, delta = b->mean - a->mean;
+    a->mean += delta * (b->n / n);
+    a->m2 += b->m2 + delta * delta * (a->n * b->n / n);
+    a->n = n;
+    nsum_merge(&a->sd, &b->sd);
+}
+
+__device__ static inline void chan_add(chan_part *a, double r, double c)
+{
+    if (!(is_fin(r) && is_fin(c)))
+        return;
+    a->n += 1.0;
+    double delta = r - a->mean;
+    a->mean += delta / a->n;
+    a->m2 += delta * (r - a->mean);
+    nsum_add(&a->sd, c - r);
+}
+
+__device__ static inline double ld_elem(const unsigned char *p, int t, uint64_t i)
+{
+    return dec(t, ld_raw(p, dt_size(t), i));
+}
+
+/* Row segments: row q (inner elements at q*inner) is cut into nseg pieces of
+ * seg elements; one warp per piece, lanes striding, then a fixed shuffle
+ * tree. part[q * nseg + s]. */
+__global__ void __launch_bounds__(THREADS)
+chan_rows_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt,
+                 uint64_t rows, uint64_t inner, uint64_t seg, uint64_t nseg, chan_part *part)
+{
+    uint64_t wid = ((uint64_t)blockIdx.x * THREADS + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (wid >= rows * nseg)
+        return;
+    uint64_t q = wid / nseg, s = wid % nseg;
+    uint64_t lo = q * inner + s * seg, hi = q * inner + ((s + 1) * seg < inner ? (s + 1) * seg : inner);
+    chan_part a = {0, 0, 0, {0, 0}};
+    for (uint64_t i = lo + lane; i < hi; i += 32)
+        chan_add(&a, ld_elem(ref, rdt, i), ld_elem(cand, cdt, i));
+    for (int o = 16; o > 0; o >>= 1) {
+        chan_part b;
+        b.n = __shfl_down_sync(0xFFFFFFFFu, a.n, o);
+        b.mean = __shfl_down_sync(0xFFFFFFFFu, a.mean, o);
+        b.m2 = __shfl_down_sync(0xFFFFFFFFu, a.m2, o);
+        b.sd.s = __shfl_down_sync(0xFFFFFFFFu, a.sd.s, o);
+        b.sd.c = __shfl_down_sync(0xFFFFFFFFu, a.sd.c, o);
+        if (lane < o)
+            chan_merge(&a, &b);
+    }
+    if (lane == 0)
+        part[wid] = a;
+}
+
+/* Column runs: the tensor as [outer][C] (C = count * inner); thread
+ * (p, col) takes rows p*J .. p*J + J - 1 of column col. part[p * C + col]. */
+__global__ void __launch_bounds__(THREADS)
+chan_cols_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt,
+                 uint64_t outer, uint64_t C, uint64_t J, uint64_t P, chan_part *part)
+{
+    uint64_t id = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (id >= P * C)
+        return;
+    uint64_t p = id / C, col = id % C;
+    uint64_t j1 = (p + 1) * J < outer ? (p + 1) * J : outer;
+    chan_part a = {0, 0, 0, {0, 0}};
+    for (uint64_t j = p * J; j < j1; j++)
+        chan_add(&a, ld_elem(ref, rdt, j * C + col), ld_elem(cand, cdt, j * C + col));
+    part[id] = a;
+}
+
+/* One block per channel k: its items m in [0, items) are
+ * part[(m / L) * (count * L) + k * L + m % L], combined thread-strided then by
+ * a fixed tree. out[k] = the channel's partial. */
+__global__ void __launch_bounds__(RED_THREADS)
+chan_combine_kernel(const chan_part *part, uint64_t count, uint64_t L, uint64_t items,
+                    chan_part *out)
+{
+    __shared__ chan_part sh[RED_THREADS];
+    uint64_t k = blockIdx.x;
+    chan_part a = {0, 0, 0, {0, 0}};
+    for (uint64_t m = threadIdx.x; m < items; m += RED_THREADS)
+        chan_merge(&a, &part[(m / L) * (count * L) + k * L + m % L]);
+    sh[threadIdx.x] = a;
+    __syncthreads();
+    for (int s = RED_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s)
+            chan_merge(&sh[threadIdx.x], &sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        out[k] = sh[0];
+}
+
+/* ---- summary of one tensor ---- */
+
+enum { S_SUM, S_SQ, S_MIN, S_MAX, S_AMAX, S_COUNT };
+
+/* min/max with -0 < +0, so that the result does not depend on the order */
+__host__ __device__ static inline int before_min(double x, double m)
+{
+    return x < m || (x == m && signbit(x) && !signbit(m));
+}
+__host__ __device__ static inline int after_max(double x, double m)
+{
+    return x > m || (x == m && !signbit(x) && signbit(m));
+}
+
+__global__ void __launch_bounds__(THREADS)
+summary_kernel(const unsigned char *x, int t, uint64_t n, int vec, double *part,
+               unsigned long long *counts)
+{
+    __shared__ double shd[THREADS];
+    __shared__ unsigned long long shu[THREADS / 32];
+    double s = 0, sq = 0, mn = INFINITY, mx = -INFINITY, am = 0;
+    int any = 0;
+    unsigned nf = 0, nn = 0, ni = 0;
+    const uint64_t tile = (uint64_t)blockIdx.x * TILE;
+    for (int g = 0; g < GROUPS; g++) {
+        uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
+        if (base >= n)
+            break;
+        double v[VEC];
+        load_group<0>(x, t, base, n, vec, v);
+        for (int j = 0; j < VEC && base + j < n; j++) {
+            double e = v[j];
+            if (is_fin(e)) {
+                nf++;
+                s += e;
+                sq += e * e;
+                if (!any || before_min(e, mn))
+                    mn = e;
+                if (!any || after_max(e, mx))
+                    mx = e;
+                am = fmax(am, fabs(e));
+                any = 1;
+            } else {
+                nn += is_nan_(e);
+                ni += is_inf_(e);
+            }
+        }
+    }
+    double *P = part + (size_t)blockIdx.x * S_COUNT;
+    double r = block_sum(s, shd);
+    if (threadIdx.x == 0) P[S_SUM] = r;
+    r = block_sum(sq, shd);
+    if (threadIdx.x == 0) P[S_SQ] = r;
+    r = block_max(am, shd);
+    if (threadIdx.x == 0) P[S_AMAX] = r;
+    /* min / max in a fixed order through shared memory (threads without a
+     * finite element hold +inf / -inf, which never win over a finite one) */
+    __syncthreads();
+    shd[threadIdx.x] = mn;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double m = INFINITY;
+        for (int i = 0; i < THREADS; i++)
+            if (before_min(shd[i], m))
+                m = shd[i];
+        P[S_MIN] = m;
+    }
+    __syncthreads();
+    shd[threadIdx.x] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double m = -INFINITY;
+        for (int i = 0; i < THREADS; i++)
+            if (after_max(shd[i], m))
+                m = shd[i];
+        P[S_MAX] = m;
+    }
+    unsigned long long c;
+    c = block_sum_u(nf, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[0], c);
+    c = block_sum_u(nn, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[1], c);
+    c = block_sum_u(ni, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[2], c);
+}
+
+__global__ void __launch_bounds__(RED_THREADS)
+summary_reduce_kernel(const double *part, unsigned nblocks, double *res)
+{
+    __shared__ nsum sh_s[2][RED_THREADS];
+    __shared__ double sh_m[3][RED_THREADS];
+    nsum s = {0, 0}, q = {0, 0};
+    double mn = INFINITY, mx = -INFINITY, am = 0;
+    for (unsigned b = threadIdx.x; b < nblocks; b += RED_THREADS) {
+        const double *P = part + (size_t)b * S_COUNT;
+        nsum_add(&s, P[S_SUM]);
+        nsum_add(&q, P[S_SQ]);
+        if (before_min(P[S_MIN], mn)) mn = P[S_MIN];
+        if (after_max(P[S_MAX], mx)) mx = P[S_MAX];
+        am = fmax(am, P[S_AMAX]);
+    }
+    int t = threadIdx.x;
+    sh_s[0][t] = s;
+    sh_s[1][t] = q;
+    sh_m[0][t] = mn;
+    sh_m[1][t] = mx;
+    sh_m[2][t] = am;
+    __syncthreads();
+    for (int st = RED_THREADS / 2; st > 0; st >>= 1) {
+        if (t < st) {
+            nsum_merge(&sh_s[0][t], &sh_s[0][t + st]);
+            nsum_merge(&sh_s[1][t], &sh_s[1][t + st]);
+            if (before_min(sh_m[0][t + st], sh_m[0][t])) sh_m[0][t] = sh_m[0][t + st];
+            if (after_max(sh_m[1][t + st], sh_m[1][t])) sh_m[1][t] = sh_m[1][t + st];
+            sh_m[2][t] = fmax(sh_m[2][t], sh_m[2][t + st]);
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        res[S_SUM] = nsum_get(&sh_s[0][0]);
+        res[S_SQ] = nsum_get(&sh_s[1][0]);
+        res[S_MIN] = sh_m[0][0];
+        res[S_MAX] = sh_m[1][0];
+        res[S_AMAX] = sh_m[2][0];
+    }
+}
+
+/* ================= host side ================= */
+
+/* Scratch comes from one memory pool per device owned by this library, with a
+ * release threshold, so repeated calls do not map and unmap device memory. */
+#define MAX_DEVICES 64
+#define POOL_KEEP_BYTES (256ull << 20)
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaMemPool_t pools[MAX_DEVICES];
+
+static cudaError_t pool_for(int dev, cudaMemPool_t *out)
+{
+    if (dev < 0 || dev >= MAX_DEVICES)
+        return cudaErrorInvalidDevice;
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&pool_lock);
+    if (pools[dev] == NULL) {
+        cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.handleTypes = cudaMemHandleTypeNone;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        e = cudaMemPoolCreate(&pools[dev], &props);
+        if (e == cudaSuccess) {
+            unsigned long long keep = POOL_KEEP_BYTES;
+            cudaMemPoolSetAttribute(pools[dev], cudaMemPoolAttrReleaseThreshold, &keep);
+        } else {
+            pools[dev] = NULL;
+        }
+    }
+    *out = pools[dev];
+    pthread_mutex_unlock(&pool_lock);
+    return e;
+}
+
+typedef struct {
+    const char *fn;
+    cudaStream_t st;
+    cudaMemPool_t pool;
+    probe_status status;
+} ctx;
+
+/* Record the first CUDA error (PROBE_EIO, named) and return nonzero. */
+static int failed(ctx *x, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return x->status != PROBE_OK;
+    if (x->status == PROBE_OK)
+        x->status = probe_set_error(PROBE_EIO, "%s: %s: %s (%s)", x->fn, what, cudaGetErrorName(e),
+                                    cudaGetErrorString(e));
+    return 1;
+}
+
+static void *dalloc(ctx *x, size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0)
+        bytes = 8;
+    if (failed(x, cudaMallocFromPoolAsync(&p, bytes, x->pool, x->st), "device scratch allocation"))
+        return NULL;
+    return p;
+}
+
+static void dfree(ctx *x, void *p)
+{
+    if (p)
+        cudaFreeAsync(p, x->st);
+}
+
+/* A usable device: PROBE_EUNSUPPORTED (with the CUDA message) when there is
+ * none. Sets *cur to the calling thread's current device. */
+static probe_status device_ready(const char *fn, int *cur)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return probe_set_error(PROBE_EUNSUPPORTED,
+                               "%s: no usable CUDA device: cudaGetDeviceCount: %s (%s)", fn,
+                               cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (count == 0)
+        return probe_set_error(PROBE_EUNSUPPORTED, "%s: no usable CUDA device: none found", fn);
+    e = cudaGetDevice(cur);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return probe_set_error(PROBE_EUNSUPPORTED, "%s: no usable CUDA device: cudaGetDevice: %s (%s)",
+                               fn, cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    return PROBE_OK;
+}
+
+static unsigned nblocks_for(uint64_t n)
+{
+    return (unsigned)((n + TILE - 1) / TILE);
+}
+
+/* Kernel specialisations: pairs of common element types, else generic. */
+#define BF PROBE_DTYPE_BFLOAT16
+#define F16 PROBE_DTYPE_FLOAT16
+#define F32 PROBE_DTYPE_FLOAT32
+#define F64 PROBE_DTYPE_FLOAT64
+#define DISPATCH(KERNEL, rd, cd, grid, st, ...)                                                    \
+    do {                                                                                           \
+        if (rd == BF && cd == BF) KERNEL<BF, BF><<<grid, THREADS, 0, st>>>(__VA_ARGS__);            \
+        else if (rd == F16 && cd == F16) KERNEL<F16, F16><<<grid, THREADS, 0, st>>>(__VA_ARGS__);   \
+        else if (rd == F32 && cd == F32) KERNEL<F32, F32><<<grid, THREADS, 0, st>>>(__VA_ARGS__);   \
+        else if (rd == F32 && cd == BF) KERNEL<F32, BF><<<grid, THREADS, 0, st>>>(__VA_ARGS__);     \
+        else if (rd == BF && cd == F32) KERNEL<BF, F32><<<grid, THREADS, 0, st>>>(__VA_ARGS__);     \
+        else if (rd == F64 && cd == F64) KERNEL<F64, F64><<<grid, THREADS, 0, st>>>(__VA_ARGS__);   \
+        else KERNEL<0, 0><<<grid, THREADS, 0, st>>>(__VA_ARGS__);                                   \
+    } while (0)
+
+typedef struct {
+    const unsigned char *r, *c;
+    int rdt, cdt;
+    uint64_t n;
+    int vec;
+} pair_dev;
+
+/* Power-of-two exponent bringing m into [0.5, 1) (metrics/metrics.c). */
+static int scale_exp(double m)
+{
+    int e = 0;
+    if (m > 0.0 && isfinite(m))
+        frexp(m, &e);
+    return -e;
+}
+
+static int in_safe_range(double m)
+{
+    return m == 0.0 || (m >= 0x1p-300 && m <= 0x1p300);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double u64_as_double(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+/* Exact p99 (rank k, 1-based, among the finite |d|) by radix select. h0: the
+ * level-0 histogram from the fused pass; zeros: the count of |d| = 0. */
+static double p99_select(ctx *x, const pair_dev *pd, const unsigned long long *h0, uint64_t zeros,
+                         uint64_t k, unsigned long long *d_hist, unsigned long long *d_aux)
+{
+    if (k <= zeros)
+        return 0.0;
+    unsigned long long *hh = (unsigned long long *)malloc(HBINS * sizeof *hh);
+    unsigned long long *keys = (unsigned long long *)malloc(COLLECT_MAX * sizeof *keys);
+    double result = NAN;
+    if (hh == NULL || keys == NULL) {
+        x->status = probe_set_error(PROBE_ENOMEM, "%s: host scratch for the p99", x->fn);
+        goto done;
+    }
+    {
+        /* level 0: choose the 12-bit bin holding rank k */
+        uint64_t kr = k, below = 0, cnt = 0, prefix = 0;
+        int shift = LEVEL0_SHIFT;
+        for (int b = 0; b < HBINS; b++) {
+            uint64_t c = h0[b] + (b == 0 ? zeros : 0);
+            if (below + c >= kr) {
+                prefix = (uint64_t)b;
+                cnt = c;
+                break;
+            }
+            below += c;
+        }
+        kr -= below;
+        unsigned grid = nblocks_for(pd->n);
+        /* d_aux: [0] min key, [1] max key, [2] collect counter; collected keys after */
+        unsigned long long *mm = d_aux, *ccount = d_aux + 2, *buf = d_aux + 4;
+        for (;;) {
+            if (shift == 0) {
+                result = u64_as_double(prefix);
+                break;
+            }
+            if (cnt <= COLLECT_MAX) {
+                if (failed(x, cudaMemsetAsync(ccount, 0, sizeof *ccount, x->st), "memset"))
+                    break;
+                DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
+                         pd->n, pd->vec, prefix, shift, 0, MODE_COLLECT, d_hist, mm, buf, ccount);
+                if (failed(x, cudaGetLastError(), "p99 collect kernel") ||
+                    failed(x, cudaMemcpyAsync(keys, buf, cnt * sizeof *keys, cudaMemcpyDeviceToHost,
+                                              x->st), "copy of the p99 candidates") ||
+                    failed(x, cudaStreamSynchronize(x->st), "p99 collect"))
+                    break;
+                qsort(keys, cnt, sizeof *keys, cmp_u64);
+                result = u64_as_double(keys[kr - 1]);
+                break;
+            }
+            int width = shift < HBITS ? shift : HBITS;
+            unsigned long long init[2] = {~0ull, 0ull};
+            if (failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof *d_hist, x->st), "memset") ||
+                failed(x, cudaMemcpyAsync(mm, init, sizeof init, cudaMemcpyHostToDevice, x->st),
+                       "copy"))
+                break;
+            DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
+                     pd->n, pd->vec, prefix, shift, width, MODE_HIST, d_hist, mm, buf, ccount);
+            unsigned long long got[2];
+            if (failed(x, cudaGetLastError(), "p99 histogram kernel") ||
+                failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost,
+                                          x->st), "copy of the p99 histogram") ||
+                failed(x, cudaMemcpyAsync(got, mm, sizeof got, cudaMemcpyDeviceToHost, x->st),
+                       "copy") ||
+                failed(x, cudaStreamSynchronize(x->st), "p99 histogram"))
+                break;
+            if (got[0] == got[1]) { /* every candidate equal: that is the value */
+                result = u64_as_double(got[0]);
+                break;
+            }
+            below = 0;
+            int bins = 1 << width;
+            for (int b = 0; b < bins; b++) {
+                if (below + hh[b] >= kr) {
+                    prefix = (prefix << width) | (uint64_t)b;
+                    cnt = hh[b];
+                    break;
+                }
+                below += hh[b];
+            }
+            kr -= below;
+            shift -= width;
+        }
+    }
+done:
+    free(hh);
+    free(keys);
+    return result;
+}
+
+static probe_status check_channel(const char *fn, const probe_channel_spec *ch, uint64_t n)
+{
+    if (ch == NULL || ch->count == 0)
+        return PROBE_OK;
+    if (ch->count > PROBE_CHANNELS_MAX)
+        return probe_set_error(PROBE_EINVAL, "%s: %llu channels, more than %d", fn,
+                               (unsigned long long)ch->count, PROBE_CHANNELS_MAX);
+    if (ch->inner == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: channel inner size 0", fn);
+    if (ch->inner > n / ch->count || n % (ch->count * ch->inner) != 0)
+        return probe_set_error(PROBE_EINVAL,
+                               "%s: channels %llu x inner %llu do not divide n = %llu", fn,
+                               (unsigned long long)ch->count, (unsigned long long)ch->inner,
+                               (unsigned long long)n);
+    return PROBE_OK;
+}
+
+#define CH_SEG 2048
+#define CH_J 64
+
+/* Per-channel partials -> probe_channel_shift (metrics.h rules). */
+static void channel_compute(ctx *x, const pair_dev *pd, const probe_channel_spec *ch,
+                            probe_channel_shift *shift)
+{
+    uint64_t count = ch->count, inner = ch->inner, n = pd->n;
+    uint64_t outer = n / (count * inner);
+    uint64_t rows = outer * count;
+    uint64_t nseg = (inner + CH_SEG - 1) / CH_SEG;
+    uint64_t C = count * inner, P = (outer + CH_J - 1) / CH_J;
+    uint64_t parts_rows = rows * nseg, parts_cols = P * C;
+    int use_rows = parts_rows <= parts_cols;
+    uint64_t nparts = use_rows ? parts_rows : parts_cols;
+    chan_part *d_part = (chan_part *)dalloc(x, nparts * sizeof(chan_part));
+    chan_part *d_ch = (chan_part *)dalloc(x, count * sizeof(chan_part));
+    chan_part *h_ch = (chan_part *)malloc(count * sizeof(chan_part));
+    if (h_ch == NULL && x->status == PROBE_OK)
+        x->status = probe_set_error(PROBE_ENOMEM, "%s: host memory for %llu channels", x->fn,
+                                    (unsigned long long)count);
+    if (x->status != PROBE_OK)
+        goto done;
+    if (use_rows) {
+        uint64_t threads = parts_rows * 32;
+        chan_rows_kernel<<<(unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, x->st>>>(
+            pd->r, pd->rdt, pd->c, pd->cdt, rows, inner, CH_SEG, nseg, d_part);
+        chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, nseg,
+                                                                         outer * nseg, d_ch);
+    } else {
+        chan_cols_kernel<<<(unsigned)((parts_cols + THREADS - 1) / THREADS), THREADS, 0, x->st>>>(
+            pd->r, pd->rdt, pd->c, pd->cdt, outer, C, CH_J, P, d_part);
+        chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, inner,
+                                                                         P * inner, d_ch);
+    }
+    if (failed(x, cudaGetLastError(), "channel kernels") ||
+        failed(x, cudaMemcpyAsync(h_ch, d_ch, count * sizeof(chan_part), cudaMemcpyDeviceToHost,
+                                  x->st), "copy of the channel partials") ||
+        failed(x, cudaStreamSynchronize(x->st), "channel kernels"))
+        goto done;
+    {
+        int found = 0;
+        uint64_t arg = 0;
+        double best = 0.0, best_std = 0.0;
+        for (uint64_t k = 0; k < count; k++) {
+            if (h_ch[k].n == 0.0)
+                continue;
+            double sh = nsum_get(&h_ch[k].sd) / h_ch[k].n;
+            double sd = sqrt(h_ch[k].m2 / h_ch[k].n);
+            if (!found || fabs(sh) > fabs(best)) {
+                found = 1;
+                arg = k;
+                best = sh;
+                best_std = sd;
+            }
+        }
+        shift->count = count;
+        shift->argmax = arg;
+        if (!found) {
+            shift->max = NAN;
+            shift->max_rel = NAN;
+            shift->std_ref = NAN;
+        } else {
+            shift->max = best;
+            shift->std_ref = best_std;
+            if (best_std == 0.0)
+                shift->max_rel = best == 0.0 ? 0.0 : (best > 0 ? INFINITY : -INFINITY);
+            else
+                shift->max_rel = best / best_std;
+        }
+    }
+done:
+    dfree(x, d_part);
+    dfree(x, d_ch);
+    free(h_ch);
+}
+
+/* Fill out from the fused results exactly as metrics/metrics.c does. */
+static void finish_metrics(uint64_t n, const unsigned long long *cn, const fused_res *fr, int kr,
+                           int kc, int kd, double p99, probe_metrics *out)
+{
+    double srr = fr->sum[0], scc = fr->sum[1], sdd = fr->sum[2], src = fr->sum[3],
+           sabs = fr->sum[4];
+    double nr = sqrt(srr), nc = sqrt(scc), nd = sqrt(sdd);
+    uint64_t nf = cn[C_NF];
+    out->n = n;
+    out->n_finite = nf;
+    out->nan_ref = cn[C_NAN_R];
+    out->nan_cand = cn[C_NAN_C];
+    out->inf_ref = cn[C_INF_R];
+    out->inf_cand = cn[C_INF_C];
+    out->inf_mismatch = cn[C_INF_MIS];
+    out->mismatch_count = cn[C_MIS];
+    out->mismatch_fraction = n ? (double)cn[C_MIS] / (double)n : 0.0;
+    out->identical = cn[C_NOT_IDENT] == 0;
+    out->zero_norm_reference = srr == 0.0;
+    out->norm_ref = ldexp(nr, -kr);
+    out->norm_cand = ldexp(nc, -kc);
+    out->norm_diff = ldexp(nd, -kd);
+    out->dot = ldexp(src, -(kr + kc));
+    if (srr == 0.0)
+        out->rel_l2 = sdd == 0.0 ? 0.0 : INFINITY;
+    else
+        out->rel_l2 = ldexp(nd / nr, kr - kd);
+    if (srr == 0.0 && scc == 0.0) {
+        out->cosine = 1.0;
+    } else if (srr == 0.0 || scc == 0.0) {
+        out->cosine = 0.0;
+    } else {
+        double prod = srr * scc;
+        double denom = isnormal(prod) ? sqrt(prod) : nr * nc;
+        double cs = src / denom;
+        out->cosine = cs > 1.0 ? 1.0 : (cs < -1.0 ? -1.0 : cs);
+    }
+    double maxd = fr->maxd < 0.0 ? 0.0 : fr->maxd;
+    out->max_abs = maxd;
+    out->max_abs_offset = nf ? fr->maxoff : 0;
+    out->mean_abs = nf ? ldexp(sabs / (double)nf, -kd) : NAN;
+    out->p99_abs = p99;
+}
+
+/* The computation on the current device, in stream x->st. */
+static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_opts *opts,
+                              const probe_channel_spec *ch, probe_metrics *out,
+                              probe_channel_shift *shift)
+{
+    uint64_t n = pd->n;
+    unsigned grid = nblocks_for(n);
+    fused_out fo;
+    fused_res fr, *d_res = NULL;
+    unsigned long long cn[C_COUNT], *h0 = NULL, *d_hist = NULL, *d_aux = NULL;
+    memset(&fo, 0, sizeof fo);
+    if (n == 0) {
+        memset(&fr, 0, sizeof fr);
+        fr.maxd = -1.0;
+        memset(cn, 0, sizeof cn);
+        finish_metrics(0, cn, &fr, 0, 0, 0, NAN, out);
+        return;
+    }
+    h0 = (unsigned long long *)malloc(HBINS * sizeof *h0);
+    if (h0 == NULL) {
+        x->status = probe_set_error(PROBE_ENOMEM, "%s: host scratch", x->fn);
+        return;
+    }
+    fo.part = (double *)dalloc(x, (size_t)grid * P_COUNT * sizeof(double));
+    fo.part_off = (unsigned long long *)dalloc(x, (size_t)grid * sizeof(unsigned long long));
+    fo.counts = (unsigned long long *)dalloc(x, (C_COUNT + HBINS) * sizeof(unsigned long long));
+    d_res = (fused_res *)dalloc(x, sizeof(fused_res));
+    d_hist = (unsigned long long *)dalloc(x, HBINS * sizeof(unsigned long long));
+    d_aux = (unsigned long long *)dalloc(x, (4 + COLLECT_MAX) * sizeof(unsigned long long));
+    if (x->status != PROBE_OK)
+        goto done;
+    fo.hist = fo.counts + C_COUNT;
+    if (failed(x, cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * sizeof(unsigned long long),
+                                  x->st), "memset"))
+        goto done;
+    DISPATCH(fused_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt, n,
+             pd->vec, opts->atol, opts->rtol, fo);
+    reduce_kernel<<<1, RED_THREADS, 0, x->st>>>(fo.part, fo.part_off, grid, d_res);
+    if (failed(x, cudaGetLastError(), "fused metrics kernel") ||
+        failed(x, cudaMemcpyAsync(&fr, d_res, sizeof fr, cudaMemcpyDeviceToHost, x->st), "copy") ||
+        failed(x, cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, x->st), "copy") ||
+        failed(x, cudaMemcpyAsync(h0, fo.hist, HBINS * sizeof *h0, cudaMemcpyDeviceToHost, x->st),
+               "copy") ||
+        failed(x, cudaStreamSynchronize(x->st), "fused metrics"))
+        goto done;
+    {
+        double maxd = fr.maxd < 0.0 ? 0.0 : fr.maxd;
+        int kr = 0, kc = 0, kd = 0, d_overflow = !isfinite(maxd);
+        if (!in_safe_range(fr.amax_r) || !in_safe_range(fr.amax_c) || !in_safe_range(maxd)) {
+            kr = scale_exp(fr.amax_r);
+            kc = scale_exp(fr.amax_c);
+            kd = d_overflow ? scale_exp(fmax(fr.amax_r, fr.amax_c)) - 1 : scale_exp(maxd);
+            scaled_kernel<<<grid, THREADS, 0, x->st>>>(pd->r, pd->rdt, pd->c, pd->cdt, n, kr, kc, kd,
+                                                      d_overflow, fo.part);
+            reduce_kernel<<<1, RED_THREADS, 0, x->st>>>(fo.part, fo.part_off, grid, d_res);
+            if (failed(x, cudaGetLastError(), "scaled sums kernel") ||
+                failed(x, cudaMemcpyAsync(&fr, d_res, sizeof fr, cudaMemcpyDeviceToHost, x->st),
+                       "copy") ||
+                failed(x, cudaStreamSynchronize(x->st), "scaled sums"))
+                goto done;
+        }
+        uint64_t nf = cn[C_NF];
+        double p99 = NAN;
+        if (nf > 0) {
+            double xr = ceil(99.0 * (double)nf / 100.0);
+            uint64_t rank = xr < 1.0 ? 1 : (xr >= (double)nf ? nf : (uint64_t)xr);
+            if (rank == nf)
+                p99 = maxd;
+            else
+                p99 = p99_select(x, pd, h0, cn[C_ZERO], rank, d_hist, d_aux);
+            if (x->status != PROBE_OK)
+                goto done;
+        }
+        finish_metrics(n, cn, &fr, kr, kc, kd, p99, out);
+        if (shift != NULL && ch != NULL && ch->count > 0)
+            channel_compute(x, pd, ch, shift);
+    }
+done:
+    dfree(x, fo.part);
+    dfree(x, fo.part_off);
+    dfree(x, fo.counts);
+    dfree(x, d_res);
+    dfree(x, d_hist);
+    dfree(x, d_aux);
+    free(h0);
+}
+
+static probe_status check_args(const char *fn, probe_dtype rdt, const void *ref, probe_dtype cdt,
+                               const void *cand, uint64_t n, const probe_metrics_opts *opts,
+                               const probe_channel_spec *ch)
+{
+    if (opts == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: opts is NULL", fn);
+    if (!(opts->atol >= 0.0) || !(opts->rtol >= 0.0))
+        return probe_set_error(PROBE_EINVAL, "%s: atol %g and rtol %g must be >= 0 (not NaN)", fn,
+                               opts->atol, opts->rtol);
+    if (dt_size(rdt) == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: unknown reference element type %d", fn, (int)rdt);
+    if (dt_size(cdt) == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: unknown candidate element type %d", fn, (int)cdt);
+    if (n > 0 && (ref == NULL || cand == NULL))
+        return probe_set_error(PROBE_EINVAL, "%s: %s is NULL with n = %llu", fn,
+                               ref == NULL ? "ref" : "cand", (unsigned long long)n);
+    if (((uintptr_t)ref % dt_size(rdt)) || ((uintptr_t)cand % dt_size(cdt)))
+        return probe_set_error(PROBE_EINVAL, "%s: %s is not aligned to its element size", fn,
+                               ((uintptr_t)ref % dt_size(rdt)) ? "ref" : "cand");
+    return check_channel(fn, ch, n);
+}
+
+static void clear_outputs(probe_metrics *out, probe_channel_shift *shift)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (shift)
+        memset(shift, 0, sizeof *shift);
+}
+
+PROBE_CUDA_API probe_status probe_cuda_metrics(probe_dtype ref_dtype, const void *ref,
+                                           probe_dtype cand_dtype, const void *cand, uint64_t n,
+                                           const probe_metrics_opts *opts,
+                                           const probe_channel_spec *channel, void *stream,
+                                           probe_metrics *out, probe_channel_shift *shift)
+{
+    static const char fn[] = "probe_cuda_metrics";
+    if (out == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: out is NULL", fn);
+    clear_outputs(out, shift);
+    probe_status s = check_args(fn, ref_dtype, ref, cand_dtype, cand, n, opts, channel);
+    if (s != PROBE_OK)
+        return s;
+    int dev;
+    if ((s = device_ready(fn, &dev)) != PROBE_OK)
+        return s;
+    ctx x = {fn, (cudaStream_t)stream, NULL, PROBE_OK};
+    if (failed(&x, pool_for(dev, &x.pool), "memory pool"))
+        return x.status;
+    pair_dev pd = {(const unsigned char *)ref, (const unsigned char *)cand, (int)ref_dtype,
+                   (int)cand_dtype, n, ((uintptr_t)ref % 16 == 0) && ((uintptr_t)cand % 16 == 0)};
+    metrics_on_device(&x, &pd, opts, channel, out, shift);
+    if (x.status == PROBE_OK)
+        failed(&x, cudaStreamSynchronize(x.st), "synchronize");
+    if (x.status != PROBE_OK)
+        clear_outputs(out, shift);
+    return x.status;
+}
+
+PROBE_CUDA_API probe_status probe_cuda_metrics_source(int device, const probe_pair_source *src,
+                                                  const probe_metrics_opts *opts,
+                                                  const probe_channel_spec *channel,
+                                                  probe_metrics *out, probe_channel_shift *shift)
+{
+    static const char fn[] = "probe_cuda_metrics_source";
+    if (out == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: out is NULL", fn);
+    clear_outputs(out, shift);
+    if (src == NULL || src->read == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s is NULL", fn, src == NULL ? "src" : "src->read");
+    probe_status s = check_args(fn, src->dtype[0], NULL, src->dtype[1], NULL, 0, opts, NULL);
+    if (s != PROBE_OK)
+        return s;
+    if ((s = check_channel(fn, channel, src->n)) != PROBE_OK)
+        return s;
+    int prev;
+    if ((s = device_ready(fn, &prev)) != PROBE_OK)
+        return s;
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return probe_set_error(PROBE_EUNSUPPORTED, "%s: cudaSetDevice(%d): %s (%s)", fn, device,
+                               cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    ctx x = {fn, NULL, NULL, PROBE_OK};
+    unsigned char *dside[2] = {NULL, NULL};
+    unsigned char *host[2] = {NULL, NULL};
+    cudaEvent_t ev[2] = {NULL, NULL};
+    uint64_t n = src->n;
+    size_t esz[2] = {probe_dtype_size(src->dtype[0]), probe_dtype_size(src->dtype[1])};
+    if (failed(&x, cudaStreamCreateWithFlags(&x.st, cudaStreamNonBlocking), "stream") ||
+        failed(&x, pool_for(device, &x.pool), "memory pool") ||
+        failed(&x, cudaMallocHost((void **)&host[0], CHUNK_BYTES), "pinned host buffer") ||
+        failed(&x, cudaMallocHost((void **)&host[1], CHUNK_BYTES), "pinned host buffer") ||
+        failed(&x, cudaEventCreateWithFlags(&ev[0], cudaEventDisableTiming), "event") ||
+        failed(&x, cudaEventCreateWithFlags(&ev[1], cudaEventDisableTiming), "event"))
+        goto done;
+    for (int side = 0; side < 2 && x.status == PROBE_OK; side++) {
+        dside[side] = (unsigned char *)dalloc(&x, n * esz[side]);
+        if (x.status != PROBE_OK)
+            break;
+        uint64_t per = CHUNK_BYTES / esz[side];
+        int buf = 0;
+        int used[2] = {0, 0};
+        for (uint64_t off = 0; off < n; off += per) {
+            size_t cnt = (size_t)(n - off < per ? n - off : per);
+            /* wait until the copy out of this buffer (two chunks ago) is done */
+            if (used[buf] && failed(&x, cudaEventSynchronize(ev[buf]), "H2D copy"))
+                break;
+            probe_status rs = src->read(src->ctx, side, off, cnt, host[buf]);
+            if (rs != PROBE_OK) {
+                x.status = rs;
+                break;
+            }
+            if (failed(&x, cudaMemcpyAsync(dside[side] + off * esz[side], host[buf], cnt * esz[side],
+                                           cudaMemcpyHostToDevice, x.st), "H2D copy") ||
+                failed(&x, cudaEventRecord(ev[buf], x.st), "event"))
+                break;
+            used[buf] = 1;
+            buf ^= 1;
+        }
+    }
+    if (x.status == PROBE_OK) {
+        pair_dev pd = {dside[0], dside[1], (int)src->dtype[0], (int)src->dtype[1], n, 1};
+        metrics_on_device(&x, &pd, opts, channel, out, shift);
+    }
+    if (x.status == PROBE_OK)
+        failed(&x, cudaStreamSynchronize(x.st), "synchronize");
+done:
+    if (x.st) {
+        dfree(&x, dside[0]);
+        dfree(&x, dside[1]);
+        cudaStreamSynchronize(x.st);
+        cudaStreamDestroy(x.st);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (host[i])
+            cudaFreeHost(host[i]);
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    }
+    cudaSetDevice(prev);
+    if (x.status != PROBE_OK)
+        clear_outputs(out, shift);
+    return x.status;
+}
+
+PROBE_CUDA_API probe_status probe_cuda_summary(probe_dtype dtype, const void *xp, uint64_t n,
+                                           void *stream, probe_summary *out)
+{
+    static const char fn[] = "probe_cuda_summary";
+    if (out == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: out is NULL", fn);
+    memset(out, 0, sizeof *out);
+    if (dt_size(dtype) == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: unknown element type %d", fn, (int)dtype);
+    if (n > 0 && xp == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: x is NULL with n = %llu", fn,
+                               (unsigned long long)n);
+    if ((uintptr_t)xp % dt_size(dtype))
+        return probe_set_error(PROBE_EINVAL, "%s: x is not aligned to its element size", fn);
+    int dev;
+    probe_status s = device_ready(fn, &dev);
+    if (s != PROBE_OK)
+        return s;
+    out->n = n;
+    out->min = out->max = out->abs_max = NAN;
+    if (n == 0)
+        return PROBE_OK;
+    ctx x = {fn, (cudaStream_t)stream, NULL, PROBE_OK};
+    if (failed(&x, pool_for(dev, &x.pool), "memory pool"))
+        return x.status;
+    unsigned grid = nblocks_for(n);
+    double *part = (double *)dalloc(&x, (size_t)grid * S_COUNT * sizeof(double));
+    double *d_res = (double *)dalloc(&x, S_COUNT * sizeof(double));
+    unsigned long long *d_cnt = (unsigned long long *)dalloc(&x, 3 * sizeof(unsigned long long));
+    double res[S_COUNT];
+    unsigned long long cnt[3];
+    if (x.status == PROBE_OK &&
+        !failed(&x, cudaMemsetAsync(d_cnt, 0, 3 * sizeof *d_cnt, x.st), "memset")) {
+        summary_kernel<<<grid, THREADS, 0, x.st>>>((const unsigned char *)xp, (int)dtype, n,
+                                                   (uintptr_t)xp % 16 == 0, part, d_cnt);
+        summary_reduce_kernel<<<1, RED_THREADS, 0, x.st>>>(part, grid, d_res);
+        if (!failed(&x, cudaGetLastError(), "summary kernel") &&
+            !failed(&x, cudaMemcpyAsync(res, d_res, sizeof res, cudaMemcpyDeviceToHost, x.st),
+                    "copy") &&
+            !failed(&x, cudaMemcpyAsync(cnt, d_cnt, sizeof cnt, cudaMemcpyDeviceToHost, x.st),
+                    "copy") &&
+            !failed(&x, cudaStreamSynchronize(x.st), "summary")) {
+            out->n_finite = cnt[0];
+            out->nan = cnt[1];
+            out->inf = cnt[2];
+            out->sum = res[S_SUM];
+            out->sum_sq = res[S_SQ];
+            if (cnt[0] > 0) {
+                out->min = res[S_MIN];
+                out->max = res[S_MAX];
+                out->abs_max = res[S_AMAX];
+            }
+        }
+    }
+    dfree(&x, part);
+    dfree(&x, d_res);
+    dfree(&x, d_cnt);
+    cudaStreamSynchronize(x.st);
+    if (x.status != PROBE_OK) {
+        memset(out, 0, sizeof *out);
+    }
+    return x.status;
+}
+
+PROBE_CUDA_API int probe_cuda_abi_version(void)
+{
+    return PROBE_CUDA_ABI_VERSION;
+}
