@@ -1,6 +1,8 @@
 /* gpu_metrics.cu - benchmark of libprobe_cuda's passes (not a test).
  *
- *   gpu_metrics [N]        default N = 268435456 (2^28) bfloat16 elements per side
+ *   gpu_metrics [N [fused]]   default N = 268435456 (2^28) bfloat16 elements per side;
+ *                             "fused": only the fused pass (for builds with
+ *                             another -DPROBE_CUDA_GROUPS)
  *
  * Builds the engine from source (#include of metrics/cuda/metrics.cu) so that
  * its passes can be timed one by one: the fused stats pass (+ its one-block
@@ -151,6 +153,7 @@ int main(int argc, char **argv)
     unsigned long long *d_hist = (unsigned long long *)dalloc(&x, HBINS * 8);
     unsigned long long *d_aux = (unsigned long long *)dalloc(&x, (4 + COLLECT_MAX) * 8);
     probe_metrics_opts opts = {1e-3, 1e-3};
+    printf("  GROUPS %d\n", GROUPS);
     TIME("probe fused pass (+combine)",
          cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st);
          fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
@@ -159,6 +162,10 @@ int main(int argc, char **argv)
          cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st);
          fused_kernel<0, 0><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
+    if (argc > 2 && strcmp(argv[2], "fused") == 0) {
+        printf("  (tile %d elements: %d groups of %d per thread)\n", TILE, GROUPS, VEC);
+        return 0;
+    }
     unsigned long long cn[C_COUNT], *h0 = (unsigned long long *)malloc(HBINS * 8);
     CK(cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st));
     fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
@@ -181,8 +188,10 @@ int main(int argc, char **argv)
            m.cosine, m.max_abs, (unsigned long long)m.max_abs_offset, m.p99_abs,
            (unsigned long long)m.mismatch_count);
     probe_summary s;
-    TIME("probe_cuda_summary (one side; GB/s x2)",
+    bytes /= 2; /* one side */
+    TIME("probe_cuda_summary (one side)",
          probe_cuda_summary(PROBE_DTYPE_BFLOAT16, r, n, st, &s));
+    bytes *= 2;
     printf("  summary: finite %llu min %g max %g sum %.9g sum_sq %.9g\n",
            (unsigned long long)s.n_finite, s.min, s.max, s.sum, s.sum_sq);
     /* a channel shift over [16, 16384] channels x 1024 inner (rows path) */

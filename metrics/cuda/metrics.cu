@@ -44,8 +44,13 @@
 
 #define THREADS 256
 #define VEC 8                          /* elements per thread per group */
-#define GROUPS 8                       /* groups per thread per tile */
-#define TILE (THREADS * VEC * GROUPS)  /* 16384 elements per block */
+#ifndef PROBE_CUDA_GROUPS
+#define PROBE_CUDA_GROUPS 16
+#endif
+#define GROUPS PROBE_CUDA_GROUPS       /* groups per thread per tile */
+#define TILE (THREADS * VEC * GROUPS)  /* 32768 elements per block (default) */
+#define ABS_MASK 0x7FFFFFFFFFFFFFFFull
+#define INF_BITS 0x7FF0000000000000ull
 #define HBITS 12
 #define HBINS (1 << HBITS)
 #define LEVEL0_SHIFT 51                /* 63 - 12: |d| bits are < 2^63 */
@@ -207,6 +212,38 @@ __device__ static inline void load_raw(const unsigned char *p, int t, uint64_t b
     }
 }
 
+/* 1 when every element of a full group is finite, checked on the raw bits
+ * (0 = not known: take the checked path). Integer types are always finite. */
+template <int D>
+__device__ static inline int group_finite(const rawgrp *g)
+{
+    int ok = 1;
+    switch (D) {
+    case PROBE_DTYPE_BFLOAT16:
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            ok &= ((g->w[j >> 1] >> (16 * (j & 1))) & 0x7F80u) != 0x7F80u;
+        return ok;
+    case PROBE_DTYPE_FLOAT16:
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            ok &= ((g->w[j >> 1] >> (16 * (j & 1))) & 0x7C00u) != 0x7C00u;
+        return ok;
+    case PROBE_DTYPE_FLOAT32:
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            ok &= (g->w[j] & 0x7F800000u) != 0x7F800000u;
+        return ok;
+    case PROBE_DTYPE_FLOAT64:
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            ok &= (g->w[2 * j + 1] & 0x7FF00000u) != 0x7FF00000u;
+        return ok;
+    default:
+        return 0;
+    }
+}
+
 /* Decoded elements of a group, for the kernels that are not hot. */
 template <int D>
 __device__ static inline void load_group(const unsigned char *p, int t, uint64_t base, uint64_t n,
@@ -224,14 +261,6 @@ __device__ static inline void load_group(const unsigned char *p, int t, uint64_t
 __device__ static inline int is_fin(double x)
 {
     return (d_bits(x) & 0x7FFFFFFFFFFFFFFFull) < 0x7FF0000000000000ull;
-}
-__device__ static inline int is_nan_(double x)
-{
-    return (d_bits(x) & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
-}
-__device__ static inline int is_inf_(double x)
-{
-    return (d_bits(x) & 0x7FFFFFFFFFFFFFFFull) == 0x7FF0000000000000ull;
 }
 
 /* ---- Neumaier compensated sum (as metrics/metrics.c) ---- */
@@ -372,61 +401,109 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
     __syncthreads();
 
     double s_rr = 0, s_cc = 0, s_dd = 0, s_rc = 0, s_ad = 0;
-    double amax_r = 0, amax_c = 0, maxd = -1.0;
-    uint64_t maxoff = 0;
+    /* maxima on the bit patterns (integer pipe): |x| orders like its bits;
+     * mk = bits(max |d|) + 1, 0 = no finite index yet */
+    uint64_t amax_rb = 0, amax_cb = 0, mk = 0, maxoff = 0;
     unsigned cnt[C_COUNT];
     for (int i = 0; i < C_COUNT; i++)
         cnt[i] = 0;
+    const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
+    const int rsz = dt_size(rt), csz = dt_size(ct);
+    /* max |r| and max |c| only decide the power-of-two rescale, which only
+     * float64 values can need: every other type's nonzero magnitudes (and
+     * their differences) lie in [2^-149, 2^129] */
+    const int need_amax = RD == PROBE_DTYPE_FLOAT64 || CD == PROBE_DTYPE_FLOAT64 ||
+                          ((RD == 0 || CD == 0) &&
+                           (rt == PROBE_DTYPE_FLOAT64 || ct == PROBE_DTYPE_FLOAT64));
 
-    const uint64_t tile = (uint64_t)blockIdx.x * TILE;
-    for (int g = 0; g < GROUPS; g++) {
-        uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
-        if (base >= n)
-            break;
-        rawgrp gr, gc;
+    /* each thread: groups of VEC elements THREADS*VEC apart; the next group's
+     * loads are issued before the current group is computed */
+    uint64_t base = (uint64_t)blockIdx.x * TILE + (uint64_t)threadIdx.x * VEC;
+    rawgrp gr, gc;
+    if (base < n) {
         load_raw<RD>(ref, rdt, base, n, vec, &gr);
         load_raw<CD>(cand, cdt, base, n, vec, &gc);
+    }
+    /* one element finite on both sides (d = c - r; no fused multiply-add in
+     * the tolerance: the same rounding as the CPU) */
+#define FINITE_ELEM(r, c, rb, cb, idx)                                                             \
+    do {                                                                                           \
+        double d = c - r;                                                                          \
+        uint64_t key = d_bits(d) & ABS_MASK;                                                       \
+        if (key + 1 > mk) {                                                                        \
+            mk = key + 1;                                                                          \
+            maxoff = idx;                                                                          \
+        }                                                                                          \
+        cnt[C_MIS] += fabs(d) > __dadd_rn(atol, __dmul_rn(rtol, fabs(r)));                         \
+        cnt[C_NOT_IDENT] += r != c;                                                                \
+        if (need_amax) {                                                                           \
+            amax_rb = rb > amax_rb ? rb : amax_rb;                                                 \
+            amax_cb = cb > amax_cb ? cb : amax_cb;                                                 \
+        }                                                                                          \
+        s_rr += r * r;                                                                             \
+        s_cc += c * c;                                                                             \
+        s_dd += d * d;                                                                             \
+        s_rc += r * c;                                                                             \
+        s_ad += fabs(d);                                                                           \
+        if (key == 0)                                                                              \
+            cnt[C_ZERO]++;                                                                         \
+        else                                                                                       \
+            atomicAdd(&hist[key >> LEVEL0_SHIFT], 1u);                                             \
+    } while (0)
+
+#pragma unroll 1
+    for (int g = 0; g < GROUPS; g++) {
+        if (base >= n)
+            break;
+        uint64_t nb = base + (uint64_t)THREADS * VEC;
+        rawgrp nr = gr, nc = gc;
+        if (g + 1 < GROUPS && nb < n) {
+            load_raw<RD>(ref, rdt, nb, n, vec, &nr);
+            load_raw<CD>(cand, cdt, nb, n, vec, &nc);
+        }
+        if (base + VEC <= n && group_finite<RD>(&gr) && group_finite<CD>(&gc)) {
+            /* the common case: a full group, every element finite */
+            cnt[C_NF] += VEC;
 #pragma unroll
-        for (int j = 0; j < VEC; j++) {
-            if (base + j >= n)
-                break;
-            double r = dec(RD ? RD : rdt, get_elem(&gr, dt_size(RD ? RD : rdt), j));
-            double c = dec(CD ? CD : cdt, get_elem(&gc, dt_size(CD ? CD : cdt), j));
-            if (is_fin(r) && is_fin(c)) {
-                double d = c - r, ad = fabs(d), ar = fabs(r), ac = fabs(c);
-                cnt[C_NF]++;
-                if (ad > maxd) {
-                    maxd = ad;
-                    maxoff = base + j;
-                }
-                /* no fused multiply-add: the same rounding as the CPU */
-                cnt[C_MIS] += ad > __dadd_rn(atol, __dmul_rn(rtol, ar));
-                cnt[C_NOT_IDENT] += r != c;
-                amax_r = fmax(amax_r, ar);
-                amax_c = fmax(amax_c, ac);
-                s_rr += r * r;
-                s_cc += c * c;
-                s_dd += d * d;
-                s_rc += r * c;
-                s_ad += ad;
-                if (ad == 0.0)
-                    cnt[C_ZERO]++;
-                else
-                    atomicAdd(&hist[d_bits(ad) >> LEVEL0_SHIFT], 1u);
-            } else {
-                int rn = is_nan_(r), cn = is_nan_(c), ri = is_inf_(r), ci = is_inf_(c);
-                cnt[C_NAN_R] += rn;
-                cnt[C_NAN_C] += cn;
-                cnt[C_INF_R] += ri;
-                cnt[C_INF_C] += ci;
-                if (!(r == c || (rn && cn))) {
-                    cnt[C_MIS]++;
-                    cnt[C_NOT_IDENT]++;
-                    cnt[C_INF_MIS] += (ri || ci);
+            for (int j = 0; j < VEC; j++) {
+                double r = dec(rt, get_elem(&gr, rsz, j));
+                double c = dec(ct, get_elem(&gc, csz, j));
+                uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
+                FINITE_ELEM(r, c, rb, cb, base + j);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                if (base + j >= n)
+                    break;
+                double r = dec(rt, get_elem(&gr, rsz, j));
+                double c = dec(ct, get_elem(&gc, csz, j));
+                uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
+                if (rb < INF_BITS && cb < INF_BITS) {
+                    cnt[C_NF]++;
+                    FINITE_ELEM(r, c, rb, cb, base + j);
+                } else {
+                    int rn = rb > INF_BITS, cn = cb > INF_BITS, ri = rb == INF_BITS,
+                        ci = cb == INF_BITS;
+                    cnt[C_NAN_R] += rn;
+                    cnt[C_NAN_C] += cn;
+                    cnt[C_INF_R] += ri;
+                    cnt[C_INF_C] += ci;
+                    if (!(r == c || (rn && cn))) {
+                        cnt[C_MIS]++;
+                        cnt[C_NOT_IDENT]++;
+                        cnt[C_INF_MIS] += (ri || ci);
+                    }
                 }
             }
         }
+        gr = nr;
+        gc = nc;
+        base = nb;
     }
+#undef FINITE_ELEM
+    double amax_r = bits_d(amax_rb), amax_c = bits_d(amax_cb);
+    double maxd = mk ? bits_d(mk - 1) : -1.0;
 
     double *P = o.part + (size_t)blockIdx.x * P_COUNT;
     double v;
@@ -560,7 +637,7 @@ enum { MODE_HIST = 0, MODE_COLLECT = 1 };
  * hist[] and min/max of the keys into mm[0]/mm[1]; MODE_COLLECT appends the
  * keys to buf (counter *cnt; at most COLLECT_MAX are stored). */
 template <int RD, int CD>
-__global__ void __launch_bounds__(THREADS, 4)
+__global__ void __launch_bounds__(THREADS)
 select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
               int vec, uint64_t prefix, int shift, int width, int mode, unsigned long long *hist,
               unsigned long long *mm, unsigned long long *buf, unsigned long long *cnt)
@@ -575,23 +652,33 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
     const int dshift = shift - width;
     const uint64_t dmask = ((uint64_t)1 << width) - 1;
     unsigned long long kmin = ~0ull, kmax = 0;
-    const uint64_t tile = (uint64_t)blockIdx.x * TILE;
-    for (int g = 0; g < GROUPS; g++) {
-        uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
-        if (base >= n)
-            break;
-        rawgrp gr, gc;
+    const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
+    const int rsz = dt_size(rt), csz = dt_size(ct);
+    uint64_t base = (uint64_t)blockIdx.x * TILE + (uint64_t)threadIdx.x * VEC;
+    rawgrp gr, gc;
+    if (base < n) {
         load_raw<RD>(ref, rdt, base, n, vec, &gr);
         load_raw<CD>(cand, cdt, base, n, vec, &gc);
+    }
+#pragma unroll 1
+    for (int g = 0; g < GROUPS; g++) {
+        if (base >= n)
+            break;
+        uint64_t nb = base + (uint64_t)THREADS * VEC;
+        rawgrp nr = gr, nc = gc;
+        if (g + 1 < GROUPS && nb < n) {
+            load_raw<RD>(ref, rdt, nb, n, vec, &nr);
+            load_raw<CD>(cand, cdt, nb, n, vec, &nc);
+        }
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             if (base + j >= n)
                 break;
-            double r = dec(RD ? RD : rdt, get_elem(&gr, dt_size(RD ? RD : rdt), j));
-            double c = dec(CD ? CD : cdt, get_elem(&gc, dt_size(CD ? CD : cdt), j));
-            if (!(is_fin(r) && is_fin(c)))
+            double r = dec(rt, get_elem(&gr, rsz, j));
+            double c = dec(ct, get_elem(&gc, csz, j));
+            if (!((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS))
                 continue;
-            uint64_t key = d_bits(fabs(c - r));
+            uint64_t key = d_bits(c - r) & ABS_MASK;
             if ((key >> shift) != prefix)
                 continue;
             if (mode == MODE_HIST) {
@@ -604,6 +691,9 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
                     buf[at] = key;
             }
         }
+        gr = nr;
+        gc = nc;
+        base = nb;
     }
     if (mode != MODE_HIST)
         return;
@@ -762,69 +852,90 @@ __host__ __device__ static inline int after_max(double x, double m)
     return x > m || (x == m && !signbit(x) && signbit(m));
 }
 
+/* A total order of finite doubles on their bits (-0 before +0): min/max on
+ * the integer pipe, independent of the order of the elements. */
+__device__ static inline uint64_t okey(uint64_t b)
+{
+    return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+__device__ static inline double okey_d(uint64_t k)
+{
+    return bits_d((k >> 63) ? (k & ABS_MASK) : ~k);
+}
+
+__device__ static uint64_t block_umin(uint64_t v, unsigned long long *sh, int is_max)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        uint64_t u = __shfl_down_sync(0xFFFFFFFFu, v, o);
+        v = is_max ? (u > v ? u : v) : (u < v ? u : v);
+    }
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int i = 1; i < THREADS / 32; i++)
+            v = is_max ? (sh[i] > v ? sh[i] : v) : (sh[i] < v ? sh[i] : v);
+    return v;
+}
+
+template <int D>
 __global__ void __launch_bounds__(THREADS)
 summary_kernel(const unsigned char *x, int t, uint64_t n, int vec, double *part,
                unsigned long long *counts)
 {
-    __shared__ double shd[THREADS];
+    __shared__ double shd[THREADS / 32];
     __shared__ unsigned long long shu[THREADS / 32];
-    double s = 0, sq = 0, mn = INFINITY, mx = -INFINITY, am = 0;
-    int any = 0;
+    const int tt = D ? D : t, sz = dt_size(tt);
+    double s = 0, sq = 0;
+    uint64_t mnk = okey(INF_BITS), mxk = okey(INF_BITS | 0x8000000000000000ull), amb = 0;
     unsigned nf = 0, nn = 0, ni = 0;
-    const uint64_t tile = (uint64_t)blockIdx.x * TILE;
-    for (int g = 0; g < GROUPS; g++) {
-        uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
+    uint64_t base = (uint64_t)blockIdx.x * TILE + (uint64_t)threadIdx.x * VEC;
+    rawgrp g;
+    if (base < n)
+        load_raw<D>(x, t, base, n, vec, &g);
+#pragma unroll 1
+    for (int gi = 0; gi < GROUPS; gi++) {
         if (base >= n)
             break;
-        double v[VEC];
-        load_group<0>(x, t, base, n, vec, v);
-        for (int j = 0; j < VEC && base + j < n; j++) {
-            double e = v[j];
-            if (is_fin(e)) {
+        uint64_t nb = base + (uint64_t)THREADS * VEC;
+        rawgrp ng = g;
+        if (gi + 1 < GROUPS && nb < n)
+            load_raw<D>(x, t, nb, n, vec, &ng);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            if (base + j >= n)
+                break;
+            double e = dec(tt, get_elem(&g, sz, j));
+            uint64_t b = d_bits(e), ab = b & ABS_MASK;
+            if (ab < INF_BITS) {
                 nf++;
                 s += e;
                 sq += e * e;
-                if (!any || before_min(e, mn))
-                    mn = e;
-                if (!any || after_max(e, mx))
-                    mx = e;
-                am = fmax(am, fabs(e));
-                any = 1;
+                uint64_t k = okey(b);
+                mnk = k < mnk ? k : mnk;
+                mxk = k > mxk ? k : mxk;
+                amb = ab > amb ? ab : amb;
             } else {
-                nn += is_nan_(e);
-                ni += is_inf_(e);
+                nn += ab > INF_BITS;
+                ni += ab == INF_BITS;
             }
         }
+        g = ng;
+        base = nb;
     }
     double *P = part + (size_t)blockIdx.x * S_COUNT;
     double r = block_sum(s, shd);
     if (threadIdx.x == 0) P[S_SUM] = r;
     r = block_sum(sq, shd);
     if (threadIdx.x == 0) P[S_SQ] = r;
-    r = block_max(am, shd);
-    if (threadIdx.x == 0) P[S_AMAX] = r;
-    /* min / max in a fixed order through shared memory (threads without a
-     * finite element hold +inf / -inf, which never win over a finite one) */
-    __syncthreads();
-    shd[threadIdx.x] = mn;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double m = INFINITY;
-        for (int i = 0; i < THREADS; i++)
-            if (before_min(shd[i], m))
-                m = shd[i];
-        P[S_MIN] = m;
-    }
-    __syncthreads();
-    shd[threadIdx.x] = mx;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double m = -INFINITY;
-        for (int i = 0; i < THREADS; i++)
-            if (after_max(shd[i], m))
-                m = shd[i];
-        P[S_MAX] = m;
-    }
+    uint64_t k = block_umin(mnk, shu, 0);
+    if (threadIdx.x == 0) P[S_MIN] = okey_d(k);
+    k = block_umin(mxk, shu, 1);
+    if (threadIdx.x == 0) P[S_MAX] = okey_d(k);
+    k = block_umin(amb, shu, 1);
+    if (threadIdx.x == 0) P[S_AMAX] = bits_d(k);
     unsigned long long c;
     c = block_sum_u(nf, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[0], c);
     c = block_sum_u(nn, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[1], c);
@@ -1514,8 +1625,15 @@ PROBE_CUDA_API probe_status probe_cuda_summary(probe_dtype dtype, const void *xp
     unsigned long long cnt[3];
     if (x.status == PROBE_OK &&
         !failed(&x, cudaMemsetAsync(d_cnt, 0, 3 * sizeof *d_cnt, x.st), "memset")) {
-        summary_kernel<<<grid, THREADS, 0, x.st>>>((const unsigned char *)xp, (int)dtype, n,
-                                                   (uintptr_t)xp % 16 == 0, part, d_cnt);
+        const unsigned char *xb = (const unsigned char *)xp;
+        int vec = (uintptr_t)xp % 16 == 0;
+        switch (dtype) {
+        case BF: summary_kernel<BF><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
+        case F16: summary_kernel<F16><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
+        case F32: summary_kernel<F32><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
+        case F64: summary_kernel<F64><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
+        default: summary_kernel<0><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt);
+        }
         summary_reduce_kernel<<<1, RED_THREADS, 0, x.st>>>(part, grid, d_res);
         if (!failed(&x, cudaGetLastError(), "summary kernel") &&
             !failed(&x, cudaMemcpyAsync(res, d_res, sizeof res, cudaMemcpyDeviceToHost, x.st),

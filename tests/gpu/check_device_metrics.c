@@ -1,7 +1,10 @@
 /* check_device_metrics.c - libprobe_cuda (probe/device.h) against the CPU
  * path of libprobe on a real GPU.
  *
- *   check_device_metrics [--quick]
+ *   check_device_metrics [--quick | --small]
+ *
+ * --quick: the large cases smaller; --small: every case at most ~10^6
+ * elements (for compute-sanitizer, which runs kernels far slower).
  *
  * Each case builds a pair on the host (element bit patterns written
  * directly: every probe dtype, NaN/Inf at known places, subnormals, the FP8
@@ -389,16 +392,17 @@ static probe_status src_read(void *ctx, int side, uint64_t off, size_t count, vo
 
 static probe_status src_fail(void *ctx, int side, uint64_t off, size_t count, void *dst)
 {
-    (void)ctx; (void)side; (void)count; (void)dst;
-    if (off > 0)
-        return probe_set_error(PROBE_EIO, "test source: planted read error at offset %llu",
-                               (unsigned long long)off);
+    (void)ctx; (void)count; (void)dst;
+    if (off > 0 || side == 1)
+        return probe_set_error(PROBE_EIO, "test source: planted read error (side %d, offset %llu)",
+                               side, (unsigned long long)off);
     return PROBE_OK;
 }
 
 int main(int argc, char **argv)
 {
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int small = argc > 1 && strcmp(argv[1], "--small") == 0;
+    int quick = small || (argc > 1 && strcmp(argv[1], "--quick") == 0);
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("check_device_metrics: no CUDA device\n");
@@ -554,6 +558,24 @@ int main(int argc, char **argv)
             check_pair(&q);
             free_case(&q);
         }
+        /* the generic kernel (float64 vs float32) must see the range too */
+        {
+            size_t n = 30000;
+            pair_case g = {"extreme.float64-vs-float32", PROBE_DTYPE_FLOAT64, PROBE_DTYPE_FLOAT32, n,
+                           alloc_pair(PROBE_DTYPE_FLOAT64, n), alloc_pair(PROBE_DTYPE_FLOAT32, n),
+                           {1e-3, 1e-3}, {0, 0}, 0};
+            for (size_t i = 0; i < n; i++) {
+                uint64_t v = gen_val(PROBE_DTYPE_FLOAT64, 3);
+                double a;
+                memcpy(&a, &v, 8);
+                a = ldexp(a, i % 2 ? 700 : -700);
+                memcpy(&v, &a, 8);
+                put(PROBE_DTYPE_FLOAT64, g.r, i, v);
+                put(PROBE_DTYPE_FLOAT32, g.c, i, gen_val(PROBE_DTYPE_FLOAT32, 3));
+            }
+            check_pair(&g);
+            free_case(&g);
+        }
         pair_case o = make_near("overflowing-difference.float64", PROBE_DTYPE_FLOAT64, 1000, 2);
         double big = 1.5e308, mbig = -1.5e308;
         uint64_t bb, mb;
@@ -632,7 +654,7 @@ int main(int argc, char **argv)
 
     /* 12. determinism and n > 2^24; the source path on the same pair */
     {
-        size_t n = quick ? ((1u << 24) + 4099) : ((1u << 25) + 12345);
+        size_t n = small ? 1000003 : quick ? ((1u << 24) + 4099) : ((1u << 25) + 12345);
         pair_case pc = make_near("large.bfloat16.n>2^24", PROBE_DTYPE_BFLOAT16, n, 8);
         check_pair(&pc);
         probe_metrics a, b;
@@ -642,7 +664,7 @@ int main(int argc, char **argv)
         report(ok, "determinism.bfloat16", ok ? "two runs, same bits" : "two runs differ");
         free_case(&pc);
 
-        size_t m = 20000000; /* 80 MB per side: two 64 MiB chunks */
+        size_t m = small ? 1000000 : 20000000; /* 80 MB per side: two 64 MiB chunks */
         pair_case fc = make_near("source.float32", PROBE_DTYPE_FLOAT32, m, 6);
         host_src hs = {{fc.r, fc.c}, {4, 4}, 0};
         probe_pair_source src = {m, {PROBE_DTYPE_FLOAT32, PROBE_DTYPE_FLOAT32}, src_read, &hs};
@@ -650,11 +672,12 @@ int main(int argc, char **argv)
         probe_channel_shift ss;
         probe_status s1 = probe_cuda_metrics_source(0, &src, &fc.opts, NULL, &sm, &ss);
         probe_status s2 = run_gpu(&fc, &dm, &ss);
-        ok = s1 == PROBE_OK && s2 == PROBE_OK && memcmp(&sm, &dm, sizeof sm) == 0 && hs.reads == 4;
+        ok = s1 == PROBE_OK && s2 == PROBE_OK && memcmp(&sm, &dm, sizeof sm) == 0 &&
+             hs.reads == (small ? 2 : 4);
         char d[256];
         snprintf(d, sizeof d, "status %d/%d, %d reads, %s", (int)s1, (int)s2, hs.reads,
                  memcmp(&sm, &dm, sizeof sm) == 0 ? "same bits as the device-pointer path" : "DIFFERENT");
-        report(ok, "source.float32.n2e7", d);
+        report(ok, small ? "source.float32.n1e6" : "source.float32.n2e7", d);
         int cur = -1;
         cudaGetDevice(&cur);
         report(cur == 0, "source.restores-device", cur == 0 ? "device 0" : "changed");
