@@ -11,13 +11,15 @@
  * zero_norm_reference are bit-equal to the CPU path; the fp64 sums (norms,
  * dot, mean_abs and what derives from them: rel_l2, cosine, channel shift)
  * are summed in another order and agree with the CPU path to a relative
- * 1e-12 of the sum of magnitudes (docs/metrics.md, "CPU and GPU").
+ * 1e-12 of the sum of magnitudes (docs/device.md, "CPU and GPU agreement").
+ * The same input gives the same bits every run.
  *
  * Errors: PROBE_EUNSUPPORTED when there is no usable CUDA device (the
  * message says what cudaGetDeviceCount/cudaSetDevice returned); PROBE_EIO
  * for any other CUDA error (out of device memory, a failed launch; named in
- * the message); PROBE_EINVAL for bad arguments, as on the CPU path. No
- * function leaves the calling thread's current device changed.
+ * the message); PROBE_EINVAL for bad arguments, as on the CPU path (checked
+ * before the device is touched). Outputs are zeroed on error. No function
+ * leaves the calling thread's current device changed.
  */
 #ifndef PROBE_DEVICE_H
 #define PROBE_DEVICE_H
@@ -32,12 +34,15 @@ extern "C" {
 #endif
 
 /* Metrics of n element pairs held in device memory of the current device:
- * ref (ref_dtype) and cand (cand_dtype), packed row-major. Work is enqueued
- * on `stream` (a cudaStream_t; NULL = the legacy default stream) after what
- * is already there; the call returns when the result is on the host (it
- * synchronizes `stream` only). shift / channel as in
- * probe_metrics_compute_source (NULL / count 0: none). Scratch device
- * memory: about 16 bytes x n / 1024 plus the p99 candidates. */
+ * ref (ref_dtype) and cand (cand_dtype), packed row-major, each aligned to
+ * its element size (PROBE_EINVAL otherwise). Work is enqueued on `stream`
+ * (a cudaStream_t; NULL = the legacy default stream) after what is already
+ * there; the call returns when the result is on the host (it synchronizes
+ * `stream` only). shift / channel as in probe_metrics_compute_source (NULL /
+ * count 0: none; shift->count 0 when not computed). Scratch device memory
+ * (a pool of the library's, kept up to 256 MiB between calls): 72 bytes per
+ * 32768 elements plus 128 KiB; with channels 40 bytes per segment (at most
+ * about n/32) and per channel (docs/device.md). */
 probe_status probe_cuda_metrics(probe_dtype ref_dtype, const void *ref, probe_dtype cand_dtype,
                                 const void *cand, uint64_t n, const probe_metrics_opts *opts,
                                 const probe_channel_spec *channel, void *stream,
@@ -46,7 +51,9 @@ probe_status probe_cuda_metrics(probe_dtype ref_dtype, const void *ref, probe_dt
 /* The same for a pair given as a probe_pair_source (e.g. two datasets of
  * capture files): the elements are read in chunks into pinned host memory,
  * copied to device `device` (ordinal), and computed there. Host memory stays
- * bounded (a few chunks); device memory holds both tensors. */
+ * bounded (two pinned chunks of 64 MiB: the read of one overlaps the copy of
+ * the other); device memory holds both tensors. Each side is read once, in
+ * increasing offsets, side 0 first. */
 probe_status probe_cuda_metrics_source(int device, const probe_pair_source *src,
                                        const probe_metrics_opts *opts,
                                        const probe_channel_spec *channel, probe_metrics *out,
