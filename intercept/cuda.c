@@ -29,6 +29,7 @@ typedef void *cudaEvent_t;
 #define cudaErrorNotReady 600
 #define cudaStreamNonBlocking 0x01u
 #define cudaEventDisableTiming 0x02u
+#define cudaMemcpyHostToDevice 1
 #define cudaMemcpyDeviceToHost 2
 #define cudaHostAllocPortable 0x01u
 #define cudaStreamCaptureStatusNone 0
@@ -353,6 +354,127 @@ probe_status shim_cuda_submit(struct shim_job *j, const void *data, size_t span_
 unreserve:
     shim_queue_unreserve(span_bytes);
     j->reserved = 0;
+restore:
+    if (mode_set)
+        rt.ThreadExchangeStreamCaptureMode(&mode);
+    if (prev != device)
+        rt.SetDevice(prev);
+    return st;
+}
+
+/* ---- injection (tapping thread) ----------------------------------------- */
+
+/* Pinned buffers of injections whose host-to-device copy may still run: each
+ * goes back to the pool once its completion event is reached. */
+struct inject_pending {
+    struct inject_pending *next;
+    void *buf;
+    size_t cap;
+    int device;
+    cudaEvent_t done;
+};
+static struct inject_pending *inject_list;
+static pthread_mutex_t inject_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Return the buffers of completed injection copies to the pool (never waits). */
+static void inject_reap(void)
+{
+    pthread_mutex_lock(&inject_lock);
+    struct inject_pending **pp = &inject_list;
+    while (*pp) {
+        struct inject_pending *p = *pp;
+        if (rt.EventQuery(p->done) == cudaSuccess) {
+            *pp = p->next;
+            pinned_put(p->buf, p->cap);
+            event_put(p->device, p->done);
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&inject_lock);
+}
+
+probe_status shim_cuda_inject(void *dst, const void *src, size_t nbytes, int device, void *stream,
+                              char *err, size_t errlen)
+{
+    if (!resolve()) {
+        snprintf(err, errlen, "CUDA runtime is not loaded in this process (libcudart.so.13/.12 not found)");
+        return PROBE_EUNSUPPORTED;
+    }
+    if (device >= SHIM_MAX_DEVICES) {
+        snprintf(err, errlen, "device ordinal %d is beyond probe's limit of %d devices", device,
+                 SHIM_MAX_DEVICES);
+        return PROBE_EUNSUPPORTED;
+    }
+    inject_reap();
+    int prev = -1;
+    cudaError_t e = rt.GetDevice(&prev);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cudaGetDevice failed: %s", errstr(e));
+        return PROBE_EIO;
+    }
+    if (prev != device && (e = rt.SetDevice(device)) != cudaSuccess) {
+        snprintf(err, errlen, "cudaSetDevice(%d) failed: %s", device, errstr(e));
+        return PROBE_EIO;
+    }
+    probe_status st = PROBE_EIO;
+    int mode = cudaStreamCaptureModeRelaxed, mode_set = 0;
+    int cap_status = cudaStreamCaptureStatusNone;
+    e = rt.StreamIsCapturing(stream, &cap_status);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "stream capture status unknown (%s): nothing is enqueued on it",
+                 errstr(e));
+        goto restore;
+    }
+    if (cap_status != cudaStreamCaptureStatusNone) {
+        snprintf(err, errlen, "the producer stream is capturing a CUDA graph: nothing is enqueued "
+                 "on it");
+        goto restore;
+    }
+    if (rt.ThreadExchangeStreamCaptureMode && rt.ThreadExchangeStreamCaptureMode(&mode) == cudaSuccess)
+        mode_set = 1;
+    struct inject_pending *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        st = PROBE_ENOMEM;
+        goto restore;
+    }
+    p->device = device;
+    p->buf = pinned_get(nbytes, &p->cap, &e);
+    if (!p->buf) {
+        snprintf(err, errlen, "cannot allocate %zu bytes of pinned memory: %s", nbytes, errstr(e));
+        free(p);
+        goto restore;
+    }
+    p->done = event_get(device, &e);
+    if (!p->done) {
+        snprintf(err, errlen, "cudaEventCreateWithFlags failed: %s", errstr(e));
+        pinned_put(p->buf, p->cap);
+        free(p);
+        goto restore;
+    }
+    memcpy(p->buf, src, nbytes);
+    if ((e = rt.MemcpyAsync(dst, p->buf, nbytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess) {
+        snprintf(err, errlen, "cudaMemcpyAsync host-to-device of %zu bytes to %p failed: %s",
+                 nbytes, dst, errstr(e));
+        pinned_put(p->buf, p->cap);
+        event_put(device, p->done);
+        free(p);
+        goto restore;
+    }
+    if ((e = rt.EventRecord(p->done, stream)) != cudaSuccess) {
+        /* the copy is in flight: abandon the buffer (never reused) */
+        snprintf(err, errlen, "cudaEventRecord on the producer stream failed: %s", errstr(e));
+        event_put(device, p->done);
+        free(p);
+        goto restore;
+    }
+    pthread_mutex_lock(&inject_lock);
+    p->next = inject_list;
+    inject_list = p;
+    pthread_mutex_unlock(&inject_lock);
+    st = PROBE_OK;
 restore:
     if (mode_set)
         rt.ThreadExchangeStreamCaptureMode(&mode);

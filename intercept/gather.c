@@ -146,3 +146,46 @@ void shim_gather(void *dst, const void *base, int rank, const int64_t *shape,
         }
     }
 }
+
+void shim_scatter(void *base, const void *src, int rank, const int64_t *shape,
+                  const int64_t *strides, size_t esize)
+{
+    size_t n = 1;
+    for (int k = 0; k < rank; ++k)
+        n *= (size_t)shape[k];
+    if (n == 0)
+        return;
+    int contiguous = !strides;
+    if (strides) {
+        size_t expect = 1;
+        contiguous = 1;
+        for (int k = rank - 1; k >= 0; --k) {
+            if (shape[k] != 1 && (size_t)strides[k] != expect) {
+                contiguous = 0;
+                break;
+            }
+            expect *= (size_t)shape[k];
+        }
+    }
+    if (contiguous) {
+        memcpy(base, src, n * esize);
+        return;
+    }
+    /* Odometer over the row-major index; element i goes to
+     * base + esize * sum_k idx[k] * strides[k]. */
+    size_t idx[PROBE_MAX_RANK] = {0};
+    size_t off = 0; /* element offset of idx */
+    const unsigned char *s = src;
+    unsigned char *b = base;
+    for (size_t i = 0; i < n; ++i, s += esize) {
+        copy_elem(b + off * esize, s, esize);
+        for (int k = rank - 1; k >= 0; --k) {
+            if (++idx[k] < (size_t)shape[k]) {
+                off += (size_t)strides[k];
+                break;
+            }
+            off -= (size_t)(shape[k] - 1) * (size_t)strides[k];
+            idx[k] = 0;
+        }
+    }
+}

@@ -115,6 +115,12 @@ static probe_status load_locked(void)
         {"probe_writer_flush", (void **)&shim_lp.writer_flush},
         {"probe_writer_close", (void **)&shim_lp.writer_close},
         {"probe_last_error", (void **)&shim_lp.last_error},
+        {"probe_file_open", (void **)&shim_lp.file_open},
+        {"probe_file_close", (void **)&shim_lp.file_close},
+        {"probe_file_count", (void **)&shim_lp.file_count},
+        {"probe_file_tensor", (void **)&shim_lp.file_tensor},
+        {"probe_file_find", (void **)&shim_lp.file_find},
+        {"probe_file_read_raw", (void **)&shim_lp.file_read_raw},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; ++i) {
         *syms[i].slot = dlsym(h, syms[i].name);

@@ -496,6 +496,8 @@ char *shim_manifest_build(int final)
         if (!user_has("cuda"))
             shim_cuda_info_json(&b);
     }
+    if (!user_has("inject"))
+        shim_inject_json(&b);
     for (size_t i = 0; i < nkeys; ++i) {
         key(&b, keys[i].key);
         shim_json_raw(&b, keys[i].value);

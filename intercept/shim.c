@@ -329,6 +329,7 @@ static void finalize(void)
     }
     if (atomic_load(&cuda_alive_at_exit))
         shim_cuda_info_refresh();
+    shim_inject_finish();
     char *manifest = shim_manifest_build(1);
     if (manifest && !atomic_load(&disabled))
         shim_w_set_manifest(writer, manifest);
@@ -572,6 +573,7 @@ __attribute__((constructor)) static void shim_init(void)
     strftime(shim_cfg.start_time, sizeof shim_cfg.start_time, "%Y-%m-%dT%H:%M:%SZ", &tm);
     read_cmdline();
     setup_nvtx();
+    shim_inject_init();
     if (!shim_cfg.out_path) {
         shim_cfg.mode = SHIM_INACTIVE;
         return;

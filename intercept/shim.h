@@ -12,7 +12,8 @@
  *   cuda.c      CUDA runtime resolved lazily; private streams, event and pinned pools
  *   nvtx.c      NVTX injection entry point and per-thread range stacks
  *   manifest.c  JSON text building/validation and the run manifest
- *   libprobe.c  dlopen of libprobe.so (the HDF5 writer)
+ *   libprobe.c  dlopen of libprobe.so (the HDF5 writer and reader)
+ *   inject.c    probe_inject_v1: reference file, inject globs, checks, manifest record
  */
 #ifndef PROBE_INTERCEPT_SHIM_H
 #define PROBE_INTERCEPT_SHIM_H
@@ -125,6 +126,13 @@ struct shim_libprobe {
     probe_status (*writer_flush)(probe_writer *);
     probe_status (*writer_close)(probe_writer *);
     const char *(*last_error)(void);
+    /* reader (injection reads the reference file through it) */
+    probe_status (*file_open)(const char *, probe_file **);
+    void (*file_close)(probe_file *);
+    size_t (*file_count)(const probe_file *);
+    const probe_tensor_info *(*file_tensor)(const probe_file *, size_t);
+    probe_status (*file_find)(const probe_file *, const char *, size_t *);
+    probe_status (*file_read_raw)(probe_file *, size_t, void *, size_t);
 };
 
 extern struct shim_libprobe shim_lp;
@@ -178,6 +186,12 @@ probe_status shim_extent_of(int rank, const int64_t *shape, const int64_t *strid
  * allowed; src and dst must not overlap. */
 void shim_gather(void *dst, const void *base, int rank, const int64_t *shape,
                  const int64_t *strides, size_t esize);
+
+/* Write the n elements of src (contiguous, row-major) into a strided tensor
+ * whose element [0,...,0] is at base: the inverse of shim_gather, same
+ * arguments. With overlapping strides (stride 0) the last write wins. */
+void shim_scatter(void *base, const void *src, int rank, const int64_t *shape,
+                  const int64_t *strides, size_t esize);
 
 /* ---- pathset.c: dataset paths already captured --------------------------- */
 
@@ -280,6 +294,16 @@ probe_status shim_cuda_wait(struct shim_job *j, char *reason, size_t rlen);
  * shim_cuda_wait succeeded; otherwise they are abandoned, never reused). */
 void shim_cuda_release(struct shim_job *j, int completed);
 
+/* Injection into device memory: copy nbytes from host src into a pinned
+ * buffer and cudaMemcpyAsync it host-to-device to dst on `stream` (device
+ * made current, the caller's restored), then record a completion event on
+ * `stream`; the buffer returns to the pool once a later call sees the event
+ * completed (cudaEventQuery, never a wait). Nothing synchronizes. PROBE_OK,
+ * or PROBE_EIO / PROBE_EUNSUPPORTED with why in err (CUDA absent, stream
+ * capturing a CUDA graph, a failed CUDA call). */
+probe_status shim_cuda_inject(void *dst, const void *src, size_t nbytes, int device, void *stream,
+                              char *err, size_t errlen);
+
 /* Query versions and device names while CUDA is usable (cached). */
 void shim_cuda_info_refresh(void);
 /* Append ,"cuda":{...} to the manifest being built when known. */
@@ -287,6 +311,23 @@ struct shim_json;
 void shim_cuda_info_json(struct shim_json *b);
 /* Pinned bytes held by the staging pool. */
 size_t shim_cuda_pinned_bytes(void);
+
+/* ---- tap.c: shared with inject.c ------------------------------------------- */
+
+/* 1 if this process captures (claims the file at its first call), else 0. */
+int shim_tap_process_captures(void);
+/* Validate a tap descriptor and compute its extent (PROBE_EINVAL naming the field). */
+probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext);
+
+/* ---- inject.c ------------------------------------------------------------- */
+
+/* Read PROBE_INJECT / PROBE_INJECT_GLOBS (constructor). */
+void shim_inject_init(void);
+/* At close, before the final manifest: check that every reference tensor
+ * the globs select was injected (count check) and close the reference. */
+void shim_inject_finish(void);
+/* Append ,"inject":{...} to the manifest being built when injection is configured. */
+void shim_inject_json(struct shim_json *b);
 
 /* ---- nvtx.c -------------------------------------------------------------- */
 

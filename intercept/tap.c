@@ -28,6 +28,11 @@ static int this_process_captures(void)
     return 1;
 }
 
+int shim_tap_process_captures(void)
+{
+    return this_process_captures();
+}
+
 /* component / slot: 1..127 bytes, no '/', no control characters, not "."
  * or ".." (each becomes one HDF5 path element). */
 static probe_status check_name(const char *s, const char *what)
@@ -49,7 +54,7 @@ static probe_status check_name(const char *s, const char *what)
     return PROBE_OK;
 }
 
-static probe_status validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext)
+probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext)
 {
     if (!t)
         return probe_set_error(PROBE_EINVAL, "tap: descriptor is NULL");
@@ -129,7 +134,7 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
     if (!this_process_captures())
         return PROBE_OK;
     struct shim_extent ext;
-    probe_status st = validate(t, &ext);
+    probe_status st = shim_tap_validate(t, &ext);
     if (st != PROBE_OK)
         return st;
     if (shim_closed())

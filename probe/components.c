@@ -20,7 +20,8 @@ void probe_component_names_free(char **names)
     free(names);
 }
 
-static probe_status load(const char *path, char ***out, int **axes_out, int **ranks_out)
+static probe_status load(const char *path, int roots_only, char ***out, int **axes_out,
+                         int **ranks_out)
 {
     *out = NULL;
     if (axes_out)
@@ -70,7 +71,7 @@ static probe_status load(const char *path, char ***out, int **axes_out, int **ra
     json_t *row;
     json_array_foreach(rows, i, row) {
         const char *name = json_string_value(json_object_get(row, "name"));
-        if (!name)
+        if (!name || (roots_only && !json_is_true(json_object_get(row, "root"))))
             continue;
         if (axes) {
             json_t *ax = json_object_get(row, "channel_axis");
@@ -107,12 +108,19 @@ probe_status probe_component_names_load(const char *path, char ***out)
 {
     if (!out)
         return probe_set_error(PROBE_EINVAL, "probe_component_names_load: out is NULL");
-    return load(path, out, NULL, NULL);
+    return load(path, 0, out, NULL, NULL);
 }
 
 probe_status probe_component_axes_load(const char *path, char ***names, int **axes, int **ranks)
 {
     if (!names || !axes || !ranks)
         return probe_set_error(PROBE_EINVAL, "probe_component_axes_load: NULL argument");
-    return load(path, names, axes, ranks);
+    return load(path, 0, names, axes, ranks);
+}
+
+probe_status probe_component_roots_load(const char *path, char ***out)
+{
+    if (!out)
+        return probe_set_error(PROBE_EINVAL, "probe_component_roots_load: out is NULL");
+    return load(path, 1, out, NULL, NULL);
 }

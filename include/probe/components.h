@@ -33,6 +33,12 @@ probe_status probe_component_names_load(const char *path, char ***out);
 #define PROBE_NO_CHANNEL_AXIS (-1000)
 probe_status probe_component_axes_load(const char *path, char ***names, int **axes, int **ranks);
 
+/* The names of the rows marked "root": true (JSON true): the root inputs
+ * of a run (initial latents, timesteps, prompt embeddings) whose contents
+ * must be equal for two runs to be the same experiment (docs/inject.md).
+ * path, errors and freeing as probe_component_names_load. */
+probe_status probe_component_roots_load(const char *path, char ***out);
+
 /* Free what probe_component_names_load returned; names may be NULL. */
 void probe_component_names_free(char **names);
 

@@ -72,6 +72,46 @@ void *probe_tap_stream_v1(int32_t device);
  * stream; adapters call it at interpreter exit. */
 int probe_tap_flush_v1(void);
 
+/* ---- injection (appended in 0.x; same descriptor, ABI version 1) ------
+ *
+ * Injection replaces a tensor of the running (candidate) process with the
+ * value recorded at the same dataset path in a reference capture file, so
+ * two runs see identical root inputs (initial latents, timesteps, prompt
+ * embeddings) or a component sees the reference's recorded inputs (replay).
+ * It is configured by the environment that probe-run sets
+ * (docs/inject.md): PROBE_INJECT=REF.h5 and PROBE_INJECT_GLOBS=glob[,glob...]
+ * (fnmatch(3) globs on dataset paths, as PROBE_CAPTURE).
+ *
+ * Return values of probe_inject_v1. */
+#define PROBE_INJECT_NONE 0     /* nothing to inject: injection not configured, this process
+                                   does not capture, or the path matches no inject glob */
+#define PROBE_INJECT_DONE 1     /* the tensor now holds the reference's bytes (host: on return;
+                                   device: in stream order on t->stream) */
+#define PROBE_INJECT_ERROR (-1) /* not injected, and injection is stopped for the rest of the
+                                   run: bad descriptor, reference file unreadable, path absent
+                                   from the reference (count mismatch), shape or dtype mismatch,
+                                   or an earlier error. One `probe:` line names the path; the
+                                   capture file's manifest records the failure ("inject":
+                                   {"status": "failed", "error": ...}) and probe-compare
+                                   refuses the file. */
+
+/* Inject into the tensor described by t (its path /<component>/<call:04>/<slot>
+ * is built as probe_tap_v1 builds it; step, cfg_branch and timestep are
+ * ignored). The reference tensor at that path must have the same logical
+ * dtype and shape (strides may differ: the bytes are scattered into t's
+ * layout). Host memory (device -1) is written before the call returns.
+ * Device memory: the reference bytes are put in a pinned host buffer and
+ * copied with cudaMemcpyAsync host-to-device on t->stream (the producer's
+ * stream), so everything later on that stream sees the new values; the
+ * buffer is kept until the copy's completion event is reached (polled, never
+ * waited for). Device tensors must be contiguous (adapters copy a strided
+ * tensor into a contiguous one first). A stream capturing a CUDA graph is an
+ * error (nothing is enqueued on it). Each injected path is recorded in the
+ * manifest (key "inject": reference file, globs, per path the reference's
+ * probe.hash). Call it before probe_tap_v1 for the same path, so the capture
+ * records the injected value. */
+int probe_inject_v1(const probe_tap_tensor_v1 *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -265,6 +265,7 @@ class ToyDiTDenoiser(nn.Module):
         self.norm_out = nn.LayerNorm(dim, elementwise_affine=False)
         self.mod_out = nn.Linear(dim, 2 * dim)
         self.proj_out = nn.Linear(dim, in_channels * patch * patch)
+        self.patchify_impl = "reshape"  # or "unfold" (the refactor-patchify feature)
 
     def set_attention_scale_factor(self, factor: float) -> None:
         """Multiply the self-attention scale of every block by factor."""
@@ -279,8 +280,13 @@ class ToyDiTDenoiser(nn.Module):
                              f"{self.in_channels} channels and patch {p}")
         dtype = self.patch_embed.weight.dtype
         # [B, C, F, H, W] -> [B, F*(H/p)*(W/p), C*p*p]
-        x = hidden_states.reshape(b, c, f, h // p, p, w // p, p)
-        x = x.permute(0, 2, 3, 5, 1, 4, 6).reshape(b, f * (h // p) * (w // p), c * p * p)
+        if self.patchify_impl == "unfold":
+            # the same elements in the same order, through unfold: a pure refactor
+            x = hidden_states.unfold(3, p, p).unfold(4, p, p)  # [B, C, F, H/p, W/p, p, p]
+            x = x.permute(0, 2, 3, 4, 1, 5, 6).reshape(b, f * (h // p) * (w // p), c * p * p)
+        else:
+            x = hidden_states.reshape(b, c, f, h // p, p, w // p, p)
+            x = x.permute(0, 2, 3, 5, 1, 4, 6).reshape(b, f * (h // p) * (w // p), c * p * p)
         x = self.patch_embed(x.to(dtype))
         temb = self.time_mlp(timestep_embedding(timestep, self.dim).to(dtype))
         context = encoder_hidden_states.to(dtype)

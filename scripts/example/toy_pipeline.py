@@ -7,10 +7,19 @@
 
 Random weights (seeded), CPU, deterministic, a few seconds on 2 cores. The
 flow follows diffusers' Wan pipeline: encode prompt and negative prompt
-(text_encoder calls 0 and 1), then per step run the denoiser twice
+(encode_prompt: prompt_embeds calls 0 and 1, each running the text encoder:
+text_encoder calls 0 and 1), create the initial latents from --seed
+(prepare_latents: latents.init call 0), set the scheduler's timesteps
+(set_timesteps: timesteps call 0), then per step run the denoiser twice
 (conditional, then unconditional: dit.step calls 2i and 2i+1), combine with
 classifier-free guidance, one scheduler step (scheduler.step call i), and
 finally decode the latents with the VAE (vae.decode call 0).
+
+encode_prompt, prepare_latents and set_timesteps are the pipeline's root
+inputs (probe's source components prompt_embeds, latents.init, timesteps):
+the weights come from --weight-seed (default 0), the initial noise from
+--seed, so two runs with different --seed are different experiments until
+probe-run --inject gives the candidate the reference's initial latents.
 
 Features (`--feature`), the thing probe is asked to judge:
   chunked-attention  every attention layer uses the online-softmax (flash
@@ -21,6 +30,9 @@ Features (`--feature`), the thing probe is asked to judge:
                      which the pipeline upcasts for guidance): lossy.
   perturb-denoiser   a deliberate bug: the denoiser's self-attention scale
                      is off by 10% (text encoder, scheduler, VAE untouched).
+  refactor-patchify  a pure refactor: the denoiser patchifies with
+                     Tensor.unfold instead of reshape/permute (the same
+                     elements in the same order): bit-identical outputs.
 
 `--save DIR` makes the pipeline itself write every component input and output
 it produced with numpy, independently of probe: the tensor that probe's
@@ -42,7 +54,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import toy_modules as tm  # noqa: E402
 
-FEATURES = ("none", "chunked-attention", "bf16-denoiser", "perturb-denoiser")
+FEATURES = ("none", "chunked-attention", "bf16-denoiser", "perturb-denoiser", "refactor-patchify")
 PERTURB_SCALE_FACTOR = 1.10
 
 
@@ -82,10 +94,10 @@ class TensorSaver:
 
 
 class ToyVideoPipeline:
-    def __init__(self, seed=0, feature="none", saver=None):
+    def __init__(self, weight_seed=0, feature="none", saver=None):
         if feature not in FEATURES:
             raise ValueError(f"unknown feature {feature!r}; one of {', '.join(FEATURES)}")
-        torch.manual_seed(seed)
+        torch.manual_seed(weight_seed)
         self.text_encoder = tm.ToyTextEncoder(dim=32, heads=4, layers=2, max_length=16).eval()
         self.transformer = tm.ToyDiTDenoiser(in_channels=4, dim=64, heads=4, blocks=2,
                                              text_dim=32, patch=2).eval()
@@ -98,6 +110,7 @@ class ToyVideoPipeline:
             self.transformer.to(torch.bfloat16)
         if feature == "perturb-denoiser":
             self.transformer.set_attention_scale_factor(PERTURB_SCALE_FACTOR)
+        self.transformer.patchify_impl = "unfold" if feature == "refactor-patchify" else "reshape"
 
     # Each component call goes through one of these, so that --save records
     # exactly what the component received and returned, under the argument
@@ -114,11 +127,31 @@ class ToyVideoPipeline:
                 saver.save(component, call, "out." + f, getattr(out, f))
         return out
 
+    # The root inputs (probe's source components): what they return is saved
+    # under prompt_embeds/, latents.init/ and timesteps/.
     def encode_prompt(self, prompt):
+        call = self.saver.next_call("prompt_embeds") if self.saver else None
         ids, mask = tm.byte_tokenize([prompt], self.text_encoder.max_length)
         out = self._call("text_encoder", self.text_encoder,
                          [("input_ids", ids), ("attention_mask", mask)], ["last_hidden_state"])
-        return out.last_hidden_state
+        embeds = out.last_hidden_state
+        if self.saver:
+            self.saver.save("prompt_embeds", call, "out", embeds)
+        return embeds
+
+    def prepare_latents(self, batch, channels, frames, height, width, generator):
+        call = self.saver.next_call("latents.init") if self.saver else None
+        latents = torch.randn(batch, channels, frames, height, width, generator=generator)
+        if self.saver:
+            self.saver.save("latents.init", call, "out", latents)
+        return latents
+
+    def set_timesteps(self, steps):
+        call = self.saver.next_call("timesteps") if self.saver else None
+        self.scheduler.set_timesteps(steps)
+        if self.saver:
+            self.saver.save("timesteps", call, "out.timesteps", self.scheduler.timesteps)
+            self.saver.save("timesteps", call, "out.sigmas", self.scheduler.sigmas)
 
     @torch.no_grad()
     def __call__(self, prompt, negative_prompt="", steps=4, frames=4, height=64, width=64,
@@ -132,10 +165,10 @@ class ToyVideoPipeline:
         negative_embeds = self.encode_prompt(negative_prompt)
 
         gen = torch.Generator().manual_seed(seed)
-        latents = torch.randn(1, self.transformer.in_channels, frames,
-                              height // self.vae.scale_factor_spatial,
-                              width // self.vae.scale_factor_spatial, generator=gen)
-        self.scheduler.set_timesteps(steps)
+        latents = self.prepare_latents(1, self.transformer.in_channels, frames,
+                                       height // self.vae.scale_factor_spatial,
+                                       width // self.vae.scale_factor_spatial, gen)
+        self.set_timesteps(steps)
         for t in self.scheduler.timesteps:
             tb = t.expand(latents.shape[0]).contiguous()
             # The denoiser takes float32 inputs and casts them to its own
@@ -166,7 +199,8 @@ def main(argv=None):
     ap.add_argument("--height", type=int, default=64)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--guidance-scale", type=float, default=5.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the initial latents (noise)")
+    ap.add_argument("--weight-seed", type=int, default=0, help="seed of the random weights")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (default 1: the same reduction order on every host)")
     ap.add_argument("--save", metavar="DIR", help="save every component input/output as .npy")
@@ -181,7 +215,7 @@ def main(argv=None):
         saver = TensorSaver(a.save)
     t0 = time.time()
     try:
-        pipe = ToyVideoPipeline(seed=a.seed, feature=a.feature, saver=saver)
+        pipe = ToyVideoPipeline(weight_seed=a.weight_seed, feature=a.feature, saver=saver)
         video = pipe(a.prompt, a.negative_prompt, steps=a.steps, frames=a.frames, height=a.height,
                      width=a.width, guidance_scale=a.guidance_scale, seed=a.seed)
     except ValueError as e:

@@ -51,7 +51,7 @@ CASES = [
     ("diffusers.models.unets.unet_3d_condition", "UNet3DConditionModel", ["forward"], {"forward": "dit.step"}),
     # diffusers schedulers
     ("diffusers.schedulers.scheduling_flow_match_euler_discrete", "FlowMatchEulerDiscreteScheduler",
-     ["step", "set_timesteps"], {"step": "scheduler.step"}),
+     ["step", "set_timesteps"], {"step": "scheduler.step", "set_timesteps": "timesteps"}),
     ("diffusers.schedulers.scheduling_unipc_multistep", "UniPCMultistepScheduler", ["step"],
      {"step": "scheduler.step"}),
     ("diffusers.schedulers.scheduling_dpmsolver_multistep", "DPMSolverMultistepScheduler", ["step"],
@@ -89,7 +89,18 @@ CASES = [
     ("diffusers.image_processor", "VaeImageProcessor", ["postprocess", "preprocess"], {}),
     ("diffusers.schedulers.scheduling_utils", "SchedulerMixin", ["save_pretrained"], {}),
     ("__main__", "Net", ["forward"], {}),
-    ("__main__", "MyScheduler", ["set_timesteps"], {}),  # matches the name, has no step
+    ("__main__", "MyScheduler", ["set_timesteps"], {"set_timesteps": "timesteps"}),  # a root source, no step
+    # root inputs (source components): diffusers pipelines, TensorRT-LLM VisualGen, user pipelines
+    ("diffusers.pipelines.wan.pipeline_wan", "WanPipeline", ["encode_prompt", "prepare_latents", "__call__"],
+     {"encode_prompt": "prompt_embeds", "prepare_latents": "latents.init"}),
+    ("diffusers.pipelines.flux.pipeline_flux", "FluxPipeline", ["encode_prompt", "prepare_latents"],
+     {"encode_prompt": "prompt_embeds", "prepare_latents": "latents.init"}),
+    ("tensorrt_llm._torch.visual_gen.pipelines.wan", "WanVisualGen", ["_encode_prompt", "_prepare_latents"],
+     {"_encode_prompt": "prompt_embeds", "_prepare_latents": "latents.init"}),
+    ("toy_pipeline", "ToyVideoPipeline", ["encode_prompt", "prepare_latents", "set_timesteps"],
+     {"encode_prompt": "prompt_embeds", "prepare_latents": "latents.init"}),
+    ("user.gen", "Generator", ["prepare_latents", "encode_prompt"], {}),  # not a *Pipeline
+    ("torch.utils.data", "DataPipeline", ["prepare_latents"], {}),         # excluded module
     ("__main__", "MyVaeDecoder", ["decode"], {}),        # globs are case-sensitive: Vae != VAE
 ]
 
@@ -109,8 +120,13 @@ def main():
     # --- schema --------------------------------------------------------------
     check(doc.get("format") == "probe-components" and doc.get("version") == 1, "format/version")
     names = [c.get("name") for c in doc["components"]]
-    check(names == ["text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode"],
+    check(names == ["text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode",
+                     "latents.init", "timesteps", "prompt_embeds"],
           "component names/order: %s" % names)
+    roots = [c["name"] for c in doc["components"] if c.get("root") is True]
+    check(roots == ["latents.init", "timesteps", "prompt_embeds"], "root inputs: %s" % roots)
+    check(doc["components"][names.index("timesteps")].get("output_attrs") == ["timesteps", "sigmas"],
+          "timesteps: output_attrs")
     for c in doc["components"]:
         for key, typ in (("name", str), ("description", str), ("patterns", list), ("output_slot", str),
                          ("layout", str), ("channel_axis", int), ("default_gate", str)):

@@ -86,6 +86,10 @@ def expected_paths(steps):
         "scheduler.step": (steps, ["in.model_output", "in.timestep", "in.sample",
                                    "out.prev_sample"]),
         "vae.decode": (1, ["in.latents", "out.sample"]),
+        # root inputs (source components): encode_prompt, prepare_latents, set_timesteps
+        "prompt_embeds": (2, ["out"]),
+        "latents.init": (1, ["out"]),
+        "timesteps": (1, ["out.timesteps", "out.sigmas"]),
     }
     out = set()
     for comp, (ncalls, names) in slots.items():
@@ -98,10 +102,20 @@ def expected_paths(steps):
 def expected_call_order(steps):
     """(component, call) in execution order: prompt, negative prompt, then per
     step cond + uncond denoiser and one scheduler step, then the VAE."""
-    order = [("text_encoder", 0), ("text_encoder", 1)]
+    order = [("text_encoder", 0), ("prompt_embeds", 0), ("text_encoder", 1), ("prompt_embeds", 1),
+             ("latents.init", 0), ("timesteps", 0)]
     for i in range(steps):
         order += [("dit.step", 2 * i), ("dit.step", 2 * i + 1), ("scheduler.step", i)]
     return order + [("vae.decode", 0)]
+
+
+SOURCES = ("prompt_embeds", "latents.init", "timesteps")  # root inputs: outputs only
+
+
+def expected_groups(steps):
+    """[(component, call, 'in'|'out')] in execution order; a source has no tensor input."""
+    return [(c, k, io) for c, k in expected_call_order(steps)
+            for io in (("out",) if c in SOURCES else ("in", "out"))]
 
 
 def group_sequence(paths):
@@ -252,7 +266,7 @@ def check_capture(name, h5path, save_root, steps, label):
     if check(all(s is not None for s in seqs.values()), f"{name}: (b) every dataset has probe.seq"):
         by_seq = sorted(seqs, key=lambda p: int(np.asarray(seqs[p])))
         got_groups = group_sequence(by_seq)
-        want_groups = [(c, k, io) for c, k in expected_call_order(steps) for io in ("in", "out")]
+        want_groups = expected_groups(steps)
         check(got_groups == want_groups,
               f"{name}: (b) probe.seq orders calls in execution order, inputs before outputs")
     return index, arrays
@@ -368,7 +382,7 @@ def check_metrics(name, doc, ref, cand, steps):
     paths = [t["path"] for t in tensors]
     check(set(paths) == expected_paths(steps) and len(paths) == len(set(paths)),
           f"{name}: JSON lists each of the {len(expected_paths(steps))} tensors once")
-    want_groups = [(c, k, io) for c, k in expected_call_order(steps) for io in ("in", "out")]
+    want_groups = expected_groups(steps)
     check(group_sequence(paths) == want_groups, f"{name}: JSON tensors in execution order")
 
     exact = ["n", "shape", "max_abs", "max_abs_index", "p99_abs", "mismatch_fraction", "nan_ref",

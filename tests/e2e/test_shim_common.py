@@ -23,6 +23,7 @@ EXPORTS = {
     "probe_tap_stream_v1",
     "probe_tap_flush_v1",
     "InitializeInjectionNvtx2",
+    "probe_inject_v1",
 }
 
 # probe_dtype values (include/probe/dtype.h) -> name, element size

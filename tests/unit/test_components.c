@@ -19,7 +19,7 @@ static char *write_tmp(const char *text)
     return path;
 }
 
-Test(components, repository_table_has_the_five_components)
+Test(components, repository_table_has_the_eight_components_three_of_them_roots)
 {
     const char *src = getenv("PROBE_SOURCE_DIR");
     cr_assert_not_null(src, "PROBE_SOURCE_DIR is set by ctest");
@@ -27,18 +27,40 @@ Test(components, repository_table_has_the_five_components)
     snprintf(path, sizeof path, "%s/components/components.json", src);
     char **names = NULL;
     cr_assert_eq(probe_component_names_load(path, &names), PROBE_OK, "%s", probe_last_error());
-    const char *want[] = {"text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode"};
+    const char *want[] = {"text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode",
+                          "latents.init", "timesteps", "prompt_embeds"};
     size_t n = 0;
     while (names[n])
         n++;
-    cr_assert_eq(n, 5);
-    for (size_t i = 0; i < 5; i++) {
+    cr_assert_eq(n, 8);
+    for (size_t i = 0; i < 8; i++) {
         int found = 0;
         for (size_t k = 0; k < n; k++)
             found |= strcmp(names[k], want[i]) == 0;
         cr_assert(found, "%s missing", want[i]);
     }
     probe_component_names_free(names);
+    char **roots = NULL;
+    cr_assert_eq(probe_component_roots_load(path, &roots), PROBE_OK, "%s", probe_last_error());
+    cr_assert_str_eq(roots[0], "latents.init");
+    cr_assert_str_eq(roots[1], "timesteps");
+    cr_assert_str_eq(roots[2], "prompt_embeds");
+    cr_assert_null(roots[3]);
+    probe_component_names_free(roots);
+}
+
+Test(components, roots_are_rows_with_root_true)
+{
+    char *p = write_tmp("{\"components\": [{\"name\": \"a\", \"root\": true}, {\"name\": \"b\"}, "
+                        "{\"name\": \"c\", \"root\": false}, {\"name\": \"d\", \"root\": 1}, "
+                        "{\"name\": \"e\", \"root\": true}]}");
+    char **roots = NULL;
+    cr_assert_eq(probe_component_roots_load(p, &roots), PROBE_OK, "%s", probe_last_error());
+    cr_assert_str_eq(roots[0], "a");
+    cr_assert_str_eq(roots[1], "e");
+    cr_assert_null(roots[2]);
+    probe_component_names_free(roots);
+    unlink(p);
 }
 
 Test(components, env_names_the_table)

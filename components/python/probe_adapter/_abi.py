@@ -36,8 +36,14 @@ class ProbeTapTensorV1(ctypes.Structure):
     ]
 
 
+PROBE_INJECT_NONE = 0
+PROBE_INJECT_DONE = 1
+PROBE_INJECT_ERROR = -1
+
+
 class TapLibrary:
-    """The five tap ABI functions, bound with their C signatures."""
+    """The tap ABI functions, bound with their C signatures (inject is None
+    when the preloaded shim predates probe_inject_v1)."""
 
     def __init__(self, handle):
         self.tap = handle.probe_tap_v1
@@ -55,6 +61,12 @@ class TapLibrary:
         self.flush = handle.probe_tap_flush_v1
         self.flush.argtypes = []
         self.flush.restype = ctypes.c_int
+        try:
+            self.inject = handle.probe_inject_v1
+            self.inject.argtypes = [ctypes.POINTER(ProbeTapTensorV1)]
+            self.inject.restype = ctypes.c_int
+        except AttributeError:
+            self.inject = None
 
 
 def load():

@@ -15,12 +15,22 @@ Rules (docs/components.md):
     otherwise (a CUDA tensor is never read: that would synchronize).
 Tensor bytes never pass through Python: probe_tap_v1 gets data_ptr(), shape,
 strides (in elements) and the producer stream.
+
+Injection (docs/inject.md), when probe-run sets PROBE_INJECT: before a
+tensor is tapped, probe_inject_v1 may replace it with the reference's value
+at the same path. Component inputs are replaced in a private contiguous
+tensor that is passed to the component instead of the caller's (tensors the
+pipeline shares, e.g. latents also given to the scheduler, keep their own
+values); outputs (the root inputs a source method returns, and the
+scheduler attributes of `timesteps`) are replaced in place, so the pipeline
+goes on with them. The tap then records what was actually used.
 """
 
 import atexit
 import builtins
 import ctypes
 import dataclasses
+import fnmatch
 import functools
 import inspect
 import json
@@ -129,6 +139,9 @@ def _note_stderr(msg):
         pass
 
 
+_SKIP = object()
+
+
 def _slot_part(key):
     s = str(key).replace("/", "_")
     return s if s else "_"
@@ -154,6 +167,17 @@ class Runtime:
         self._orig_build_class = None
         self._wrapper_code = None
         self.wrapped = []  # "module.Class.method -> component", for diagnostics
+        self._out_attrs = {name: list(row.get("output_attrs") or [])
+                           for name, row in table.rows.items()}
+        self._dtypes = {}  # component -> dtype of its first output slot (manifest "dtypes")
+        self._inject_globs = None
+        if os.environ.get("PROBE_INJECT"):
+            if getattr(lib, "inject", None) is None:
+                _note_stderr("PROBE_INJECT is set but the preloaded shim has no probe_inject_v1: "
+                             "nothing is injected")
+            else:
+                self._inject_globs = [g for g in os.environ.get("PROBE_INJECT_GLOBS", "*").split(",")
+                                      if g]
 
     # -- notes -----------------------------------------------------------
     def note(self, kind, msg):
@@ -184,12 +208,68 @@ class Runtime:
             if ver is not None:
                 self.manifest(key, str(ver))
 
+    def manifest_dtypes(self):
+        """Manifest "dtypes": torch's dtype settings and each component's
+        output dtype as tapped (what a bf16-vs-fp32 comparison compared)."""
+        torch = self._torch
+        if torch is None:
+            return
+        d = {"outputs": dict(self._dtypes)}
+        try:
+            d["default_dtype"] = str(torch.get_default_dtype()).replace("torch.", "")
+            getp = getattr(torch, "get_float32_matmul_precision", None)
+            if getp is not None:
+                d["float32_matmul_precision"] = getp()
+            be = getattr(torch, "backends", None)
+            if be is not None:
+                d["cuda_matmul_allow_tf32"] = bool(be.cuda.matmul.allow_tf32)
+                d["cudnn_allow_tf32"] = bool(be.cudnn.allow_tf32)
+                d["cuda_matmul_allow_bf16_reduced_precision_reduction"] = bool(
+                    getattr(be.cuda.matmul, "allow_bf16_reduced_precision_reduction", False))
+        except Exception:
+            pass
+        self.manifest("dtypes", d)
+
+    def manifest_scheduler(self, obj):
+        """Manifest "scheduler": the scheduler's class and configuration
+        (diffusers: obj.config; otherwise its public plain attributes), keys
+        sorted, so that probe-compare can tell two runs' schedulers apart."""
+        cfg = getattr(obj, "config", None)
+        if isinstance(cfg, dict):
+            items = list(cfg.items())
+        else:
+            try:
+                items = list(vars(obj).items())
+            except TypeError:
+                items = []
+
+        def plain(v):
+            if v is None or isinstance(v, (bool, int, str)):
+                return v
+            if isinstance(v, float):
+                return v if math.isfinite(v) else repr(v)
+            if isinstance(v, (list, tuple)) and all(plain(x) is not _SKIP for x in v):
+                return [plain(x) for x in v]
+            return _SKIP
+
+        conf = {}
+        for k, v in items:
+            if not isinstance(k, str) or k.startswith("_"):
+                continue
+            pv = plain(v)
+            if pv is not _SKIP:
+                conf[k] = pv
+        t = type(obj)
+        self.manifest("scheduler", {"class": "%s.%s" % (t.__module__, t.__qualname__),
+                                    "config": dict(sorted(conf.items()))})
+
     # -- exit --------------------------------------------------------------
     def at_exit(self):
         if not self.enabled or not self.lib.enabled():
             return  # nothing to flush, or the library already reported why
         try:
             self.manifest_libraries()
+            self.manifest_dtypes()
             rc = self.lib.flush()
             # 3 (PROBE_EIO): capture was disabled by an I/O error, which the
             # library has already reported in its one `probe:` line.
@@ -293,7 +373,7 @@ class Runtime:
             try:
                 ctx = rt._begin(component)
                 try:
-                    rt._tap_inputs(ctx, signature(), args, kwargs)
+                    args, kwargs = rt._tap_inputs(ctx, signature(), args, kwargs)
                 except Exception as e:
                     rt.note("internal-in", "adapter error while tapping inputs of %s: %s: %s"
                             % (component, type(e).__name__, e))
@@ -302,7 +382,7 @@ class Runtime:
                 active.discard(component)
             rt._end(component)
             try:
-                rt._tap_output(ctx, result)
+                rt._tap_output(ctx, result, args[0] if args else None)
             except Exception as e:
                 rt.note("internal-out", "adapter error while tapping the output of %s: %s: %s"
                         % (component, type(e).__name__, e))
@@ -349,13 +429,16 @@ class Runtime:
         self.manifest_libraries()
 
     def _tap_inputs(self, ctx, sig, args, kwargs):
+        """Tap the tensor arguments; returns (args, kwargs) for the call,
+        with injected inputs substituted (the caller's tensors untouched)."""
         torch = self._get_torch()
         if torch is None:
-            return  # no torch imported: there is no tensor to tap
+            return args, kwargs  # no torch imported: there is no tensor to tap
         if not self._atexit_moved or "diffusers" not in self._manifest_done:
             self._first_sight_of_torch()
         Tensor = torch.Tensor
-        items = None
+        items = None  # (name, value, origin)
+        bound = None
         if sig is not None:
             try:
                 bound = sig.bind(*args, **kwargs)
@@ -363,28 +446,118 @@ class Runtime:
                 for name, value in bound.arguments.items():
                     kind = sig.parameters[name].kind
                     if kind == inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
-                        items.extend(value.items())
+                        items.extend((k, v, ("varkw", name, k)) for k, v in value.items())
                     else:
-                        items.append((name, value))
+                        items.append((name, value, ("arg", name)))
             except TypeError:
                 items = None
+                bound = None
         if items is None:
-            items = [("arg%d" % i, v) for i, v in enumerate(args)] + list(kwargs.items())
-        for name, value in items:
+            items = ([("arg%d" % i, v, ("pos", i)) for i, v in enumerate(args)] +
+                     [(k, v, ("key", k)) for k, v in kwargs.items()])
+        for name, value, _ in items:
             if name in _TIMESTEP_ARGS:
                 ctx["timestep"] = self._timestep_value(torch, value)
-        for name, value in items:
+        replaced = []
+        for name, value, origin in items:
             slot = "in." + _slot_part(name)
             if isinstance(value, Tensor):
-                self._tap(ctx, slot, value)
+                new = self._inject_input(ctx, slot, value)
+                self._tap(ctx, slot, new)
+                if new is not value:
+                    replaced.append((origin, new))
             elif isinstance(value, (list, tuple)):
-                for i, v in enumerate(value):
+                vals, changed = list(value), False
+                for i, v in enumerate(vals):
                     if isinstance(v, Tensor):
-                        self._tap(ctx, "%s.%d" % (slot, i), v)
+                        nv = self._inject_input(ctx, "%s.%d" % (slot, i), v)
+                        self._tap(ctx, "%s.%d" % (slot, i), nv)
+                        if nv is not v:
+                            vals[i], changed = nv, True
+                if changed:
+                    if isinstance(value, tuple) and hasattr(value, "_fields"):
+                        new = type(value)(*vals)  # namedtuple
+                    elif isinstance(value, tuple):
+                        new = tuple(vals)
+                    else:
+                        new = vals
+                    replaced.append((origin, new))
             elif isinstance(value, dict):
+                new, changed = dict(value), False
                 for k, v in value.items():
                     if isinstance(v, Tensor):
-                        self._tap(ctx, "%s.%s" % (slot, _slot_part(k)), v)
+                        nv = self._inject_input(ctx, "%s.%s" % (slot, _slot_part(k)), v)
+                        self._tap(ctx, "%s.%s" % (slot, _slot_part(k)), nv)
+                        if nv is not v:
+                            new[k], changed = nv, True
+                if changed:
+                    replaced.append((origin, new))
+        if not replaced:
+            return args, kwargs
+        if bound is not None:
+            for origin, new in replaced:
+                if origin[0] == "arg":
+                    bound.arguments[origin[1]] = new
+                else:  # varkw
+                    d = dict(bound.arguments[origin[1]])
+                    d[origin[2]] = new
+                    bound.arguments[origin[1]] = d
+            return tuple(bound.args), dict(bound.kwargs)
+        args, kwargs = list(args), dict(kwargs)
+        for origin, new in replaced:
+            if origin[0] == "pos":
+                args[origin[1]] = new
+            else:
+                kwargs[origin[1]] = new
+        return tuple(args), kwargs
+
+    # -- injection -----------------------------------------------------------
+    def _inject_wanted(self, ctx, slot):
+        """Pre-filter with the shim's glob rule (fnmatch, '*' matches '/', a
+        glob without a leading '/' also tried without the path's '/'); the
+        shim decides. A glob with a backslash is left to the shim."""
+        globs = self._inject_globs
+        if not globs:
+            return False
+        path = "/%s/%04d/%s" % (ctx["component"], ctx["call"], slot)
+        for g in globs:
+            if "\\" in g or fnmatch.fnmatchcase(path, g) or (
+                    not g.startswith("/") and fnmatch.fnmatchcase(path[1:], g)):
+                return True
+        return False
+
+    def _inject(self, ctx, slot, t):
+        desc = self._describe(ctx, slot, t)
+        if desc is None:
+            return _abi.PROBE_INJECT_NONE
+        return self.lib.inject(ctypes.byref(desc))
+
+    def _inject_input(self, ctx, slot, t):
+        """A component input: the reference's value in a new contiguous
+        tensor (returned), or t itself when nothing is injected."""
+        if not self._inject_wanted(ctx, slot):
+            return t
+        torch = self._torch
+        try:
+            tmp = torch.empty_like(t, memory_format=torch.contiguous_format)
+        except Exception as e:
+            self.note("inject-alloc", "cannot allocate a tensor to inject /%s/%04d/%s: %s"
+                      % (ctx["component"], ctx["call"], slot, e))
+            return t
+        return tmp if self._inject(ctx, slot, tmp) == _abi.PROBE_INJECT_DONE else t
+
+    def _inject_output(self, ctx, slot, t):
+        """A source's output: replaced in place (the pipeline goes on with it)."""
+        if not self._inject_wanted(ctx, slot):
+            return
+        torch = self._torch
+        if t.device.type == "cuda" and not t.is_contiguous():
+            tmp = torch.empty_like(t, memory_format=torch.contiguous_format)
+            if self._inject(ctx, slot, tmp) == _abi.PROBE_INJECT_DONE:
+                with torch.no_grad():
+                    t.copy_(tmp)
+        else:
+            self._inject(ctx, slot, t)
 
     def _timestep_value(self, torch, value):
         try:
@@ -407,22 +580,35 @@ class Runtime:
             pass
         return math.nan
 
-    def _tap_output(self, ctx, result):
+    def _tap_output(self, ctx, result, obj=None):
         torch = self._get_torch()
         if torch is None:
             return
         Tensor = torch.Tensor
+        outs = []
         if isinstance(result, Tensor):
-            self._tap(ctx, "out", result)
-            return
-        for key, value in self._children(result, Tensor):
-            slot = "out." + _slot_part(key)
-            if isinstance(value, Tensor):
-                self._tap(ctx, slot, value)
-                continue
-            for key2, value2 in self._children(value, Tensor):
-                if isinstance(value2, Tensor):
-                    self._tap(ctx, "%s.%s" % (slot, _slot_part(key2)), value2)
+            outs.append(("out", result))
+        else:
+            for key, value in self._children(result, Tensor):
+                slot = "out." + _slot_part(key)
+                if isinstance(value, Tensor):
+                    outs.append((slot, value))
+                    continue
+                for key2, value2 in self._children(value, Tensor):
+                    if isinstance(value2, Tensor):
+                        outs.append(("%s.%s" % (slot, _slot_part(key2)), value2))
+        attrs = self._out_attrs.get(ctx["component"])
+        if attrs and obj is not None:
+            # set_timesteps & co return nothing: what they set is the output
+            for a in attrs:
+                v = getattr(obj, a, None)
+                if isinstance(v, Tensor):
+                    outs.append(("out." + _slot_part(a), v))
+            if ctx["component"] == "timesteps":
+                self.manifest_scheduler(obj)
+        for slot, t in outs:
+            self._inject_output(ctx, slot, t)
+            self._tap(ctx, slot, t)
 
     @staticmethod
     def _children(obj, Tensor):
@@ -439,21 +625,23 @@ class Runtime:
             return [(k, getattr(obj, k, None)) for k in _DIST_FIELDS]
         return []
 
-    def _tap(self, ctx, slot, t):
+    def _describe(self, ctx, slot, t):
+        """The tap descriptor of t (its shape/strides arrays are kept alive
+        by ctypes), or None for a tensor probe does not capture (noted once)."""
         torch = self._torch
         component = ctx["component"]
         if t.layout != torch.strided:
             self.note("layout-%s" % t.layout, "%s tensors are not captured (first: /%s/%04d/%s)"
                       % (t.layout, component, ctx["call"], slot))
-            return
+            return None
         if t.is_quantized:
             self.note("quantized", "quantized tensors are not captured (first: /%s/%04d/%s)"
                       % (component, ctx["call"], slot))
-            return
+            return None
         if t.is_complex():
             self.note("complex", "complex tensors are not captured (first: /%s/%04d/%s)"
                       % (component, ctx["call"], slot))
-            return
+            return None
         dev = t.device
         if dev.type == "cpu":
             device = -1
@@ -462,23 +650,23 @@ class Runtime:
         else:
             self.note("device-" + dev.type, "tensors on %s devices are not captured (first: /%s/%04d/%s)"
                       % (dev.type, component, ctx["call"], slot))
-            return
+            return None
         code = self._dtype_codes.get(t.dtype)
         if code is None:
             self.note("dtype-%s" % t.dtype, "%s tensors are not captured (first: /%s/%04d/%s)"
                       % (t.dtype, component, ctx["call"], slot))
-            return
+            return None
         rank = t.dim()
         if rank > _abi.PROBE_MAX_RANK:
             self.note("rank", "tensors of rank > %d are not captured (first: /%s/%04d/%s)"
                       % (_abi.PROBE_MAX_RANK, component, ctx["call"], slot))
-            return
+            return None
         try:
             data = t.data_ptr()
         except Exception as e:  # tensor subclasses without storage (DTensor, fake tensors, ...)
             self.note("noptr-" + type(t).__name__, "%s has no data pointer, not captured (first: /%s/%04d/%s): %s"
                       % (type(t).__name__, component, ctx["call"], slot, e))
-            return
+            return None
         shape = (ctypes.c_int64 * max(rank, 1))(*t.shape)
         strides = (ctypes.c_int64 * max(rank, 1))(*t.stride())
         stream = None
@@ -501,6 +689,17 @@ class Runtime:
             stream=stream,
             timestep=ctx["timestep"],
         )
+        return desc
+
+    def _tap(self, ctx, slot, t):
+        desc = self._describe(ctx, slot, t)
+        if desc is None:
+            return
+        torch = self._torch
+        component = ctx["component"]
+        device = desc.device
+        if slot.startswith("out") and component not in self._dtypes:
+            self._dtypes[component] = str(t.dtype).replace("torch.", "")
         rc = self.lib.tap(ctypes.byref(desc))
         if rc != 0:
             if not self.lib.enabled():
