@@ -115,8 +115,11 @@ static void fail_locked(const char *fmt, ...)
 static void open_ref_locked(void)
 {
     atomic_store(&opened, 1);
-    probe_status st = shim_file_open(); /* loads libprobe.so (the reader) */
-    if (st != PROBE_OK || !shim_lp.file_open) {
+    probe_status st;
+    /* The caller opened the capture file before taking ilock (that loads
+     * libprobe.so, the reader; and the open builds the manifest, which takes
+     * ilock through shim_inject_json). */
+    if (!shim_writer() || !shim_lp.file_open) {
         fail_locked("cannot read the reference %s: probe's library is not available",
                     icfg.ref_path);
         return;
@@ -181,7 +184,10 @@ SHIM_EXPORT int probe_inject_v1(const probe_tap_tensor_v1 *t)
     }
     if (!atomic_load(&opened)) {
         /* Opened at the first call, selected or not, so that a glob matching
-         * nothing in the reference is reported at once. */
+         * nothing in the reference is reported at once. The capture file
+         * first, outside ilock (see open_ref_locked). */
+        if (shim_file_open() != PROBE_OK)
+            return PROBE_INJECT_NONE; /* capture disabled: it said why */
         pthread_mutex_lock(&ilock);
         if (!atomic_load(&opened) && !finished)
             open_ref_locked();

@@ -417,6 +417,34 @@ static void env_int(struct shim_json *b, const char *k, const char *env)
     shim_json_printf(b, "%lld", x);
 }
 
+/* The NVIDIA kernel driver's version ("580.95.05") from
+ * /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64 Kernel
+ * Module  580.95.05  ..."); 0 when there is none. No CUDA call. */
+static int nvidia_driver(char *buf, size_t cap)
+{
+    FILE *f = fopen("/proc/driver/nvidia/version", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int ok = 0;
+    if (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "Kernel Module");
+        if (p) {
+            p += strlen("Kernel Module");
+            while (*p == ' ' || *p == '\t')
+                ++p;
+            size_t n = strspn(p, "0123456789.");
+            if (n > 0 && n < cap) {
+                memcpy(buf, p, n);
+                buf[n] = 0;
+                ok = 1;
+            }
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
 char *shim_manifest_build(int final)
 {
     struct shim_json b;
@@ -495,6 +523,11 @@ char *shim_manifest_build(int final)
         }
         if (!user_has("cuda"))
             shim_cuda_info_json(&b);
+        char drv[64];
+        if (!user_has("nvidia_driver") && nvidia_driver(drv, sizeof drv)) {
+            key(&b, "nvidia_driver");
+            shim_json_string(&b, drv);
+        }
     }
     if (!user_has("inject"))
         shim_inject_json(&b);

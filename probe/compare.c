@@ -1,6 +1,7 @@
 /* compare.c - match reference/candidate tensors by path, compute metrics,
  * apply gates, find the first failure in execution order (CONTRACT.md). */
 #include "probe/compare.h"
+#include "experiment.h"
 
 #include "device_loader.h"
 #include "probe/components.h"
@@ -252,6 +253,44 @@ static void add_run_reason(probe_compare_result *res, const char *fmt, ...)
     res->nreasons++;
 }
 
+static probe_status copy_manifest(char **dst, const probe_file *f)
+{
+    const char *m = probe_file_manifest(f);
+    if (m && !(*dst = strdup(m)))
+        return probe_set_error(PROBE_ENOMEM, "out of memory copying the manifest of %s",
+                               probe_file_path(f));
+    return PROBE_OK;
+}
+
+/* The isolated run's metrics for a compared tensor (same path and shape):
+ * the reference against the isolated run, streamed like the pair itself
+ * (bounded memory, the same bits as the as-run metrics' path), and the
+ * amplification = rel_l2 as run / rel_l2 isolated (NaN when undefined). */
+static probe_status isolate(probe_file *rf, size_t ri, probe_file *isof,
+                            const probe_compare_opts *o, probe_tensor_result *t)
+{
+    size_t ii;
+    if (!t->compared || probe_file_find(isof, t->ref.path, &ii) != PROBE_OK)
+        return PROBE_OK;
+    const probe_tensor_info *it = probe_file_tensor(isof, ii);
+    int same = it->rank == t->ref.rank && it->n == t->ref.n;
+    for (int d = 0; same && d < it->rank; d++)
+        same = it->shape[d] == t->ref.shape[d];
+    if (!same || (it->dtype == PROBE_DTYPE_BOOL) != (t->ref.dtype == PROBE_DTYPE_BOOL))
+        return PROBE_OK;
+    file_pair fp = {{rf, isof}, {ri, ii}};
+    probe_pair_source src = {t->ref.n, {t->ref.dtype, it->dtype}, file_pair_read, &fp};
+    probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
+    probe_stream_opts so = {o->threads, {0, 0}, NULL};
+    probe_status s = probe_metrics_compute_source(&src, &mo, &so, &t->m_isolated, NULL);
+    if (s != PROBE_OK)
+        return s;
+    t->has_isolated = 1;
+    double a = t->m.rel_l2, b = t->m_isolated.rel_l2;
+    t->amplification = isfinite(a) && isfinite(b) && b > 0 ? a / b : NAN;
+    return PROBE_OK;
+}
+
 static uint64_t tensor_bytes(const probe_tensor_info *ti)
 {
     return (uint64_t)ti->n * (uint64_t)probe_dtype_size(ti->dtype);
@@ -292,6 +331,24 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
     res->first_failure = -1;
     res->pass = 1;
     res->expect_identical = opts->expect_identical != 0;
+    res->same_experiment = 1;
+    probe_file *isof = NULL;
+    if ((s = copy_manifest(&res->manifest_reference, rf)) ||
+        (s = copy_manifest(&res->manifest_candidate, cf)))
+        goto fail;
+    if (opts->isolated) {
+        if ((s = probe_file_open(opts->isolated, &isof)) != PROBE_OK)
+            goto fail;
+        snprintf(res->isolated, sizeof res->isolated, "%s", opts->isolated);
+        if ((s = copy_manifest(&res->manifest_isolated, isof)))
+            goto fail;
+        char why[256];
+        if (probe_experiment_check_isolated(res->manifest_isolated, rf, why, sizeof why)) {
+            res->pass = 0;
+            add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
+                           opts->isolated, why);
+        }
+    }
 
     size_t sel_total = 0, sel_done = 0, ndiffer = 0;
     char first_differ[512] = "";
@@ -322,6 +379,10 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         t->ref = *ti;
         if ((s = compare_pair(rf, i, cf, ci, opts, t)) != PROBE_OK)
             goto fail;
+        t->amplification = NAN;
+        if (isof && (s = isolate(rf, i, isof, opts, t)) != PROBE_OK)
+            goto fail;
+        res->nisolated += t->has_isolated != 0;
         if (!t->compared || !t->m.identical) {
             res->feature_active = 1;
             if (!ndiffer++)
@@ -372,15 +433,43 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
     }
     if (opts->progress && sel_done)
         opts->progress(opts->progress_ctx, sel_done, sel_total, bytes_done, bytes_total);
+    /* A run whose injection failed is not the experiment it claims to be. */
+    char why[256];
+    if ((res->inject_failed_reference =
+             probe_experiment_inject_failed(res->manifest_reference, why, sizeof why))) {
+        res->pass = 0;
+        add_run_reason(res, "injection failed in the reference run: %s", why);
+    }
+    if ((res->inject_failed_candidate =
+             probe_experiment_inject_failed(res->manifest_candidate, why, sizeof why))) {
+        res->pass = 0;
+        add_run_reason(res, "injection failed in the candidate run: %s", why);
+    }
+    if (opts->check_roots) {
+        if ((s = probe_experiment_roots(res, rf, cf, opts)) != PROBE_OK)
+            goto fail;
+        if (!res->same_experiment) {
+            size_t ndiff = 0, first = 0;
+            for (size_t i = 0; i < res->nroots; i++)
+                if (!res->roots[i].same && !res->roots[i].allowed && !ndiff++)
+                    first = i;
+            res->pass = 0;
+            add_run_reason(res, "not the same experiment: root input %s differs (%s)%s",
+                           res->roots[first].path, res->roots[first].why,
+                           ndiff > 1 ? " and more" : "");
+        }
+    }
 
     probe_file_close(rf);
     probe_file_close(cf);
+    probe_file_close(isof);
     *out = res;
     return PROBE_OK;
 fail:
     probe_compare_result_free(res);
     probe_file_close(rf);
     probe_file_close(cf);
+    probe_file_close(isof);
     return s;
 }
 
@@ -394,5 +483,9 @@ void probe_compare_result_free(probe_compare_result *r)
     free(r->missing_in_candidate);
     free(r->missing_in_reference);
     free(r->skipped);
+    free(r->manifest_reference);
+    free(r->manifest_candidate);
+    free(r->manifest_isolated);
+    free(r->roots);
     free(r);
 }

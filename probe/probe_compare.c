@@ -18,10 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "probe/compare.h"
 #include "probe/components.h"
 
 #define MAX_ONLY 64
+#define MAX_ALLOW 64
 
 static void usage(FILE *f)
 {
@@ -43,13 +46,23 @@ static void usage(FILE *f)
             "                      1 for rank 4/5 and the last axis for rank 2/3\n"
             "  --threads N         metric worker threads (default: the online CPUs, at most 8)\n"
             "  --device D          cpu (default), cuda or cuda:N: compute the metrics on a GPU\n"
+            "  --allow-root-diff GLOB\n"
+            "                      the root inputs (initial latents, timesteps, prompt\n"
+            "                      embeddings, scheduler configuration) whose path or\n"
+            "                      component matches GLOB may differ (the feature changes\n"
+            "                      them); any other difference is \"not the same experiment\"\n"
+            "                      (exit 1); repeatable\n"
+            "  --isolated ISO.h5   the candidate run again under probe-run --replay REF.h5:\n"
+            "                      report per tensor the error as run, in isolation, and\n"
+            "                      their ratio (amplification)\n"
             "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
             "                      vs reference); without it a candidate identical to the\n"
             "                      reference everywhere fails as \"feature not active\"\n"
             "  --quiet             print only the final verdict line (and no progress)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 all pass, 1 a gate failed, a tensor is missing, nothing was\n"
-            "compared or the feature was not active, 2 bad arguments or an unreadable file\n"
+            "compared, the feature was not active, the runs are not the same experiment or an\n"
+            "injection failed, 2 bad arguments or an unreadable file\n"
             "On a terminal, progress (tensors and bytes done) is shown on stderr.\n");
 }
 
@@ -136,6 +149,182 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
         fprintf(out, "%-*s  skipped in %s: %s\n", w, r->skipped[i].path, r->skipped[i].side,
                 r->skipped[i].reason);
     fputc('\n', out);
+}
+
+/* ---- run manifests side by side ------------------------------------------ */
+
+/* Text of one manifest field (dotted key path) into buf; "" when absent. */
+static void mval(json_t *m, const char *key, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    char k[128];
+    snprintf(k, sizeof k, "%s", key);
+    json_t *v = m;
+    for (char *save = NULL, *tok = strtok_r(k, ".", &save); tok && v;
+         tok = strtok_r(NULL, ".", &save))
+        v = json_is_object(v) ? json_object_get(v, tok) : NULL;
+    if (!v || json_is_null(v))
+        return;
+    if (json_is_string(v)) {
+        snprintf(buf, cap, "%s", json_string_value(v));
+    } else if (json_is_array(v) && strcmp(key, "command") == 0) {
+        size_t i, len = 0;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            const char *a = json_is_string(e) ? json_string_value(e) : "?";
+            int q = strpbrk(a, " \t'\"") != NULL || !*a;
+            if (len < cap)
+                len += (size_t)snprintf(buf + len, cap - len, q ? "%s'%s'" : "%s%s", i ? " " : "", a);
+        }
+    } else {
+        char *t = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        if (t)
+            snprintf(buf, cap, "%s", t);
+        free(t);
+    }
+}
+
+static void inject_summary(json_t *m, char *buf, size_t cap)
+{
+    json_t *inj = m ? json_object_get(m, "inject") : NULL;
+    buf[0] = 0;
+    if (!json_is_object(inj)) {
+        snprintf(buf, cap, m ? "none" : "");
+        return;
+    }
+    const char *ref = json_string_value(json_object_get(inj, "reference"));
+    const char *base = ref ? strrchr(ref, '/') : NULL;
+    snprintf(buf, cap, "%s: %lld of %lld from %s",
+             json_string_value(json_object_get(inj, "status")) ? json_string_value(json_object_get(inj, "status")) : "?",
+             (long long)json_integer_value(json_object_get(inj, "injected")),
+             (long long)json_integer_value(json_object_get(inj, "selected")),
+             base ? base + 1 : ref ? ref : "?");
+}
+
+static void print_runs(FILE *out, const probe_compare_result *r)
+{
+    json_t *m[2] = {r->manifest_reference ? json_loads(r->manifest_reference, 0, NULL) : NULL,
+                    r->manifest_candidate ? json_loads(r->manifest_candidate, 0, NULL) : NULL};
+    static const struct { const char *label, *key; } rows[] = {
+        {"label", "label"}, {"command", "command"}, {"host", "host"}, {"start", "start_time"},
+        {"GPU", "cuda.devices"}, {"NVIDIA driver", "nvidia_driver"},
+        {"CUDA driver API", "cuda.driver_version"}, {"CUDA runtime", "cuda.runtime_version"},
+        {"python", "python"}, {"torch", "torch"}, {"diffusers", "diffusers"},
+        {"transformers", "transformers"}, {"tensorrt_llm", "tensorrt_llm"},
+        {"probe", "probe_version"}, {"rank/world", "world_size"},
+        {"default dtype", "dtypes.default_dtype"},
+        {"fp32 matmul", "dtypes.float32_matmul_precision"},
+        {"TF32 matmul", "dtypes.cuda_matmul_allow_tf32"},
+        {"output dtypes", "dtypes.outputs"}, {"scheduler", "scheduler"},
+        {"capture", "capture"}, {"taps", "taps"}, {"inject", ""}, {"skips", ""}};
+    char v[2][1024];
+    int w = 30;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        for (int s = 0; s < 2; s++) {
+            mval(m[s], rows[k].key[0] ? rows[k].key : "-", v[s], sizeof v[s]);
+            int len = (int)strlen(v[s]);
+            if (len > w)
+                w = len;
+        }
+    if (w > 58)
+        w = 58;
+    fprintf(out, "runs (from each file's manifest; * marks a difference)\n  %-16s %-*s  %s\n",
+            "", w, "reference", "candidate");
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        for (int s = 0; s < 2; s++) {
+            if (strcmp(rows[k].label, "inject") == 0) {
+                inject_summary(m[s], v[s], sizeof v[s]);
+            } else if (strcmp(rows[k].label, "skips") == 0) {
+                size_t n = 0;
+                for (size_t i = 0; i < r->nskipped; i++)
+                    n += strcmp(r->skipped[i].side, s ? "candidate" : "reference") == 0;
+                snprintf(v[s], sizeof v[s], "%zu", n);
+            } else {
+                mval(m[s], rows[k].key, v[s], sizeof v[s]);
+            }
+        }
+        if (!v[0][0] && !v[1][0])
+            continue;
+        int diff = strcmp(v[0], v[1]) != 0;
+        /* Cut long values: the JSON and HTML carry them whole. */
+        for (int s = 0; s < 2; s++)
+            if ((int)strlen(v[s]) > w)
+                snprintf(v[s] + w - 3, sizeof v[s] - (size_t)w + 3, "...");
+        fprintf(out, "%c %-16s %-*s  %s\n", diff ? '*' : ' ', rows[k].label, w,
+                v[0][0] ? v[0] : "-", v[1][0] ? v[1] : "-");
+    }
+    fputc('\n', out);
+    json_decref(m[0]);
+    json_decref(m[1]);
+}
+
+static void print_roots(FILE *out, const probe_compare_result *r)
+{
+    if (!r->roots_checked)
+        return;
+    size_t ndiff = 0, nallowed = 0;
+    for (size_t i = 0; i < r->nroots; i++) {
+        ndiff += !r->roots[i].same && !r->roots[i].allowed;
+        nallowed += r->roots[i].allowed;
+    }
+    if (r->nroots == 0) {
+        fprintf(out, "root inputs: none recorded in either file (initial latents, timesteps and "
+                     "prompt embeddings are not known to be the same)\n\n");
+        return;
+    }
+    fprintf(out, "root inputs: %zu checked, %zu identical, %zu differ%s\n", r->nroots,
+            r->nroots - ndiff - nallowed, ndiff + nallowed,
+            nallowed ? " (some allowed by --allow-root-diff)" : "");
+    for (size_t i = 0; i < r->nroots; i++) {
+        const probe_root_input *ri = &r->roots[i];
+        if (ri->same)
+            continue;
+        fprintf(out, "  %s %s: %s\n", ri->allowed ? "allowed  " : "DIFFERENT", ri->path, ri->why);
+    }
+    if (ndiff)
+        fprintf(out, "not the same experiment: the runs did not start from the same inputs; "
+                     "inject them (probe-run --inject REF.h5) or allow the difference "
+                     "(--allow-root-diff GLOB)\n");
+    fputc('\n', out);
+}
+
+/* Error introduced vs inherited: the output tensors of each component and
+ * step, as run and in isolation (--isolated). */
+static void print_isolation(FILE *out, const probe_compare_result *r)
+{
+    if (!r->isolated[0])
+        return;
+    int w = 4;
+    for (size_t i = 0; i < r->ntensors; i++) {
+        int len = (int)strlen(r->tensors[i].ref.path);
+        if (len > w)
+            w = len;
+    }
+    if (w > 60)
+        w = 60;
+    fprintf(out, "isolation (%s: every component fed the reference's inputs)\n"
+                 "error introduced (isolated) vs inherited (as run / isolated = amplification), "
+                 "output tensors:\n%-*s  %-14s %5s %12s %12s %13s\n",
+            r->isolated, w, "path", "component", "step", "rel_l2 run", "rel_l2 iso", "amplification");
+    for (size_t i = 0; i < r->ntensors; i++) {
+        const probe_tensor_result *t = &r->tensors[i];
+        if (strncmp(t->ref.slot, "out", 3) != 0)
+            continue;
+        char a[32], b[32], c[32], st[24];
+        fmt_num(a, sizeof a, t->m.rel_l2, t->compared);
+        fmt_num(b, sizeof b, t->m_isolated.rel_l2, t->has_isolated);
+        if (t->has_isolated && isfinite(t->amplification))
+            snprintf(c, sizeof c, "%.3g", t->amplification);
+        else
+            snprintf(c, sizeof c, "%s", t->has_isolated ? "n/a" : "-");
+        if (t->ref.step >= 0)
+            snprintf(st, sizeof st, "%lld", (long long)t->ref.step);
+        else
+            snprintf(st, sizeof st, "-");
+        fprintf(out, "%-*s  %-14s %5s %12s %12s %13s\n", w, t->ref.path, t->ref.component, st, a, b, c);
+    }
+    fprintf(out, "(rel_l2 iso > 0: the component introduces error itself; 0 with rel_l2 run > 0: "
+                 "all of its error is inherited from upstream)\n\n");
 }
 
 /* The gate's name, plus any --atol/--rtol override, as the human output shows it. */
@@ -246,7 +435,7 @@ int main(int argc, char **argv)
 {
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
            OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
-           OPT_DEVICE };
+           OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED };
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
@@ -258,11 +447,16 @@ int main(int argc, char **argv)
         {"channel-axis", required_argument, 0, OPT_CHANNEL_AXIS},
         {"threads", required_argument, 0, OPT_THREADS},
         {"device", required_argument, 0, OPT_DEVICE},
+        {"allow-root-diff", required_argument, 0, OPT_ALLOW_ROOT_DIFF},
+        {"isolated", required_argument, 0, OPT_ISOLATED},
         {0, 0, 0, 0}};
     const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
     const char *junit_path = NULL;
     const char *only[MAX_ONLY + 1] = {0};
     size_t nonly = 0;
+    const char *allow[MAX_ALLOW + 1] = {0};
+    size_t nallow = 0;
+    const char *iso_path = NULL;
     int quiet = 0;
     probe_compare_opts opts;
     memset(&opts, 0, sizeof opts);
@@ -325,6 +519,18 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case OPT_ALLOW_ROOT_DIFF:
+            if (nallow == MAX_ALLOW) {
+                fprintf(stderr, "probe-compare: at most %d --allow-root-diff options\n", MAX_ALLOW);
+                return 2;
+            }
+            if (!*optarg) {
+                fprintf(stderr, "probe-compare: --allow-root-diff needs a non-empty GLOB\n");
+                return 2;
+            }
+            allow[nallow++] = optarg;
+            break;
+        case OPT_ISOLATED: iso_path = optarg; break;
         case OPT_QUIET: quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
@@ -391,6 +597,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "probe-compare: --gate T2 needs --calibration FILE\n");
         return 2;
     }
+    if (iso_path && (same_file(iso_path, argv[optind]) || same_file(iso_path, argv[optind + 1]))) {
+        fprintf(stderr, "probe-compare: --isolated %s is the %s file; it must be a third run "
+                        "(probe-run --replay REF.h5)\n", iso_path,
+                same_file(iso_path, argv[optind]) ? "reference" : "candidate");
+        probe_calibration_free(cal);
+        return 2;
+    }
+    /* Root inputs: the table's "root" rows (the built-in list without a table). */
+    char **roots = NULL;
+    probe_status rs = probe_component_roots_load(NULL, &roots);
+    if (rs != PROBE_OK && rs != PROBE_ENOTFOUND) {
+        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        probe_calibration_free(cal);
+        return 2;
+    }
+    opts.check_roots = 1;
+    opts.root_components = (const char *const *)roots;
+    opts.allow_root_diff = nallow ? allow : NULL;
+    opts.isolated = iso_path;
     opts.calibration = cal;
     /* The component table's channel axes (none when no table is installed). */
     char **axis_names = NULL;
@@ -399,6 +624,7 @@ int main(int argc, char **argv)
     if (ts != PROBE_OK && ts != PROBE_ENOTFOUND) {
         fprintf(stderr, "probe-compare: %s\n", probe_last_error());
         probe_calibration_free(cal);
+        probe_component_names_free(roots);
         return 2;
     }
     opts.axis_components = axis_names;
@@ -418,6 +644,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "\r\033[K");
         fflush(stderr);
     }
+    probe_component_names_free(roots);
     if (cs != PROBE_OK) {
         fprintf(stderr, "probe-compare: %s\n", probe_last_error());
         probe_calibration_free(cal);
@@ -433,8 +660,12 @@ int main(int argc, char **argv)
                       : stdout;
     char gate[160];
     gate_label(gate, sizeof gate, &opts);
-    if (!quiet)
+    if (!quiet) {
+        print_runs(human, res);
         print_table(human, res, gate);
+        print_roots(human, res);
+        print_isolation(human, res);
+    }
     print_verdict(human, res, gate);
     int rc = res->pass ? 0 : 1;
     if (json_path && write_to(json_path, res, 0))

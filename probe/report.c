@@ -119,6 +119,53 @@ static json_t *tensor_json(const probe_tensor_result *t)
     return o;
 }
 
+/* (additive) per tensor, with --isolated: the reference vs isolated-run
+ * metrics and amplification = rel_l2 / rel_l2_isolated (null when undefined). */
+static void isolated_keys(json_t *o, const probe_tensor_result *t)
+{
+    const probe_metrics *m = &t->m_isolated;
+    int h = t->has_isolated, any = h && m->n_finite > 0;
+    json_object_set_new(o, "rel_l2_isolated", h ? num_or_null(m->rel_l2) : json_null());
+    json_object_set_new(o, "cosine_isolated", h ? num_or_null(m->cosine) : json_null());
+    json_object_set_new(o, "max_abs_isolated", any ? num_or_null(m->max_abs) : json_null());
+    json_object_set_new(o, "identical_isolated", h ? json_boolean(m->identical) : json_null());
+    json_object_set_new(o, "amplification", h ? num_or_null(t->amplification) : json_null());
+}
+
+static json_t *manifest_json(const char *text)
+{
+    json_t *m = text ? json_loads(text, 0, NULL) : NULL;
+    return m ? m : json_null();
+}
+
+/* (additive) what was compared: both runs' manifests, the root-input check,
+ * the injection status, the isolated run (docs/compare-json.md). */
+static void experiment_json(json_t *o, const probe_compare_result *r)
+{
+    json_object_set_new(o, "same_experiment", json_boolean(r->same_experiment));
+    json_t *roots = json_array();
+    for (size_t i = 0; i < r->nroots; i++) {
+        const probe_root_input *ri = &r->roots[i];
+        json_array_append_new(roots, json_pack(
+            "{s:s,s:s,s:b,s:b,s:o,s:o,s:b,s:b,s:o}", "path", ri->path, "component", ri->component,
+            "in_reference", ri->in_reference, "in_candidate", ri->in_candidate, "hash_reference",
+            ri->hash_reference[0] ? json_string(ri->hash_reference) : json_null(), "hash_candidate",
+            ri->hash_candidate[0] ? json_string(ri->hash_candidate) : json_null(), "same", ri->same,
+            "allowed", ri->allowed, "why", ri->why[0] ? json_string(ri->why) : json_null()));
+    }
+    json_object_set_new(o, "root_inputs", r->roots_checked ? roots : (json_decref(roots), json_null()));
+    json_object_set_new(o, "inject_failed", json_pack("{s:b,s:b}", "reference",
+                                                      r->inject_failed_reference, "candidate",
+                                                      r->inject_failed_candidate));
+    json_object_set_new(o, "isolated", r->isolated[0] ? json_string(r->isolated) : json_null());
+    json_t *m = json_object();
+    json_object_set_new(m, "reference", manifest_json(r->manifest_reference));
+    json_object_set_new(m, "candidate", manifest_json(r->manifest_candidate));
+    if (r->isolated[0])
+        json_object_set_new(m, "isolated", manifest_json(r->manifest_isolated));
+    json_object_set_new(o, "manifests", m);
+}
+
 static json_t *result_json(const probe_compare_result *r)
 {
     json_t *o = json_object();
@@ -147,7 +194,10 @@ static json_t *result_json(const probe_compare_result *r)
                                             r->skipped[i].side, "reason", r->skipped[i].reason));
     size_t npass = 0;
     for (size_t i = 0; i < r->ntensors; i++) {
-        json_array_append_new(ts, tensor_json(&r->tensors[i]));
+        json_t *tj = tensor_json(&r->tensors[i]);
+        if (r->isolated[0])
+            isolated_keys(tj, &r->tensors[i]);
+        json_array_append_new(ts, tj);
         npass += r->tensors[i].verdict.pass != 0;
     }
     json_object_set_new(o, "missing_in_candidate", mc);
@@ -163,6 +213,7 @@ static json_t *result_json(const probe_compare_result *r)
                                   (json_int_t)(r->ntensors - npass), "missing_in_candidate",
                                   (json_int_t)r->nmissing_cand, "missing_in_reference",
                                   (json_int_t)r->nmissing_ref, "skipped", (json_int_t)r->nskipped));
+    experiment_json(o, r);
     json_object_set_new(o, "tensors", ts);
     return o;
 }
@@ -218,12 +269,15 @@ static const char html_head[] =
     "<h1>probe-compare report</h1>\n"
     "<p>verdict <span id=\"verdict\"></span> under gate <b id=\"gate\"></b> &mdash; first failing component: <b id=\"first-failure-component\"></b> <code id=\"first-failure-path\"></code></p>\n"
     "<p class=\"info\" id=\"files\"></p><p class=\"info\" id=\"counts\"></p><p class=\"info\" id=\"run-reasons\"></p>\n"
+    "<h2>runs (each file's manifest; highlighted rows differ)</h2><table id=\"runs\"></table>\n"
+    "<h2>root inputs (initial latents, timesteps, prompt embeddings, scheduler configuration)</h2><p class=\"info\" id=\"roots-summary\"></p><table id=\"roots\"></table>\n"
     "<noscript><p>This report draws its tables and charts with JavaScript; the data is in the inline JSON blocks (script elements probe-data and probe-stats).</p></noscript>\n"
     "<h2>relative L2 by denoising step and component (worst output slot per cell; click a cell)</h2>\n"
     "<table id=\"heatmap\"></table><div class=\"legend\" id=\"hm-legend\"></div>\n"
     "<div id=\"detail\"></div>\n"
     "<h2>tensors in execution order (click a row to show its charts)</h2>\n"
     "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
+    "<div id=\"isolation-box\" style=\"display:none\"><h2>error introduced vs inherited (isolated run <code id=\"isolated-file\"></code>; output tensors)</h2><table id=\"isolation\"><thead><tr><th>path</th><th>component</th><th>step</th><th>rel_l2 as run</th><th>rel_l2 isolated</th><th>amplification</th></tr></thead><tbody></tbody></table></div>\n"
     "<h2>missing</h2><p class=\"info\">in the candidate:</p><ul id=\"missing_in_candidate\"></ul><p class=\"info\">in the reference:</p><ul id=\"missing_in_reference\"></ul>\n";
 static const char html_script[] =
     "(function(){'use strict';\n"
@@ -319,6 +373,20 @@ static const char html_script[] =
     " if(!s.hist){box.appendChild(el('p',{},'not compared: no histogram or map'));return;}\n"
     " var ch=el('div',{'class':'charts'});histogram(t,s,ch);if(s.channel_shift)shift(s,ch);box.appendChild(ch);\n"
     " if(s.map)smap(s,box);else if(s.map_omitted)box.appendChild(el('p',{'class':'info'},'spatial map omitted: '+s.map_omitted));}\n"
+    "/* runs side by side, root inputs, isolation (docs/report.md) */\n"
+    "var MF=D.manifests||{},MR=MF.reference||{},MC=MF.candidate||{};\n"
+    "function mget(m,k){var v=m;k.split('.').forEach(function(p){v=(v&&typeof v==='object')?v[p]:undefined;});if(v===undefined||v===null)return '';if(k==='command'&&Array.isArray(v))return v.join(' ');return typeof v==='string'?v:JSON.stringify(v);}\n"
+    "function injs(m){var i=m.inject;return i?(i.status+': '+i.injected+' of '+i.selected+' from '+i.reference+(i.error?' ('+i.error+')':'')):(MF.reference||MF.candidate?'none':'');}\n"
+    "var rt=$('runs'),h0=el('tr');['','reference','candidate'].forEach(function(x){h0.appendChild(el('th',{},x));});rt.appendChild(h0);\n"
+    "[['label','label'],['command','command'],['host','host'],['start','start_time'],['GPU','cuda.devices'],['NVIDIA driver','nvidia_driver'],['CUDA driver API','cuda.driver_version'],['CUDA runtime','cuda.runtime_version'],['python','python'],['torch','torch'],['diffusers','diffusers'],['transformers','transformers'],['tensorrt_llm','tensorrt_llm'],['probe','probe_version'],['dtype settings','dtypes'],['scheduler','scheduler'],['capture','capture'],['taps','taps'],['inject',null],['skips',null],['gate',null]].forEach(function(row){\n"
+    " var a,b;if(row[0]==='inject'){a=injs(MR);b=injs(MC);}else if(row[0]==='skips'){a=String((D.skipped||[]).filter(function(s){return s.side==='reference';}).length);b=String((D.skipped||[]).filter(function(s){return s.side==='candidate';}).length);}else if(row[0]==='gate'){a=b=JSON.stringify(D.gate);}else{a=mget(MR,row[1]);b=mget(MC,row[1]);}\n"
+    " if(!a&&!b)return;var tr=el('tr',{'class':'run-row','data-key':row[0]});tr.appendChild(el('th',{'class':'runkey'},row[0]));tr.appendChild(el('td',{'class':'mono'},a||'-'));tr.appendChild(el('td',{'class':'mono'},b||'-'));if(a!==b)tr.style.background='#fff3cd';rt.appendChild(tr);});\n"
+    "var RI=D.root_inputs;\n"
+    "if(!RI){$('roots-summary').textContent='not checked';}else{var nd=RI.filter(function(x){return !x.same&&!x.allowed;}).length;$('roots-summary').textContent=RI.length?(RI.length+' root inputs checked; '+(D.same_experiment?'the same experiment':'NOT the same experiment: '+nd+' differ')):'no root input recorded in either file';\n"
+    " var rh=el('tr');['path','reference hash','candidate hash','status'].forEach(function(x){rh.appendChild(el('th',{},x));});$('roots').appendChild(rh);\n"
+    " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?'same':(x.allowed?'differs (allowed): ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
+    "if(D.isolated){$('isolation-box').style.display='';$('isolated-file').textContent=D.isolated;var ib=$('isolation').querySelector('tbody');\n"
+    " D.tensors.forEach(function(t,i){if(!/^out/.test(S[i].slot))return;var tr=el('tr',{'class':'iso-row','data-path':t.path});[t.path,t.component,t.step===undefined?'-':String(t.step),fmt(t.rel_l2),fmt(t.rel_l2_isolated),fmt(t.amplification)].forEach(function(v){tr.appendChild(el('td',{},v));});ib.appendChild(tr);});}\n"
     "window.addEventListener('hashchange',select);select();\n"
     "})();\n";
 

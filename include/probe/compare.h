@@ -53,6 +53,20 @@ typedef struct probe_compare_opts {
     const int *axis_values, *axis_ranks;
     int use_cuda;           /* 1: compute on CUDA device cuda_device (libprobe_cuda.so) */
     int cuda_device;
+    /* Root-input check (docs/inject.md). 1: the root inputs of both runs (tensors of the
+       root components, and the manifest's "scheduler" configuration) must be equal, else
+       the run fails as "not the same experiment"; 0: not checked (library default). */
+    int check_roots;
+    const char *const *root_components; /* NULL-terminated component names; NULL: the
+                                           built-in "latents.init", "timesteps", "prompt_embeds" */
+    const char *const *allow_root_diff; /* NULL-terminated fnmatch globs: a root input whose
+                                           path (or component name; "scheduler" for the
+                                           manifest's scheduler configuration) matches one may
+                                           differ (the feature is expected to change it) */
+    /* Isolation (docs/inject.md): the candidate run again under probe-run --replay REF
+       (every component fed the reference's recorded inputs). NULL: none. Each compared
+       tensor gets the metrics of reference vs isolated run and the amplification. */
+    const char *isolated;
 } probe_compare_opts;
 
 #define PROBE_COMPARE_MAX_REASONS 4
@@ -129,7 +143,26 @@ typedef struct probe_tensor_result {
     int channel_axis;           /* axis of `shift` (>= 0), -1 when none was computed */
     const char *channel_axis_from; /* "option", "table" or "layout"; NULL when none */
     probe_channel_shift shift;  /* per-channel mean shift (shift.count 0: none) */
+    /* (additive) isolation, when opts->isolated is set and the isolated run holds this path
+     * with the reference's shape: m_isolated = metrics of reference vs isolated run (the
+     * error this component introduces itself); amplification = m.rel_l2 / m_isolated.rel_l2
+     * (as run over isolated), NaN when either is not finite or the isolated one is 0. */
+    int has_isolated;
+    probe_metrics m_isolated;
+    double amplification;
 } probe_tensor_result;
+
+/* One root input of the root-input check: a tensor of a root component, or the
+ * manifest's scheduler configuration (path "manifest:scheduler", component "scheduler"). */
+typedef struct probe_root_input {
+    char path[512];
+    char component[128];
+    int in_reference, in_candidate;     /* present on each side */
+    char hash_reference[17], hash_candidate[17]; /* probe.hash ("" if absent or not a tensor) */
+    int same;                           /* equal dtype, shape and bytes (config: equal JSON) */
+    int allowed;                        /* differs, but --allow-root-diff matches it */
+    char why[160];                      /* how it differs ("" if same) */
+} probe_root_input;
 
 typedef struct probe_compare_skip {
     char path[512];
@@ -162,6 +195,23 @@ typedef struct probe_compare_result {
                                                per-tensor ones ("feature not active: ...",
                                                "not identical: ...", "nothing compared: ...") */
     char reasons[PROBE_COMPARE_MAX_REASONS][256];
+    /* (additive) the run manifests (probe.manifest JSON text, NULL if absent), shown side
+     * by side by the CLI, the JSON ("manifests") and the HTML report. */
+    char *manifest_reference, *manifest_candidate;
+    /* (additive) root-input check (opts->check_roots). */
+    int roots_checked;                  /* 1 when the check ran */
+    int same_experiment;                /* 1 unless a root input differs and is not allowed */
+    size_t nroots;
+    probe_root_input *roots;            /* reference order, then candidate-only ones, then the
+                                           scheduler configuration */
+    /* (additive) injection status of each side (manifest "inject"): 1 when that run was
+     * started with --inject/--replay and its injection failed or did not finish (the run
+     * then fails: a partial injection is never compared as if complete). */
+    int inject_failed_reference, inject_failed_candidate;
+    /* (additive) isolation (opts->isolated). */
+    char isolated[1024];                /* "" when none */
+    char *manifest_isolated;
+    size_t nisolated;                   /* tensors with has_isolated */
 } probe_compare_result;
 
 /* Compare two capture files. Errors (no result is returned): a file that

@@ -513,8 +513,23 @@ def main():
 
         # (g): chunked (online-softmax) attention, a transparent kernel swap:
         # differs by rounding only, passes T1, and the feature is active
-        rc, doc = compare("ref-vs-chunked", j("ref.h5"), j("chunked.h5"))
-        check(rc == 0, f"ref-vs-chunked: probe-compare exits 0 (got {rc})")
+        # The text encoder's attention is swapped too: the prompt embeddings,
+        # a root input, differ (by rounding), so the pair is "not the same
+        # experiment" until the difference is allowed as the feature's own.
+        rc, doc = compare("ref-vs-chunked-roots", j("ref.h5"), j("chunked.h5"))
+        differ = sorted(r["path"] for r in doc.get("root_inputs") or [] if not r["same"])
+        ref_arr, chk_arr = ref[1], load_saved(j("chunked_save"))[1]
+        want = sorted(p for p in ref_arr if p.split("/")[1] in SOURCES
+                      and not np.array_equal(ref_arr[p], chk_arr[p]))
+        check(rc == 1 and doc.get("same_experiment") is False and differ == want
+              and want and all(p.startswith("/prompt_embeds/") for p in want)
+              and any(x.startswith("not the same experiment: root input /prompt_embeds/")
+                      for x in doc.get("reasons", [])),
+              f"ref-vs-chunked: the changed prompt embeddings make it not the same experiment "
+              f"(exit {rc}, differing roots {differ}, saved arrays differ at {want})")
+        rc, doc = compare("ref-vs-chunked", j("ref.h5"), j("chunked.h5"),
+                          "--allow-root-diff", "prompt_embeds")
+        check(rc == 0, f"ref-vs-chunked: probe-compare --allow-root-diff prompt_embeds exits 0 (got {rc})")
         check_metrics("ref-vs-chunked", doc, ref, load_saved(j("chunked_save")), STEPS)
         ts = doc.get("tensors", [])
         worst = max((t.get("rel_l2") or 0.0 for t in ts), default=None)
