@@ -94,7 +94,7 @@ class TensorSaver:
 
 
 class ToyVideoPipeline:
-    def __init__(self, weight_seed=0, feature="none", saver=None):
+    def __init__(self, weight_seed=0, feature="none", saver=None, scheduler_shift=3.0):
         if feature not in FEATURES:
             raise ValueError(f"unknown feature {feature!r}; one of {', '.join(FEATURES)}")
         torch.manual_seed(weight_seed)
@@ -102,7 +102,7 @@ class ToyVideoPipeline:
         self.transformer = tm.ToyDiTDenoiser(in_channels=4, dim=64, heads=4, blocks=2,
                                              text_dim=32, patch=2).eval()
         self.vae = tm.ToyVAE(latent_channels=4).eval()
-        self.scheduler = tm.ToyFlowMatchScheduler(shift=3.0)
+        self.scheduler = tm.ToyFlowMatchScheduler(shift=scheduler_shift)
         self.feature = feature
         self.saver = saver
         tm.set_attention_impl("chunked" if feature == "chunked-attention" else "dense", chunk=32)
@@ -201,6 +201,8 @@ def main(argv=None):
     ap.add_argument("--guidance-scale", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0, help="seed of the initial latents (noise)")
     ap.add_argument("--weight-seed", type=int, default=0, help="seed of the random weights")
+    ap.add_argument("--scheduler-shift", type=float, default=3.0,
+                    help="the flow-matching scheduler's timestep shift (its configuration)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (default 1: the same reduction order on every host)")
     ap.add_argument("--save", metavar="DIR", help="save every component input/output as .npy")
@@ -215,7 +217,8 @@ def main(argv=None):
         saver = TensorSaver(a.save)
     t0 = time.time()
     try:
-        pipe = ToyVideoPipeline(weight_seed=a.weight_seed, feature=a.feature, saver=saver)
+        pipe = ToyVideoPipeline(weight_seed=a.weight_seed, feature=a.feature, saver=saver,
+                                scheduler_shift=a.scheduler_shift)
         video = pipe(a.prompt, a.negative_prompt, steps=a.steps, frames=a.frames, height=a.height,
                      width=a.width, guidance_scale=a.guidance_scale, seed=a.seed)
     except ValueError as e:

@@ -11,6 +11,9 @@
  * earlier writes. mock_cuda_spin() enqueues a long "kernel" that writes the
  * buffer when it finishes.
  *
+ * Copies of either direction (device-to-host captures, host-to-device
+ * injections) are executed by the worker in stream order.
+ *
  * It also polices the rules the shim promises (docs/intercept.md): nothing
  * enqueued on a capturing stream, no cudaEventSynchronize on a tapping
  * thread, no cudaFreeHost / cudaStreamSynchronize / cudaDeviceSynchronize /
@@ -286,7 +289,10 @@ EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kin
     if (gone())
         return 4;
     atomic_fetch_add(&stats[S_MEMCPY_ASYNC], 1);
-    if (kind != 2 || capturing(s) || !s)
+    /* probe copies device-to-host (2) on its own streams, never the legacy
+     * one; injection copies host-to-device (1) on the producer's stream,
+     * which may be the legacy stream (NULL). */
+    if ((kind != 1 && kind != 2) || capturing(s) || (kind == 2 && !s))
         atomic_fetch_add(&stats[S_VIOLATION], 1);
     struct op *o = calloc(1, sizeof *o);
     o->kind = OP_COPY;
