@@ -29,6 +29,7 @@ static struct {
     char *globs_text;      /* PROBE_INJECT_GLOBS as given, or "*" */
     char **globs;
     size_t nglobs;
+    int convert;           /* PROBE_INJECT_CONVERT=1: floating dtypes are converted */
 } icfg;
 
 static pthread_mutex_t ilock = PTHREAD_MUTEX_INITIALIZER;
@@ -46,6 +47,7 @@ static char warning[INJECT_ERR_MAX];
 struct injected {
     char path[SHIM_PATH_MAX];
     char hash[17];
+    probe_dtype converted_from; /* PROBE_DTYPE_INVALID: the reference's bytes as they are */
 };
 static struct injected *done_list;
 static size_t ndone, done_cap;
@@ -61,6 +63,8 @@ void shim_inject_init(void)
     if (!ref_env || !*ref_env)
         return;
     const char *g = getenv("PROBE_INJECT_GLOBS");
+    const char *conv = getenv("PROBE_INJECT_CONVERT");
+    icfg.convert = conv && strcmp(conv, "1") == 0;
     icfg.ref_path = xstrdup(ref_env);
     icfg.globs_text = xstrdup(g && *g ? g : "*");
     if (!icfg.ref_path || !icfg.globs_text)
@@ -163,6 +167,56 @@ static void open_ref_locked(void)
     }
 }
 
+/* With PROBE_INJECT_CONVERT=1 a floating reference may be injected into a
+ * floating tensor of another type: float32, float64 and bfloat16 targets. */
+static int convertible(probe_dtype from, probe_dtype to)
+{
+    int src = from == PROBE_DTYPE_FLOAT16 || from == PROBE_DTYPE_BFLOAT16 ||
+              from == PROBE_DTYPE_FLOAT32 || from == PROBE_DTYPE_FLOAT64;
+    int dst = to == PROBE_DTYPE_BFLOAT16 || to == PROBE_DTYPE_FLOAT32 || to == PROBE_DTYPE_FLOAT64;
+    return src && dst;
+}
+
+/* float -> bfloat16, round to nearest even (as torch's .to(torch.bfloat16));
+ * NaN stays a (quiet) NaN. */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Convert n reference elements (type from, at src) into dst of type to.
+ * Every source type converts exactly to double; a double holding a value of
+ * float16/bfloat16/float32 converts exactly to float, so the only rounding
+ * is the final one (float32 -> bfloat16 RNE, or float64 -> float32 RN).
+ * PROBE_ENOMEM. */
+static probe_status convert(probe_dtype from, const void *src, probe_dtype to, void *dst, size_t n)
+{
+    double *tmp = malloc(n * sizeof *tmp);
+    if (!tmp)
+        return PROBE_ENOMEM;
+    probe_dtype_to_f64(from, src, tmp, n);
+    for (size_t i = 0; i < n; ++i) {
+        if (to == PROBE_DTYPE_FLOAT64) {
+            memcpy((char *)dst + 8 * i, &tmp[i], 8);
+        } else {
+            float f = (float)tmp[i];
+            if (to == PROBE_DTYPE_FLOAT32) {
+                memcpy((char *)dst + 4 * i, &f, 4);
+            } else {
+                uint16_t b = f32_to_bf16(f);
+                memcpy((char *)dst + 2 * i, &b, 2);
+            }
+        }
+    }
+    free(tmp);
+    return PROBE_OK;
+}
+
 static void shape_text(char *buf, size_t cap, int rank, const int64_t *shape)
 {
     size_t len = (size_t)snprintf(buf, cap, "[");
@@ -218,10 +272,16 @@ SHIM_EXPORT int probe_inject_v1(const probe_tap_tensor_v1 *t)
         fail_locked("%s: injected twice in this run", path);
         goto out;
     }
+    probe_dtype conv_from = PROBE_DTYPE_INVALID;
     if (ti->dtype != (probe_dtype)t->dtype) {
-        fail_locked("%s: dtype mismatch: reference %s, candidate %s", path,
-                    probe_dtype_name(ti->dtype), probe_dtype_name((probe_dtype)t->dtype));
-        goto out;
+        if (!icfg.convert || !convertible(ti->dtype, (probe_dtype)t->dtype)) {
+            fail_locked("%s: dtype mismatch: reference %s, candidate %s%s", path,
+                        probe_dtype_name(ti->dtype), probe_dtype_name((probe_dtype)t->dtype),
+                        icfg.convert ? " (not a floating conversion probe makes)"
+                                     : " (probe-run --convert converts floating types)");
+            goto out;
+        }
+        conv_from = ti->dtype;
     }
     int same = ti->rank == t->rank;
     for (int k = 0; same && k < t->rank; ++k)
@@ -239,19 +299,30 @@ SHIM_EXPORT int probe_inject_v1(const probe_tap_tensor_v1 *t)
         goto out;
     }
     if (ext.nbytes > 0) {
-        buf = malloc(ext.nbytes);
+        size_t ref_bytes = (size_t)ext.n * probe_dtype_size(ti->dtype);
+        buf = malloc(ref_bytes > ext.nbytes ? ref_bytes : ext.nbytes);
         if (!buf) {
             fail_locked("%s: cannot allocate %zu bytes", path, ext.nbytes);
             goto out;
         }
         shim_hdf5_fork_prepare();
-        st = shim_lp.file_read_raw(ref, ri, buf, ext.nbytes);
+        st = shim_lp.file_read_raw(ref, ri, buf, ref_bytes);
         char why[INJECT_ERR_MAX];
         snprintf(why, sizeof why, "%s", st != PROBE_OK ? shim_libprobe_error() : "");
         shim_hdf5_fork_release();
         if (st != PROBE_OK) {
             fail_locked("%s: cannot read it from the reference %s: %s", path, icfg.ref_path, why);
             goto out;
+        }
+        if (conv_from != PROBE_DTYPE_INVALID) {
+            unsigned char *cbuf = malloc(ext.nbytes);
+            if (!cbuf || convert(conv_from, buf, (probe_dtype)t->dtype, cbuf, (size_t)ext.n)) {
+                free(cbuf);
+                fail_locked("%s: cannot allocate %zu bytes to convert", path, ext.nbytes);
+                goto out;
+            }
+            free(buf);
+            buf = cbuf;
         }
         if (t->device < 0) {
             shim_scatter((void *)t->data, buf, t->rank, t->shape, t->strides,
@@ -278,6 +349,7 @@ SHIM_EXPORT int probe_inject_v1(const probe_tap_tensor_v1 *t)
     }
     snprintf(done_list[ndone].path, sizeof done_list[ndone].path, "%s", path);
     snprintf(done_list[ndone].hash, sizeof done_list[ndone].hash, "%s", ti->hash);
+    done_list[ndone].converted_from = conv_from;
     ++ndone;
     ref_used[ri] = 1;
     rc = PROBE_INJECT_DONE;
@@ -337,12 +409,17 @@ void shim_inject_json(struct shim_json *b)
     shim_json_string(b, failed ? error : NULL);
     shim_json_raw(b, ",\"warning\":");
     shim_json_string(b, warning[0] ? warning : NULL);
-    shim_json_printf(b, ",\"selected\":%zu,\"injected\":%zu,\"tensors\":[", nselected, ndone);
+    shim_json_printf(b, ",\"convert\":%s,\"selected\":%zu,\"injected\":%zu,\"tensors\":[",
+                     icfg.convert ? "true" : "false", nselected, ndone);
     for (size_t i = 0; i < ndone; ++i) {
         shim_json_raw(b, i ? ",{\"path\":" : "{\"path\":");
         shim_json_string(b, done_list[i].path);
         shim_json_raw(b, ",\"reference_hash\":");
         shim_json_string(b, done_list[i].hash);
+        if (done_list[i].converted_from != PROBE_DTYPE_INVALID) {
+            shim_json_raw(b, ",\"converted_from\":");
+            shim_json_string(b, probe_dtype_name(done_list[i].converted_from));
+        }
         shim_json_raw(b, "}");
     }
     shim_json_raw(b, "]}");

@@ -302,10 +302,25 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
     }
     if (w > 60)
         w = 60;
-    fprintf(out, "isolation (%s: every component fed the reference's inputs)\n"
+    /* What the isolated run replayed: its manifest's inject globs. */
+    char globs[512] = "?";
+    json_t *m = r->manifest_isolated ? json_loads(r->manifest_isolated, 0, NULL) : NULL;
+    json_t *g = m ? json_object_get(json_object_get(m, "inject"), "globs") : NULL;
+    if (json_is_array(g)) {
+        size_t k, len = 0;
+        json_t *e;
+        globs[0] = 0;
+        json_array_foreach(g, k, e)
+            if (len < sizeof globs)
+                len += (size_t)snprintf(globs + len, sizeof globs - len, "%s%s", k ? "," : "",
+                                        json_is_string(e) ? json_string_value(e) : "?");
+    }
+    json_decref(m);
+    fprintf(out, "isolation (%s: the reference's values injected at %s)\n"
                  "error introduced (isolated) vs inherited (as run / isolated = amplification), "
                  "output tensors:\n%-*s  %-14s %5s %12s %12s %13s\n",
-            r->isolated, w, "path", "component", "step", "rel_l2 run", "rel_l2 iso", "amplification");
+            r->isolated, globs, w, "path", "component", "step", "rel_l2 run", "rel_l2 iso",
+            "amplification");
     for (size_t i = 0; i < r->ntensors; i++) {
         const probe_tensor_result *t = &r->tensors[i];
         if (strncmp(t->ref.slot, "out", 3) != 0)

@@ -33,7 +33,9 @@ modules), never just "it ran":
  (6) host injection honours strides: a transposed and a sliced (offset,
      step 2) numpy destination receive the reference's values (ctypes tap
      ABI, no adapter);
- (7) both manifests side by side in the JSON ("manifests") and the HTML.
+ (7) both manifests side by side in the JSON ("manifests") and the HTML;
+ (8) --convert: a float32 reference injected into a bfloat16 tensor holds
+     torch's round-to-nearest-even of it, recorded as converted.
 """
 
 import json
@@ -321,6 +323,24 @@ def main():
               "--", PY, prog, "inject"], env=env)
     check(p.returncode == 0 and p2.returncode == 0 and "strided: ok" in p2.stdout,
           f"(6) transposed and sliced host destinations receive the reference's values ({p2.stdout.strip()})")
+
+    # (8) --convert: a float32 reference into the bf16 denoiser's output (RNE, as torch)
+    p = probe_run(j("conv.h5"), "--inject", j("ref.h5") + ":/dit.step/0000/out.sample", "--convert",
+                  pipe_args=["--feature", "bf16-denoiser"])
+    conv = datasets(j("conv.h5"))
+    mc = manifest(j("conv.h5"))["inject"]
+    want = torch.from_numpy(ref["/dit.step/0000/out.sample"][0]).to(torch.bfloat16).float().numpy()
+    check(p.returncode == 0 and mc["status"] == "ok" and mc["convert"] is True
+          and mc["tensors"] == [{"path": "/dit.step/0000/out.sample", "reference_hash":
+                                 ref["/dit.step/0000/out.sample"][1], "converted_from": "float32"}],
+          "(8) --convert: injected, recorded as converted from float32")
+    check(conv["/dit.step/0000/out.sample"][2] == "bfloat16"
+          and np.array_equal(conv["/dit.step/0000/out.sample"][0], want),
+          "(8) the bf16 tensor holds torch's round-to-nearest-even of the float32 reference")
+    p = probe_run(j("noconv.h5"), "--inject", j("ref.h5") + ":/dit.step/0000/out.sample",
+                  pipe_args=["--feature", "bf16-denoiser"])
+    check(any("dtype mismatch: reference float32, candidate bfloat16 (probe-run --convert" in l
+              for l in probe_lines(p.stderr)), "(8) without --convert: dtype mismatch, pointing at --convert")
 
     # (7) manifests side by side
     rc, doc, err = compare(j("ref.h5"), j("inj.h5"), "--expect-identical")
