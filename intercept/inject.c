@@ -111,8 +111,8 @@ static void fail_locked(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(error, sizeof error, fmt, ap);
     va_end(ap);
-    shim_warn("inject: %s; injection stopped for the rest of the run (the capture file records "
-              "the failure and probe-compare refuses it)", error);
+    shim_warn("inject: %s; %s (the capture file records the failure and probe-compare refuses "
+              "it)", error, finished ? "at exit" : "injection stopped for the rest of the run");
 }
 
 /* Under ilock: open the reference and mark the tensors the globs select. */

@@ -265,6 +265,8 @@ static const char html_head[] =
     ".frames{display:flex;flex-wrap:wrap;gap:8px}\n"
     ".frame{font-size:11px;text-align:center}\n"
     "svg text{font-size:10px;fill:#444}\n"
+    "#runs td,#roots td{text-align:left;max-width:600px;word-break:break-all;vertical-align:top}\n"
+    "#runs th.runkey{text-align:left;white-space:nowrap}\n"
     "</style></head><body>\n"
     "<h1>probe-compare report</h1>\n"
     "<p>verdict <span id=\"verdict\"></span> under gate <b id=\"gate\"></b> &mdash; first failing component: <b id=\"first-failure-component\"></b> <code id=\"first-failure-path\"></code></p>\n"

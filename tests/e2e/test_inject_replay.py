@@ -41,6 +41,8 @@ modules), never just "it ran":
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -354,6 +356,31 @@ def main():
     html = open(j("r.html")).read()
     check("runs (from each file's manifest" in r.stdout and "seed1-injected" in r.stdout
           and 'id="runs"' in html and '"seed1-injected"' in html, "(7) terminal and HTML show both runs")
+
+    # (7) the HTML report, rendered by headless Chromium (its scripts draw the tables)
+    r = run([os.path.join(BUILD, "bin", "probe-compare"), j("ref.h5"), j("pert.h5"), "--isolated", j("iso.h5"),
+             "--html", j("iso.html"), "--json", j("iso.json")])
+    doc = json.load(open(j("iso.json")))
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if check(chromium is not None, "(7) chromium found (scripts/setup installs it)"):
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
+        p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                            "--user-data-dir=" + j("profile"), "--dump-dom", "file://" + j("iso.html")],
+                           capture_output=True, text=True, timeout=120, env=env)
+        dom = p.stdout
+        runs = re.findall(r'<tr class="run-row" data-key="([^"]+)"[^>]*>(.*?)</tr>', dom)
+        label = [row for key, row in runs if key == "label"]
+        check(label and ">ref<" in label[0] and ">perturb<" in label[0],
+              "(7) rendered runs table: the label row shows both labels")
+        check(len(re.findall(r'<tr class="root-row"', dom)) == len(doc["root_inputs"]) > 0,
+              "(7) rendered root-inputs table: one row per root input (%d)" % len(doc["root_inputs"]))
+        iso_rows = dict(re.findall(r'<tr class="iso-row" data-path="([^"]+)"[^>]*>(.*?)</tr>', dom))
+        outs = [t for t in doc["tensors"] if t["path"].split("/")[3].startswith("out")]
+        amp = next(t for t in outs if t["path"] == "/dit.step/0002/out.sample")["amplification"]
+        check(len(iso_rows) == len(outs) and ("<td>%s</td>" % ("%#.4g" % amp)) in iso_rows["/dit.step/0002/out.sample"]
+              and "<td>n/a</td>" in iso_rows["/vae.decode/0000/out.sample"],
+              "(7) rendered isolation table: %d output rows, the denoiser's amplification %#.4g, the VAE's n/a"
+              % (len(outs), amp))
 
     if FAILURES:
         print("\n%d check(s) failed" % len(FAILURES))
