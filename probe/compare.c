@@ -305,7 +305,7 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         return probe_set_error(PROBE_EINVAL, "gate T2 needs a calibration file");
     *out = NULL;
 
-    probe_file *rf = NULL, *cf = NULL;
+    probe_file *rf = NULL, *cf = NULL, *isof = NULL;
     probe_status s = probe_file_open(reference, &rf);
     if (s != PROBE_OK)
         return s;
@@ -332,7 +332,6 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
     res->pass = 1;
     res->expect_identical = opts->expect_identical != 0;
     res->same_experiment = 1;
-    probe_file *isof = NULL;
     if ((s = copy_manifest(&res->manifest_reference, rf)) ||
         (s = copy_manifest(&res->manifest_candidate, cf)))
         goto fail;
