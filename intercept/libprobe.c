@@ -34,12 +34,13 @@ const char *shim_self_path(void)
 }
 
 /* RTLD_DEEPBIND makes libprobe and its HDF5 prefer their own symbols over
- * the process's; ASan refuses it (it must see every malloc). */
+ * the process's; ASan and TSan refuse it (they must see every malloc and
+ * every lock). */
 static int dlopen_flags(void)
 {
     int flags = RTLD_NOW | RTLD_LOCAL;
-#if !defined(__SANITIZE_ADDRESS__)
-    if (!dlsym(RTLD_DEFAULT, "__asan_init"))
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    if (!dlsym(RTLD_DEFAULT, "__asan_init") && !dlsym(RTLD_DEFAULT, "__tsan_init"))
         flags |= RTLD_DEEPBIND;
 #endif
     return flags;

@@ -201,17 +201,21 @@ static void part_init(part *p, chan_acc *chan)
 
 static inline int finite2(double r, double c)
 {
-    /* both exponents below all-ones */
-    return ((bits_of(r) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull) &
-           ((bits_of(c) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull);
+    /* both exponents below all-ones; '&' on ints, not '&&': no branch (clang
+     * warns about '&' on the comparisons themselves) */
+    return (int)((bits_of(r) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull) &
+           (int)((bits_of(c) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull);
 }
 
 /* Sums of one block of m <= BLOCK elements, all finite on both sides:
  * lane-wise fp64, then pairwise over the lanes in a fixed order. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* AVX2 when the CPU has it (4 doubles per vector instead of 2); the lanes
  * are explicit and floating-point contraction is off for this file, so both
- * versions give the same bits. */
+ * versions give the same bits. Not under TSan: the clones' ifunc resolver
+ * runs during relocation, before the TSan runtime is up, and is instrumented
+ * (every program linking libprobe crashed at start). */
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void block_finite(const job *jb, const double *R, const double *C, size_t m, part *p,

@@ -76,12 +76,15 @@ def _needed(lib):
 
 
 def asan_runtime():
-    """Path of libasan.so when the shim was built with ASan, else None: an
-    ASan-built preload needs the ASan runtime preloaded before it."""
-    if not any(n.startswith("libasan") for n in _needed(shim_path())):
+    """Path of the sanitizer runtime (libasan.so, or libtsan.so in the TSan
+    build) when the shim was built with one, else None: a sanitizer-built
+    preload needs its runtime preloaded before it."""
+    needed = _needed(shim_path())
+    lib = next((l for l in ("libasan", "libtsan") if any(n.startswith(l) for n in needed)), None)
+    if lib is None:
         return None
     cc = os.environ.get("CC", "cc")
-    p = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    p = subprocess.run([cc, "-print-file-name=%s.so" % lib], capture_output=True, text=True).stdout.strip()
     return p if os.path.isabs(p) else None
 
 
