@@ -7,6 +7,7 @@
  *   exit 2  bad arguments, or a file that cannot be opened/read
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
@@ -14,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -376,7 +379,8 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
                 r->ignored_ref || r->ignored_cand ? " as a numeric tensor" : "");
     if (r->ignored_ref || r->ignored_cand)
         fprintf(out, "note: %zu dataset(s) in the reference and %zu in the candidate are not "
-                     "numeric tensors (strings, compound, complex, ...) and were not compared\n",
+                     "numeric tensors (strings, compound, complex, ...; or shapes whose element "
+                     "count overflows or that the file does not store) and were not compared\n",
                 r->ignored_ref, r->ignored_cand);
     for (int i = 0; i < r->nreasons; i++)
         if (!r->nothing_compared)
@@ -392,6 +396,131 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
 }
 
 /* 1 if a and b name the same existing file (same device and inode). */
+/* --- crash containment (docs/hardening.md) ---
+ * libhdf5 itself is not safe on hostile files: fuzzing found crafted files
+ * on which HDF5 1.10.8 reads out of bounds or frees a wild pointer while
+ * decoding object headers. The files are therefore read in a child process:
+ * the child does the whole comparison and every output and reports its exit
+ * status through a pipe just before it ends; when it ends without doing so
+ * (a signal, or a sanitizer's report), the parent names the file that crashes
+ * (a second child reads each file alone) and exits 2, as for any unreadable
+ * file. PROBE_COMPARE_NO_FORK=1 runs everything in one process (debuggers). */
+
+/* Read every tensor of `path` in bounded chunks; 0 if that ends normally. */
+static int read_all(const char *path)
+{
+    probe_file *f = NULL;
+    if (probe_file_open(path, &f) != PROBE_OK)
+        return 0;
+    static unsigned char buf[1 << 16];
+    for (size_t i = 0; i < probe_file_count(f); i++) {
+        const probe_tensor_info *t = probe_file_tensor(f, i);
+        size_t chunk = sizeof buf / probe_dtype_size(t->dtype);
+        for (uint64_t off = 0; off < t->n; off += chunk)
+            if (probe_file_read_range(f, i, off, t->n - off < chunk ? (size_t)(t->n - off) : chunk,
+                                      buf) != PROBE_OK)
+                break;
+    }
+    probe_file_close(f);
+    return 0;
+}
+
+/* 1 if reading `path` alone kills the process that reads it. */
+static int crashes_alone(const char *path)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) { /* the first crash already printed what it had to */
+            dup2(devnull, STDOUT_FILENO);
+            dup2(devnull, STDERR_FILENO);
+        }
+        read_all(path);
+        _exit(0);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Fork: returns in the child (with *report_fd the pipe to report through)
+ * or, in the parent, exits with the child's status when it reported one, or
+ * with 2 and a one-line message when it crashed. Returns -1 in the parent
+ * when no child could be started (then the caller works in this process). */
+static int contain(const char *ref, const char *cand, int *report_fd)
+{
+    *report_fd = -1;
+    const char *nofork = getenv("PROBE_COMPARE_NO_FORK");
+    if (nofork && strcmp(nofork, "1") == 0)
+        return -1;
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        *report_fd = p[1];
+        return 0;
+    }
+    close(p[1]);
+    unsigned char rc = 0;
+    ssize_t k;
+    while ((k = read(p[0], &rc, 1)) < 0 && errno == EINTR)
+        ;
+    close(p[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (k == 1 && WIFEXITED(st))
+        exit(WEXITSTATUS(st));
+    if (WIFSIGNALED(st) && (WTERMSIG(st) == SIGINT || WTERMSIG(st) == SIGTERM ||
+                            WTERMSIG(st) == SIGHUP || WTERMSIG(st) == SIGPIPE)) {
+        signal(WTERMSIG(st), SIG_DFL);
+        raise(WTERMSIG(st)); /* interrupted, not a crash: end the same way */
+    }
+    char how[64];
+    if (WIFSIGNALED(st))
+        snprintf(how, sizeof how, "signal %d, %s", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(how, sizeof how, "exit status %d before finishing", WEXITSTATUS(st));
+    int cr = crashes_alone(ref), cc = crashes_alone(cand);
+    const char *who = cr && !cc ? ref : cc && !cr ? cand : NULL;
+    if (who)
+        fprintf(stderr, "probe-compare: %s: corrupt HDF5 file: reading it crashed the HDF5 library "
+                        "(libhdf5 %s; %s)\n", who, probe_file_hdf5_version(), how);
+    else
+        fprintf(stderr, "probe-compare: %s, %s: reading them crashed (libhdf5 %s; %s); a corrupt "
+                        "HDF5 file?\n", ref, cand, probe_file_hdf5_version(), how);
+    exit(2);
+}
+
+/* The child's report: its exit status, just before it ends. */
+static int report(int fd, int rc)
+{
+    if (fd >= 0) {
+        fflush(NULL);
+        unsigned char b = (unsigned char)rc;
+        if (write(fd, &b, 1) != 1) { /* the parent is gone: nothing to tell */
+        }
+        close(fd);
+        /* After an unreadable file HDF5 may hold objects it cannot close; its
+         * exit handler would then print "infinite loop closing library". */
+        if (rc == 2)
+            _exit(rc);
+    }
+    return rc;
+}
+
 static int same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -653,6 +782,8 @@ int main(int argc, char **argv)
         opts.progress_ctx = &prog;
     }
 
+    int report_fd = -1;
+    contain(argv[optind], argv[optind + 1], &report_fd); /* returns in the child */
     probe_compare_result *res = NULL;
     probe_status cs = probe_compare_files(argv[optind], argv[optind + 1], &opts, &res);
     if (prog.shown) {
@@ -666,7 +797,7 @@ int main(int argc, char **argv)
         probe_component_names_free(axis_names);
         free(axis_values);
         free(axis_ranks);
-        return 2;
+        return report(report_fd, 2);
     }
     /* With the JSON or JUnit on stdout, the human-readable text goes to stderr. */
     FILE *human = (json_path && strcmp(json_path, "-") == 0) ||
@@ -694,5 +825,5 @@ int main(int argc, char **argv)
     probe_component_names_free(axis_names);
     free(axis_values);
     free(axis_ranks);
-    return rc;
+    return report(report_fd, rc);
 }

@@ -63,9 +63,17 @@ static hid_t attr_open_1(hid_t obj, const char *name, H5T_class_t *cls)
     return a;
 }
 
+/* The longest attribute string that is read: the manifest and the skip list
+ * of a real capture are kilobytes; a longer one is treated as absent (a fixed
+ * length type) or refused (probe.skips: PROBE_EFORMAT), so that a hostile
+ * file cannot make the reader hold or parse gigabytes of JSON. A variable
+ * length string is first read whole by HDF5: at most the file's size, since
+ * check_global_heaps() has made sure that its heap lies inside the file. */
+#define ATTR_STR_MAX ((size_t)16 << 20)
+
 /* A string attribute (variable or fixed length, ASCII or UTF-8) as a new
- * malloc'd string in *out. Returns 1 found, 0 absent/not a string, -1 out of
- * memory. */
+ * malloc'd string in *out. Returns 1 found, 0 absent/not a string (or a
+ * fixed-length type above ATTR_STR_MAX), -1 out of memory. */
 static int attr_str(hid_t obj, const char *name, char **out)
 {
     H5T_class_t cls;
@@ -90,9 +98,10 @@ static int attr_str(hid_t obj, const char *name, char **out)
                 H5Tclose(mt);
         } else {
             size_t size = H5Tget_size(ft);
-            char *buf = size > 0 ? calloc(size + 1, 1) : NULL;
+            /* a hostile type may claim gigabytes: such a string is absent */
+            char *buf = size > 0 && size <= ATTR_STR_MAX ? calloc(size + 1, 1) : NULL;
             if (buf == NULL) {
-                found = size > 0 ? -1 : 0;
+                found = size > 0 && size <= ATTR_STR_MAX ? -1 : 0;
             } else if (H5Aread(a, ft, buf) >= 0) {
                 size_t len = strnlen(buf, size);
                 if (H5Tget_strpad(ft) == H5T_STR_SPACEPAD)
@@ -167,9 +176,11 @@ static const char *last_elem(const char *path)
     return s != NULL ? s + 1 : path;
 }
 
+#define SPARSE_FREE_BYTES ((uint64_t)64 << 20)
+
 /* Describe dataset d at path into *t. Returns 1 if it is a tensor, 0 if it is
  * ignored (not numeric, NULL dataspace, rank > PROBE_MAX_RANK, element count
- * or byte size overflow), -1 out of memory. */
+ * or byte size overflow, declared far beyond its storage), -1 out of memory. */
 static int describe(hid_t d, const char *path, probe_tensor_info *t)
 {
     memset(t, 0, sizeof *t);
@@ -210,6 +221,15 @@ static int describe(hid_t d, const char *path, probe_tensor_info *t)
     }
     if (__builtin_mul_overflow(n, (uint64_t)probe_dtype_size(t->dtype), &bytes) || bytes > SIZE_MAX ||
         n > SIZE_MAX / sizeof(double))
+        return 0;
+    /* A dataset may declare far more elements than the file stores (chunks
+     * never written, a contiguous dataset never allocated): HDF5 then
+     * returns its fill value, and a hostile shape such as 2^30 x 2^30 would
+     * keep the compare streaming fill values for days. Read only what is
+     * either small or backed by storage: at most 64 MiB declared, or at most
+     * 2048 times the bytes stored (deflate cannot compress beyond ~1032:1). */
+    hsize_t stored = H5Dget_storage_size(d);
+    if (bytes > SPARSE_FREE_BYTES && bytes / 2048 > (uint64_t)stored)
         return 0;
     t->rank = rank;
     t->n = n;
@@ -356,15 +376,172 @@ static probe_status read_root(probe_file *f)
                                f->path, (long long)version, PROBE_CAPTURE_FORMAT_VERSION);
     if (attr_str(f->file, "probe.manifest", &f->manifest) < 0)
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    if (f->manifest != NULL && strlen(f->manifest) > ATTR_STR_MAX) {
+        free(f->manifest); /* informational only: dropped, the tensors stay comparable */
+        f->manifest = NULL;
+    }
     char *skips = NULL;
     if (attr_str(f->file, "probe.skips", &skips) < 0)
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    if (skips != NULL && strlen(skips) > ATTR_STR_MAX) {
+        free(skips);
+        return probe_set_error(PROBE_EFORMAT, "%s: root attribute probe.skips is larger than %zu MiB",
+                               f->path, ATTR_STR_MAX >> 20);
+    }
     probe_status s = skips != NULL ? parse_skips(f, skips) : PROBE_OK;
     free(skips);
     return s;
 }
 
 /* --- open/close --- */
+
+/* --- global heap collections, checked before HDF5 reads them ---
+ * Variable-length strings (the probe.* attributes that probe's writer and
+ * h5py write) live in global heap collections: "GCOL", version 1, 3 reserved
+ * bytes, the collection size (L bytes, L = the superblock's size of lengths),
+ * then objects of {index u16, refcount u16, reserved 4, size L, data padded
+ * to 8}, index 0 being the free space. HDF5 1.10.8 walks the objects with
+ * `p = begin + need` where need is the free space's size itself: a size of 0
+ * (also the zeros that its sec2 driver returns past the end of a file that a
+ * collection claims to extend beyond) never advances and HDF5 loops forever
+ * (found by tests/fuzz/fuzz_reader; docs/hardening.md). So every collection
+ * header that HDF5 would accept (signature and version 1) anywhere in the
+ * file is walked here first the same way; one that does not end exactly at
+ * its size, inside the file, makes the file corrupt. One sequential read of
+ * the file (page-cache speed; the compare reads it anyway). */
+
+typedef struct {
+    int fd;
+    uint64_t fsize;
+    unsigned char *buf; /* window [at, at + len) of the file */
+    uint64_t at;
+    size_t len, cap;
+} file_window;
+
+/* Make [off, off + n) (n <= 64) available in w->buf; returns its pointer or NULL. */
+static const unsigned char *window_get(file_window *w, uint64_t off, size_t n)
+{
+    if (off + n > w->fsize)
+        return NULL;
+    if (off >= w->at && off + n <= w->at + w->len)
+        return w->buf + (off - w->at);
+    size_t want = w->fsize - off < w->cap ? (size_t)(w->fsize - off) : w->cap, got = 0;
+    while (got < want) {
+        ssize_t k = pread(w->fd, w->buf + got, want - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    w->at = off;
+    w->len = got;
+    return got >= n ? w->buf : NULL;
+}
+
+static uint64_t decode_le(const unsigned char *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = n; i-- > 0;)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The superblock's size of lengths (2..8), or 0 when it cannot be found. */
+static unsigned sizeof_lengths(file_window *w)
+{
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    for (uint64_t off = 0; off + 16 <= w->fsize; off = off ? off * 2 : 512) {
+        const unsigned char *p = window_get(w, off, 16);
+        if (p == NULL)
+            return 0;
+        if (memcmp(p, sig, 8) == 0) {
+            unsigned l = p[8] <= 1 ? p[14] : p[10]; /* versions 0/1 and 2/3 */
+            return l >= 2 && l <= 8 ? l : 0;
+        }
+    }
+    return 0;
+}
+
+/* Walk the collection at `off`: 0 when it is well formed, -1 otherwise. */
+static int check_collection(file_window *w, uint64_t off, unsigned L)
+{
+    const unsigned char *h = window_get(w, off, 8 + L);
+    if (h == NULL)
+        return -1; /* a header cut by the end of the file */
+    uint64_t size = decode_le(h + 8, L);
+    if (size < 8 + L || size > w->fsize - off)
+        return -1;
+    uint64_t end = off + size, p = off + 8 + L, ohdr = 8 + L;
+    while (p < end) {
+        if (end - p < ohdr)
+            break; /* a tail too small for an object header: free space */
+        const unsigned char *o = window_get(w, p, ohdr);
+        if (o == NULL)
+            return -1;
+        unsigned idx = (unsigned)decode_le(o, 2);
+        uint64_t osize = decode_le(o + 8, L), need;
+        if (idx > 0) {
+            if (osize > end - p)
+                return -1;
+            need = ohdr + ((osize + 7) & ~(uint64_t)7);
+        } else {
+            need = osize;
+        }
+        if (need == 0 || need > end - p)
+            return -1;
+        p += need;
+    }
+    return 0;
+}
+
+static probe_status check_global_heaps(const char *path, const struct stat *st)
+{
+    file_window w = {.fd = open(path, O_RDONLY | O_CLOEXEC), .fsize = (uint64_t)st->st_size,
+                     .cap = (size_t)1 << 20};
+    if (w.fd < 0)
+        return probe_set_error(PROBE_EIO, "%s: %s", path, strerror(errno));
+    unsigned char *scan = malloc(w.cap);
+    w.buf = malloc(w.cap);
+    probe_status s = PROBE_OK;
+    if (scan == NULL || w.buf == NULL) {
+        s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    unsigned L = sizeof_lengths(&w);
+    if (L == 0)
+        goto done; /* no superblock: HDF5 rejects the file itself */
+    /* consecutive windows overlap by 5 bytes: a "GCOL" + version across a seam is seen */
+    for (uint64_t base = 0; base < w.fsize;) {
+        size_t len = 0;
+        while (len < w.cap && base + len < w.fsize) {
+            ssize_t k = pread(w.fd, scan + len, w.cap - len, (off_t)(base + len));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                break;
+            len += (size_t)k;
+        }
+        if (len < 5)
+            break;
+        for (const unsigned char *q = scan; (q = memmem(q, len - (size_t)(q - scan), "GCOL\1", 5)) != NULL; q++) {
+            if (check_collection(&w, base + (uint64_t)(q - scan), L) != 0) {
+                s = probe_set_error(PROBE_EFORMAT, "%s: corrupt HDF5 file (malformed global heap "
+                                    "collection at byte %llu)", path,
+                                    (unsigned long long)(base + (uint64_t)(q - scan)));
+                goto done;
+            }
+        }
+        if (base + len >= w.fsize)
+            break;
+        base += len - 4;
+    }
+done:
+    free(scan);
+    free(w.buf);
+    close(w.fd);
+    return s;
+}
 
 /* Classify why path cannot be opened before HDF5 sees it. */
 static probe_status precheck(const char *path)
@@ -385,7 +562,7 @@ static probe_status precheck(const char *path)
     close(fd);
     if (st.st_size == 0)
         return probe_set_error(PROBE_EFORMAT, "%s: not an HDF5 file (empty file)", path);
-    return PROBE_OK;
+    return check_global_heaps(path, &st);
 }
 
 /* Status for an HDF5 file whose superblock HDF5 cannot read: a lock held by
@@ -547,6 +724,15 @@ size_t probe_file_ignored_count(const probe_file *f)
 const char *probe_file_path(const probe_file *f)
 {
     return f != NULL ? f->path : NULL;
+}
+
+const char *probe_file_hdf5_version(void)
+{
+    static char v[32];
+    unsigned maj = 0, min = 0, rel = 0;
+    if (v[0] == '\0' && H5get_libversion(&maj, &min, &rel) >= 0)
+        snprintf(v, sizeof v, "%u.%u.%u", maj, min, rel);
+    return v[0] ? v : "unknown";
 }
 
 /* --- reading --- */

@@ -116,11 +116,16 @@ typedef struct probe_skip_info {
 } probe_skip_info;
 
 /* Open a capture file, or any HDF5 file, for reading and index every numeric
- * dataset (float, integer, bool-enum, probe bfloat16/fp8). Non-numeric
- * datasets (strings, compound, vlen) are not tensors; their count is given by
+ * dataset (float, integer, bool-enum, probe bfloat16/fp8) reachable through
+ * hard links (soft and external links are never followed). Non-numeric
+ * datasets (strings, compound, vlen), shapes whose element count or byte size
+ * overflows, and datasets declaring more than 64 MiB and more than 2048 times
+ * their allocated storage are not tensors; their count is given by
  * probe_file_ignored_count(). Errors: PROBE_ENOTFOUND (no such file),
- * PROBE_EFORMAT (not an HDF5 file, truncated), PROBE_EIO. The message names
- * the file. */
+ * PROBE_EFORMAT (not a regular file, not an HDF5 file, truncated, a malformed
+ * global heap collection, a probe.skips attribute above 16 MiB), PROBE_EIO.
+ * The message names the file. HDF5 itself can crash on crafted files: this
+ * call runs it in the calling process (docs/hardening.md). */
 probe_status probe_file_open(const char *path, probe_file **out);
 void probe_file_close(probe_file *f);
 
@@ -153,6 +158,9 @@ size_t probe_file_skip_count(const probe_file *f);
 const probe_skip_info *probe_file_skip(const probe_file *f, size_t i);
 size_t probe_file_ignored_count(const probe_file *f);
 const char *probe_file_path(const probe_file *f);
+/* The version of the HDF5 library this reader runs on ("1.10.8"): named in
+ * messages about files that crash it (docs/hardening.md). */
+const char *probe_file_hdf5_version(void);
 
 #ifdef __cplusplus
 }
