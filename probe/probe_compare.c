@@ -513,10 +513,11 @@ static int report(int fd, int rc)
         if (write(fd, &b, 1) != 1) { /* the parent is gone: nothing to tell */
         }
         close(fd);
-        /* After an unreadable file HDF5 may hold objects it cannot close; its
-         * exit handler would then print "infinite loop closing library". */
-        if (rc == 2)
-            _exit(rc);
+        /* Everything is written: end here. After a corrupt file HDF5 may hold
+         * objects it cannot close, and its exit handler would then print
+         * "infinite loop closing library" (a hostile file that still opens
+         * leaves a result and exit 1 behind it). */
+        _exit(rc);
     }
     return rc;
 }
