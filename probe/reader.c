@@ -463,17 +463,23 @@ static unsigned sizeof_lengths(file_window *w)
     return 0;
 }
 
-/* Walk the collection at `off`: 0 when it is well formed, -1 otherwise. */
-static int check_collection(file_window *w, uint64_t off, unsigned L)
+/* Walk the collection at `off`: 0 when it is well formed, -1 otherwise.
+ * *budget counts the objects walked in the whole file: collections of a real
+ * file do not overlap, so more than one object per 16 bytes means crafted
+ * overlapping collections (which could otherwise cost quadratic time). */
+static int check_collection(file_window *w, uint64_t off, unsigned L, uint64_t *budget)
 {
     const unsigned char *h = window_get(w, off, 8 + L);
     if (h == NULL)
         return -1; /* a header cut by the end of the file */
     uint64_t size = decode_le(h + 8, L);
-    if (size < 8 + L || size > w->fsize - off)
+    uint64_t hdr = (8 + L + 7) & ~(uint64_t)7, ohdr = 8 + L; /* H5HG_SIZEOF_HDR, _OBJHDR */
+    if (size < hdr || size > w->fsize - off)
         return -1;
-    uint64_t end = off + size, p = off + 8 + L, ohdr = 8 + L;
+    uint64_t end = off + size, p = off + hdr;
     while (p < end) {
+        if ((*budget)-- == 0)
+            return -1;
         if (end - p < ohdr)
             break; /* a tail too small for an object header: free space */
         const unsigned char *o = window_get(w, p, ohdr);
@@ -509,6 +515,7 @@ static probe_status check_global_heaps(const char *path, const struct stat *st)
         goto done;
     }
     unsigned L = sizeof_lengths(&w);
+    uint64_t budget = w.fsize / 16 + 1024;
     if (L == 0)
         goto done; /* no superblock: HDF5 rejects the file itself */
     /* consecutive windows overlap by 5 bytes: a "GCOL" + version across a seam is seen */
@@ -525,7 +532,7 @@ static probe_status check_global_heaps(const char *path, const struct stat *st)
         if (len < 5)
             break;
         for (const unsigned char *q = scan; (q = memmem(q, len - (size_t)(q - scan), "GCOL\1", 5)) != NULL; q++) {
-            if (check_collection(&w, base + (uint64_t)(q - scan), L) != 0) {
+            if (check_collection(&w, base + (uint64_t)(q - scan), L, &budget) != 0) {
                 s = probe_set_error(PROBE_EFORMAT, "%s: corrupt HDF5 file (malformed global heap "
                                     "collection at byte %llu)", path,
                                     (unsigned long long)(base + (uint64_t)(q - scan)));
