@@ -403,8 +403,8 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
  * the child does the whole comparison and every output and reports its exit
  * status through a pipe just before it ends; when it ends without doing so
  * (a signal, or a sanitizer's report), the parent names the file that crashes
- * (a second child reads each file alone) and exits 2, as for any unreadable
- * file. PROBE_COMPARE_NO_FORK=1 runs everything in one process (debuggers). */
+ * (another child reads each file alone: reference, candidate, --isolated) and
+ * exits 2, as for any unreadable file. PROBE_COMPARE_NO_FORK=1 runs everything in one process (debuggers). */
 
 /* Read every tensor of `path` in bounded chunks; 0 if that ends normally. */
 static int read_all(const char *path)
@@ -451,7 +451,7 @@ static int crashes_alone(const char *path)
  * or, in the parent, exits with the child's status when it reported one, or
  * with 2 and a one-line message when it crashed. Returns -1 in the parent
  * when no child could be started (then the caller works in this process). */
-static int contain(const char *ref, const char *cand, int *report_fd)
+static int contain(const char *ref, const char *cand, const char *iso, int *report_fd)
 {
     *report_fd = -1;
     const char *nofork = getenv("PROBE_COMPARE_NO_FORK");
@@ -493,14 +493,20 @@ static int contain(const char *ref, const char *cand, int *report_fd)
         snprintf(how, sizeof how, "signal %d, %s", WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
         snprintf(how, sizeof how, "exit status %d before finishing", WEXITSTATUS(st));
-    int cr = crashes_alone(ref), cc = crashes_alone(cand);
-    const char *who = cr && !cc ? ref : cc && !cr ? cand : NULL;
-    if (who)
+    const char *files[3] = {ref, cand, iso}, *who = NULL;
+    int ncrash = 0;
+    for (int i = 0; i < 3; i++)
+        if (files[i] && crashes_alone(files[i])) {
+            who = files[i];
+            ncrash++;
+        }
+    if (ncrash == 1)
         fprintf(stderr, "probe-compare: %s: corrupt HDF5 file: reading it crashed the HDF5 library "
                         "(libhdf5 %s; %s)\n", who, probe_file_hdf5_version(), how);
     else
-        fprintf(stderr, "probe-compare: %s, %s: reading them crashed (libhdf5 %s; %s); a corrupt "
-                        "HDF5 file?\n", ref, cand, probe_file_hdf5_version(), how);
+        fprintf(stderr, "probe-compare: %s, %s%s%s: reading them crashed (libhdf5 %s; %s); a "
+                        "corrupt HDF5 file?\n", ref, cand, iso ? ", " : "", iso ? iso : "",
+                probe_file_hdf5_version(), how);
     exit(2);
 }
 
@@ -784,7 +790,7 @@ int main(int argc, char **argv)
     }
 
     int report_fd = -1;
-    contain(argv[optind], argv[optind + 1], &report_fd); /* returns in the child */
+    contain(argv[optind], argv[optind + 1], iso_path, &report_fd); /* returns in the child */
     probe_compare_result *res = NULL;
     probe_status cs = probe_compare_files(argv[optind], argv[optind + 1], &opts, &res);
     if (prog.shown) {
