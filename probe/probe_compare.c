@@ -395,7 +395,6 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
             r->nmissing_ref, r->nskipped, gate);
 }
 
-/* 1 if a and b name the same existing file (same device and inode). */
 /* --- crash containment (docs/hardening.md) ---
  * libhdf5 itself is not safe on hostile files: fuzzing found crafted files
  * on which HDF5 1.10.8 reads out of bounds or frees a wild pointer while
@@ -404,7 +403,8 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
  * status through a pipe just before it ends; when it ends without doing so
  * (a signal, or a sanitizer's report), the parent names the file that crashes
  * (another child reads each file alone: reference, candidate, --isolated) and
- * exits 2, as for any unreadable file. PROBE_COMPARE_NO_FORK=1 runs everything in one process (debuggers). */
+ * exits 2, as for any unreadable file. PROBE_COMPARE_NO_FORK=1 runs everything
+ * in one process (debuggers). */
 
 /* Read every tensor of `path` in bounded chunks; 0 if that ends normally. */
 static int read_all(const char *path)
@@ -528,6 +528,7 @@ static int report(int fd, int rc)
     return rc;
 }
 
+/* 1 if a and b name the same existing file (same device and inode). */
 static int same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
