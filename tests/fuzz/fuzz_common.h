@@ -13,22 +13,43 @@
 
 #include "probe/capture.h"
 
-/* Write `size` bytes to a file of this process's scratch folder (on tmpfs,
- * /dev/shm, when there is one) and put its path in path; the caller unlinks
+/* Write `size` bytes to a file of this process's scratch folder (in
+ * $PROBE_FUZZ_TMPDIR, else on tmpfs, /dev/shm, when there is one) and put its
+ * path in path; the caller unlinks
  * it. A real file and not a memfd: HDF5 1.10 resolves the real path of the
  * file it opens, which fails for /proc/self/fd/N of a memfd (and probe's
- * writer checks the free space of the file system). Returns 0 or -1. */
+ * writer checks the free space of the file system). The folder is removed at
+ * exit. Returns 0 or -1. */
+static char fuzz_dir[64];
+
+/* At exit: the scratch folder and what is left in it (libFuzzer's fork mode
+ * starts a process per job; a crashing one leaves its folder behind). */
+static void fuzz_dir_remove(void)
+{
+    static const char *const names[] = {"input.h5", "candidate.h5", "calibration.json",
+                                        "reference.h5"};
+    char p[128];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", fuzz_dir, names[i]);
+        unlink(p);
+    }
+    rmdir(fuzz_dir);
+}
+
 static inline int fuzz_tmpfile(const uint8_t *data, size_t size, const char *name, char *path,
                                size_t cap)
 {
-    static char dir[64];
+    char *dir = fuzz_dir;
     if (dir[0] == '\0') {
-        snprintf(dir, sizeof dir, "%s/probe-fuzz-XXXXXX",
-                 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+        const char *base = getenv("PROBE_FUZZ_TMPDIR"); /* scripts/fuzz: one per run */
+        if (base == NULL || base[0] == '\0')
+            base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+        snprintf(dir, sizeof fuzz_dir, "%s/probe-fuzz-XXXXXX", base);
         if (mkdtemp(dir) == NULL) {
             dir[0] = '\0';
             return -1;
         }
+        atexit(fuzz_dir_remove);
     }
     snprintf(path, cap, "%s/%s", dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

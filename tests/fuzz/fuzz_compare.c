@@ -6,8 +6,9 @@
  * holds its variants 1-3 and h5py files with the same paths, so mutations
  * start from files whose tensors match the reference's). probe_compare_files
  * runs under T1 with the report statistics and two metric worker threads,
- * and a result is written as JSON, JUnit and HTML to /dev/null. The reference stays in the scratch folder (/dev/shm/probe-fuzz-*) for the process lifetime. Any status is
- * fine; a crash, sanitizer report, leak or hang is a finding. */
+ * and a result is written as JSON, JUnit and HTML to /dev/null. The
+ * reference stays in the scratch folder (fuzz_common.h) until exit. Any
+ * status is fine; a crash, sanitizer report, leak or hang is a finding. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
