@@ -501,7 +501,86 @@ static int check_collection(file_window *w, uint64_t off, unsigned L, uint64_t *
     return 0;
 }
 
-static probe_status check_global_heaps(const char *path, const struct stat *st)
+/* Raw data of the file's datasets: byte ranges [start, end) that hold
+ * tensor elements, not HDF5 metadata. */
+typedef struct {
+    uint64_t start, end;
+} extent;
+
+typedef struct {
+    extent *e;
+    size_t n, cap;
+    int incomplete; /* too many chunks to list: scan everything */
+} extent_list;
+
+static int cmp_extent(const void *a, const void *b)
+{
+    const extent *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static void extent_add(extent_list *l, uint64_t start, uint64_t size)
+{
+    if (size == 0 || l->incomplete)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        extent *e = cap <= ((size_t)1 << 20) ? realloc(l->e, cap * sizeof *e) : NULL;
+        if (e == NULL) {
+            l->incomplete = 1;
+            return;
+        }
+        l->e = e;
+        l->cap = cap;
+    }
+    l->e[l->n++] = (extent){start, start + size};
+}
+
+/* H5Lvisit callback: the raw-data extents of every dataset reachable by a
+ * hard link (contiguous storage, or every allocated chunk). Reads object
+ * headers and chunk indexes only, no attribute and no global heap. */
+static herr_t extent_cb(hid_t group, const char *name, const H5L_info_t *info, void *data)
+{
+    extent_list *l = data;
+    if (info->type != H5L_TYPE_HARD || l->incomplete)
+        return 0;
+    hid_t o = H5Oopen(group, name, H5P_DEFAULT);
+    if (o < 0)
+        return 0;
+    if (H5Iget_type(o) == H5I_DATASET) {
+        hid_t dcpl = H5Dget_create_plist(o);
+        H5D_layout_t lay = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+        if (lay == H5D_CONTIGUOUS) {
+            haddr_t a = H5Dget_offset(o);
+            if (a != HADDR_UNDEF)
+                extent_add(l, (uint64_t)a, (uint64_t)H5Dget_storage_size(o));
+        } else if (lay == H5D_CHUNKED) {
+            hid_t sp = H5Dget_space(o);
+            hsize_t nchunks = 0;
+            if (sp >= 0 && H5Dget_num_chunks(o, sp, &nchunks) >= 0 && nchunks <= ((hsize_t)1 << 20)) {
+                for (hsize_t i = 0; i < nchunks; i++) {
+                    hsize_t off[32];
+                    unsigned mask;
+                    haddr_t a;
+                    hsize_t size;
+                    if (H5Dget_chunk_info(o, sp, i, off, &mask, &a, &size) >= 0 && a != HADDR_UNDEF)
+                        extent_add(l, (uint64_t)a, (uint64_t)size);
+                }
+            } else {
+                l->incomplete = 1;
+            }
+            if (sp >= 0)
+                H5Sclose(sp);
+        }
+        if (dcpl >= 0)
+            H5Pclose(dcpl);
+    }
+    H5Oclose(o);
+    return 0;
+}
+
+static probe_status check_global_heaps(const char *path, const struct stat *st,
+                                       const extent_list *skip)
 {
     file_window w = {.fd = open(path, O_RDONLY | O_CLOEXEC), .fsize = (uint64_t)st->st_size,
                      .cap = (size_t)1 << 20};
@@ -518,19 +597,38 @@ static probe_status check_global_heaps(const char *path, const struct stat *st)
     uint64_t budget = w.fsize / 16 + 1024;
     if (L == 0)
         goto done; /* no superblock: HDF5 rejects the file itself */
-    /* consecutive windows overlap by 5 bytes: a "GCOL" + version across a seam is seen */
+    /* consecutive windows overlap by 5 bytes: a "GCOL" + version across a seam is seen;
+     * the datasets' raw data (sorted extents) is skipped: tensor bytes may
+     * hold "GCOL\1" by chance and are not heap collections */
+    size_t xi = 0;
     for (uint64_t base = 0; base < w.fsize;) {
+        while (skip && !skip->incomplete && xi < skip->n && skip->e[xi].end <= base)
+            xi++;
+        if (skip && !skip->incomplete && xi < skip->n && skip->e[xi].start <= base) {
+            base = skip->e[xi].end; /* inside raw data: jump past it */
+            continue;
+        }
+        uint64_t limit = w.fsize;
+        if (skip && !skip->incomplete && xi < skip->n && skip->e[xi].start < limit)
+            limit = skip->e[xi].start + 4; /* up to the next extent (the seam overlap) */
         size_t len = 0;
-        while (len < w.cap && base + len < w.fsize) {
-            ssize_t k = pread(w.fd, scan + len, w.cap - len, (off_t)(base + len));
+        while (len < w.cap && base + len < limit) {
+            size_t room = w.cap - len;
+            if (room > limit - base - len)
+                room = (size_t)(limit - base - len);
+            ssize_t k = pread(w.fd, scan + len, room, (off_t)(base + len));
             if (k < 0 && errno == EINTR)
                 continue;
             if (k <= 0)
                 break;
             len += (size_t)k;
         }
-        if (len < 5)
-            break;
+        if (len < 5) { /* a gap too short to hold a signature */
+            if (limit >= w.fsize)
+                break;
+            base = limit;
+            continue;
+        }
         for (const unsigned char *q = scan; (q = memmem(q, len - (size_t)(q - scan), "GCOL\1", 5)) != NULL; q++) {
             if (check_collection(&w, base + (uint64_t)(q - scan), L, &budget) != 0) {
                 s = probe_set_error(PROBE_EFORMAT, "%s: corrupt HDF5 file (malformed global heap "
@@ -542,6 +640,8 @@ static probe_status check_global_heaps(const char *path, const struct stat *st)
         if (base + len >= w.fsize)
             break;
         base += len - 4;
+        if (base + 4 >= limit && limit < w.fsize)
+            base = limit; /* reached the extent: the loop head jumps past it */
     }
 done:
     free(scan);
@@ -569,7 +669,23 @@ static probe_status precheck(const char *path)
     close(fd);
     if (st.st_size == 0)
         return probe_set_error(PROBE_EFORMAT, "%s: not an HDF5 file (empty file)", path);
-    return check_global_heaps(path, &st);
+    return PROBE_OK;
+}
+
+/* The global-heap check of an opened file, skipping its datasets' raw data
+ * (call before anything reads an attribute). */
+static probe_status check_heaps_of(probe_file *f)
+{
+    struct stat st;
+    if (stat(f->path, &st) != 0)
+        return probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
+    extent_list l = {0};
+    H5Lvisit(f->file, H5_INDEX_NAME, H5_ITER_INC, extent_cb, &l);
+    if (l.n > 1)
+        qsort(l.e, l.n, sizeof *l.e, cmp_extent);
+    probe_status s = check_global_heaps(f->path, &st, &l);
+    free(l.e);
+    return s;
 }
 
 /* Status for an HDF5 file whose superblock HDF5 cannot read: a lock held by
@@ -621,6 +737,8 @@ probe_status probe_file_open(const char *path, probe_file **out)
             if (fapl >= 0)
                 H5Pclose(fapl);
         }
+        if (s == PROBE_OK)
+            s = check_heaps_of(f);
         if (s == PROBE_OK)
             s = read_root(f);
         if (s == PROBE_OK) {

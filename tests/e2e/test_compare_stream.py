@@ -191,6 +191,19 @@ def main():
         check(t["dtype"] == "float32" and t["dtype_candidate"] == "float16", "mixed: dtypes reported")
         check_values(t, oracle(r, c.astype(np.float64)), r.shape, "float16 vs float32")
 
+    # 4b. tensor bytes that spell a global-heap signature ("GCOL", version 1,
+    # then garbage) are data, not HDF5 metadata: the file is not "corrupt"
+    raw = np.frombuffer((b"GCOL\x01\x00\x00\x00" + b"\xff" * 8) * 64, dtype=np.uint8)
+    for kw in ({}, {"chunks": (256,), "compression": "gzip"}, {"chunks": (200,)}):
+        gp, gc = os.path.join(tmp, "gcol_ref.h5"), os.path.join(tmp, "gcol_cand.h5")
+        for p, a in ((gp, raw), (gc, raw ^ np.uint8(1))):
+            with h5py.File(p, "w") as f:
+                f.create_dataset("/img/0000/out", data=a, **kw)
+                f["/img/0000/out"].attrs["probe.component"] = "img"  # a vlen string attribute
+        rc, ts = compare_json(gp, gc)
+        check(rc == 1 and ts is not None and ts["/img/0000/out"]["max_abs"] == 1.0,
+              f"data spelling GCOL\\1 ({kw or 'contiguous'}): compared, not refused (exit {rc})")
+
     # 5. bad input for the new options: exit 2, one line naming the option
     for args, needle in ((["--channel-axis", "x"], "--channel-axis"),
                          (["--channel-axis", "16"], "--channel-axis"),
