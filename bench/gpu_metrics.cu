@@ -147,37 +147,35 @@ int main(int argc, char **argv)
     fused_out fo;
     fo.part = (double *)dalloc(&x, (size_t)grid * P_COUNT * sizeof(double));
     fo.part_off = (unsigned long long *)dalloc(&x, (size_t)grid * sizeof(unsigned long long));
-    fo.counts = (unsigned long long *)dalloc(&x, (C_COUNT + HBINS) * sizeof(unsigned long long));
-    fo.hist = fo.counts + C_COUNT;
+    fo.counts = (unsigned long long *)dalloc(&x, C_COUNT * sizeof(unsigned long long));
     fused_res *d_res = (fused_res *)dalloc(&x, sizeof(fused_res));
     unsigned long long *d_hist = (unsigned long long *)dalloc(&x, HBINS * 8);
     unsigned long long *d_aux = (unsigned long long *)dalloc(&x, (4 + COLLECT_MAX) * 8);
     probe_metrics_opts opts = {1e-3, 1e-3};
     printf("  GROUPS %d\n", GROUPS);
     TIME("probe fused pass (+combine)",
-         cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st);
+         cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
          fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
     TIME("probe fused pass, generic decode",
-         cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st);
+         cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
          fused_kernel<0, 0><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
     if (argc > 2 && strcmp(argv[2], "fused") == 0) {
         printf("  (tile %d elements: %d groups of %d per thread)\n", TILE, GROUPS, VEC);
         return 0;
     }
-    unsigned long long cn[C_COUNT], *h0 = (unsigned long long *)malloc(HBINS * 8);
-    CK(cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * 8, st));
+    unsigned long long cn[C_COUNT];
+    CK(cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st));
     fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
     CK(cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, st));
-    CK(cudaMemcpyAsync(h0, fo.hist, HBINS * 8, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
     uint64_t nf = cn[C_NF];
     double xr = ceil(99.0 * (double)nf / 100.0);
     uint64_t rank = (uint64_t)xr;
     double p99 = 0;
     TIME("probe p99 radix select (after fused)",
-         p99 = p99_select(&x, &pd, h0, cn[C_ZERO], rank, d_hist, d_aux));
+         p99 = p99_select(&x, &pd, cn[C_ZERO], rank, d_hist, d_aux));
     printf("  p99 = %.17g (rank %llu of %llu finite; %llu exact zeros)\n", p99,
            (unsigned long long)rank, (unsigned long long)nf, (unsigned long long)cn[C_ZERO]);
     probe_metrics m;

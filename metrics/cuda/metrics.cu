@@ -219,11 +219,15 @@ __device__ static inline int group_finite(const rawgrp *g)
 {
     int ok = 1;
     switch (D) {
-    case PROBE_DTYPE_BFLOAT16:
+    case PROBE_DTYPE_BFLOAT16: {
+        /* two elements per word: an exponent field of all ones (0x7F80)
+         * carries into bit 15 of its half when 0x0080 is added */
+        unsigned t = 0;
 #pragma unroll
-        for (int j = 0; j < VEC; j++)
-            ok &= ((g->w[j >> 1] >> (16 * (j & 1))) & 0x7F80u) != 0x7F80u;
-        return ok;
+        for (int k = 0; k < VEC / 2; k++)
+            t |= (g->w[k] & 0x7F807F80u) + 0x00800080u;
+        return (t & 0x80008000u) == 0;
+    }
     case PROBE_DTYPE_FLOAT16:
 #pragma unroll
         for (int j = 0; j < VEC; j++)
@@ -242,6 +246,26 @@ __device__ static inline int group_finite(const rawgrp *g)
     default:
         return 0;
     }
+}
+
+/* Element j of a group known to be finite. PROBE_CUDA_INTDEC (an
+ * experiment, off by default): bfloat16 through integer operations and one
+ * exact multiplication instead of the float-to-double conversion: the bits
+ * with the exponent field moved but not rebiased are the value times 2^-896
+ * (zeros and subnormals included, as double subnormals), and times 2^896 is
+ * exact. */
+template <int D>
+__device__ static inline double dec_finite(int t, const rawgrp *g, int sz, int j)
+{
+#ifdef PROBE_CUDA_INTDEC
+    if (D == PROBE_DTYPE_BFLOAT16) {
+        unsigned w = g->w[j >> 1];
+        int f = (int)((j & 1) ? (w & 0xFFFF0000u) : (w << 16));
+        unsigned hi = (unsigned)(f >> 3) & 0x8FFFFFFFu;
+        return __hiloint2double((int)hi, 0) * 0x1p896;
+    }
+#endif
+    return dec(t, get_elem(g, sz, j));
 }
 
 /* Decoded elements of a group, for the kernels that are not hot. */
@@ -384,7 +408,6 @@ typedef struct {
     double *part;                  /* [blocks][P_COUNT] */
     unsigned long long *part_off;  /* [blocks] offset of the block's max |d| */
     unsigned long long *counts;    /* [C_COUNT] */
-    unsigned long long *hist;      /* [HBINS] level-0 histogram of |d| bits >> 51 */
 } fused_out;
 
 template <int RD, int CD>
@@ -392,18 +415,18 @@ __global__ void __launch_bounds__(THREADS)
 fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
              int vec, double atol, double rtol, fused_out o)
 {
-    __shared__ unsigned int hist[HBINS];
     __shared__ double shd[THREADS / 32];
     __shared__ uint64_t sho[THREADS / 32];
     __shared__ unsigned long long shu[THREADS / 32];
-    for (int i = threadIdx.x; i < HBINS; i += THREADS)
-        hist[i] = 0;
-    __syncthreads();
 
     double s_rr = 0, s_cc = 0, s_dd = 0, s_rc = 0, s_ad = 0;
     /* maxima on the bit patterns (integer pipe): |x| orders like its bits;
-     * mk = bits(max |d|) + 1, 0 = no finite index yet */
-    uint64_t amax_rb = 0, amax_cb = 0, mk = 0, maxoff = 0;
+     * mk = bits(max |d|) as a signed 64-bit integer (those bits are < 2^63),
+     * -1 = no finite index yet; maxpos: its position in the block's tile
+     * (32 bits; the flat offset is formed at the block reduction) */
+    uint64_t amax_rb = 0, amax_cb = 0;
+    long long mk = -1;
+    unsigned maxpos = 0;
     unsigned cnt[C_COUNT];
     for (int i = 0; i < C_COUNT; i++)
         cnt[i] = 0;
@@ -418,24 +441,29 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
 
     /* each thread: groups of VEC elements THREADS*VEC apart; the next group's
      * loads are issued before the current group is computed */
-    uint64_t base = (uint64_t)blockIdx.x * TILE + (uint64_t)threadIdx.x * VEC;
+    const uint64_t tile0 = (uint64_t)blockIdx.x * TILE;
+    unsigned pos = threadIdx.x * VEC; /* in-tile position of the group */
+    uint64_t base = tile0 + pos;
     rawgrp gr, gc;
     if (base < n) {
         load_raw<RD>(ref, rdt, base, n, vec, &gr);
         load_raw<CD>(cand, cdt, base, n, vec, &gc);
     }
     /* one element finite on both sides (d = c - r; no fused multiply-add in
-     * the tolerance: the same rounding as the CPU) */
-#define FINITE_ELEM(r, c, rb, cb, idx)                                                             \
+     * the tolerance: the same rounding as the CPU). r != c is not tested
+     * here: for finite r and c, c - r == 0 exactly when r == c (gradual
+     * underflow; fp64 is never flushed), so the finite not-identical count is
+     * n_finite - zeros, added once per thread after the loop. The histogram
+     * of |d| for the p99 is the p99 pass's own first pass (p99_select). */
+#define FINITE_ELEM(r, c, rb, cb, p)                                                               \
     do {                                                                                           \
         double d = c - r;                                                                          \
-        uint64_t key = d_bits(d) & ABS_MASK;                                                       \
-        if (key + 1 > mk) {                                                                        \
-            mk = key + 1;                                                                          \
-            maxoff = idx;                                                                          \
+        long long key = (long long)(d_bits(d) & ABS_MASK);                                         \
+        if (key > mk) {                                                                            \
+            mk = key;                                                                              \
+            maxpos = p;                                                                            \
         }                                                                                          \
         cnt[C_MIS] += fabs(d) > __dadd_rn(atol, __dmul_rn(rtol, fabs(r)));                         \
-        cnt[C_NOT_IDENT] += r != c;                                                                \
         if (need_amax) {                                                                           \
             amax_rb = rb > amax_rb ? rb : amax_rb;                                                 \
             amax_cb = cb > amax_cb ? cb : amax_cb;                                                 \
@@ -445,10 +473,7 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         s_dd += d * d;                                                                             \
         s_rc += r * c;                                                                             \
         s_ad += fabs(d);                                                                           \
-        if (key == 0)                                                                              \
-            cnt[C_ZERO]++;                                                                         \
-        else                                                                                       \
-            atomicAdd(&hist[key >> LEVEL0_SHIFT], 1u);                                             \
+        cnt[C_ZERO] += key == 0;                                                                   \
     } while (0)
 
 #pragma unroll 1
@@ -466,10 +491,10 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
             cnt[C_NF] += VEC;
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                double r = dec(rt, get_elem(&gr, rsz, j));
-                double c = dec(ct, get_elem(&gc, csz, j));
+                double r = dec_finite<RD>(rt, &gr, rsz, j);
+                double c = dec_finite<CD>(ct, &gc, csz, j);
                 uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
-                FINITE_ELEM(r, c, rb, cb, base + j);
+                FINITE_ELEM(r, c, rb, cb, pos + j);
             }
         } else {
 #pragma unroll
@@ -481,7 +506,7 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
                 uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
                 if (rb < INF_BITS && cb < INF_BITS) {
                     cnt[C_NF]++;
-                    FINITE_ELEM(r, c, rb, cb, base + j);
+                    FINITE_ELEM(r, c, rb, cb, pos + j);
                 } else {
                     int rn = rb > INF_BITS, cn = cb > INF_BITS, ri = rb == INF_BITS,
                         ci = cb == INF_BITS;
@@ -500,10 +525,13 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         gr = nr;
         gc = nc;
         base = nb;
+        pos += THREADS * VEC;
     }
 #undef FINITE_ELEM
+    cnt[C_NOT_IDENT] += cnt[C_NF] - cnt[C_ZERO];
     double amax_r = bits_d(amax_rb), amax_c = bits_d(amax_cb);
-    double maxd = mk ? bits_d(mk - 1) : -1.0;
+    double maxd = mk >= 0 ? bits_d((uint64_t)mk) : -1.0;
+    uint64_t maxoff = tile0 + maxpos;
 
     double *P = o.part + (size_t)blockIdx.x * P_COUNT;
     double v;
@@ -524,10 +552,6 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         if (threadIdx.x == 0 && t)
             atomicAdd(&o.counts[i], t);
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < HBINS; i += THREADS)
-        if (hist[i])
-            atomicAdd(&o.hist[i], (unsigned long long)hist[i]);
 }
 
 /* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/metrics.c, "Range"). */
@@ -635,7 +659,9 @@ enum { MODE_HIST = 0, MODE_COLLECT = 1 };
 /* Elements with finite r and c whose key = bits(|c - r|) has
  * key >> shift == prefix: MODE_HIST histograms the next `width` bits into
  * hist[] and min/max of the keys into mm[0]/mm[1]; MODE_COLLECT appends the
- * keys to buf (counter *cnt; at most COLLECT_MAX are stored). */
+ * keys to buf (counter *cnt; at most COLLECT_MAX are stored). The first
+ * level (shift 63, every key) leaves out the keys 0: the fused pass counted
+ * them, and an almost-equal pair is mostly zeros (one bin's atomics). */
 template <int RD, int CD>
 __global__ void __launch_bounds__(THREADS)
 select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
@@ -651,6 +677,7 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
     }
     const int dshift = shift - width;
     const uint64_t dmask = ((uint64_t)1 << width) - 1;
+    const int skip0 = shift == 63;
     unsigned long long kmin = ~0ull, kmax = 0;
     const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
     const int rsz = dt_size(rt), csz = dt_size(ct);
@@ -679,7 +706,7 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
             if (!((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS))
                 continue;
             uint64_t key = d_bits(c - r) & ABS_MASK;
-            if ((key >> shift) != prefix)
+            if ((key >> shift) != prefix || (skip0 && key == 0))
                 continue;
             if (mode == MODE_HIST) {
                 atomicAdd(&sh[(key >> dshift) & dmask], 1u);
@@ -1130,26 +1157,41 @@ static double u64_as_double(uint64_t b)
     return d;
 }
 
-/* Exact p99 (rank k, 1-based, among the finite |d|) by radix select. h0: the
- * level-0 histogram from the fused pass; zeros: the count of |d| = 0. */
-static double p99_select(ctx *x, const pair_dev *pd, const unsigned long long *h0, uint64_t zeros,
-                         uint64_t k, unsigned long long *d_hist, unsigned long long *d_aux)
+/* Exact p99 (rank k, 1-based, among the finite |d|) by radix select; zeros:
+ * the count of |d| = 0 (from the fused pass). The first pass histograms the
+ * top 12 bits of the nonzero keys (the fused pass does not, so that it runs
+ * at memory speed; the p99 needs a pass over the pair anyway). */
+static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
+                         unsigned long long *d_hist, unsigned long long *d_aux)
 {
     if (k <= zeros)
         return 0.0;
     unsigned long long *hh = (unsigned long long *)malloc(HBINS * sizeof *hh);
     unsigned long long *keys = (unsigned long long *)malloc(COLLECT_MAX * sizeof *keys);
     double result = NAN;
+    unsigned grid = nblocks_for(pd->n);
+    /* d_aux: [0] min key, [1] max key, [2] collect counter; collected keys after */
+    unsigned long long *mm = d_aux, *ccount = d_aux + 2, *buf = d_aux + 4;
     if (hh == NULL || keys == NULL) {
         x->status = probe_set_error(PROBE_ENOMEM, "%s: host scratch for the p99", x->fn);
         goto done;
     }
+    /* level 0: the top 12 bits of every nonzero key (min/max not used) */
+    if (failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof *d_hist, x->st), "memset"))
+        goto done;
+    DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt, pd->n,
+             pd->vec, 0, 63, HBITS, MODE_HIST, d_hist, mm, buf, ccount);
+    if (failed(x, cudaGetLastError(), "p99 histogram kernel") ||
+        failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost, x->st),
+               "copy of the p99 histogram") ||
+        failed(x, cudaStreamSynchronize(x->st), "p99 histogram"))
+        goto done;
     {
         /* level 0: choose the 12-bit bin holding rank k */
         uint64_t kr = k, below = 0, cnt = 0, prefix = 0;
         int shift = LEVEL0_SHIFT;
         for (int b = 0; b < HBINS; b++) {
-            uint64_t c = h0[b] + (b == 0 ? zeros : 0);
+            uint64_t c = hh[b] + (b == 0 ? zeros : 0);
             if (below + c >= kr) {
                 prefix = (uint64_t)b;
                 cnt = c;
@@ -1158,9 +1200,6 @@ static double p99_select(ctx *x, const pair_dev *pd, const unsigned long long *h
             below += c;
         }
         kr -= below;
-        unsigned grid = nblocks_for(pd->n);
-        /* d_aux: [0] min key, [1] max key, [2] collect counter; collected keys after */
-        unsigned long long *mm = d_aux, *ccount = d_aux + 2, *buf = d_aux + 4;
         for (;;) {
             if (shift == 0) {
                 result = u64_as_double(prefix);
@@ -1367,7 +1406,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
     unsigned grid = nblocks_for(n);
     fused_out fo;
     fused_res fr, *d_res = NULL;
-    unsigned long long cn[C_COUNT], *h0 = NULL, *d_hist = NULL, *d_aux = NULL;
+    unsigned long long cn[C_COUNT], *d_hist = NULL, *d_aux = NULL;
     memset(&fo, 0, sizeof fo);
     if (n == 0) {
         memset(&fr, 0, sizeof fr);
@@ -1376,22 +1415,16 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
         finish_metrics(0, cn, &fr, 0, 0, 0, NAN, out);
         return;
     }
-    h0 = (unsigned long long *)malloc(HBINS * sizeof *h0);
-    if (h0 == NULL) {
-        x->status = probe_set_error(PROBE_ENOMEM, "%s: host scratch", x->fn);
-        return;
-    }
     fo.part = (double *)dalloc(x, (size_t)grid * P_COUNT * sizeof(double));
     fo.part_off = (unsigned long long *)dalloc(x, (size_t)grid * sizeof(unsigned long long));
-    fo.counts = (unsigned long long *)dalloc(x, (C_COUNT + HBINS) * sizeof(unsigned long long));
+    fo.counts = (unsigned long long *)dalloc(x, C_COUNT * sizeof(unsigned long long));
     d_res = (fused_res *)dalloc(x, sizeof(fused_res));
     d_hist = (unsigned long long *)dalloc(x, HBINS * sizeof(unsigned long long));
     d_aux = (unsigned long long *)dalloc(x, (4 + COLLECT_MAX) * sizeof(unsigned long long));
     if (x->status != PROBE_OK)
         goto done;
-    fo.hist = fo.counts + C_COUNT;
-    if (failed(x, cudaMemsetAsync(fo.counts, 0, (C_COUNT + HBINS) * sizeof(unsigned long long),
-                                  x->st), "memset"))
+    if (failed(x, cudaMemsetAsync(fo.counts, 0, C_COUNT * sizeof(unsigned long long), x->st),
+               "memset"))
         goto done;
     DISPATCH(fused_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt, n,
              pd->vec, opts->atol, opts->rtol, fo);
@@ -1399,8 +1432,6 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
     if (failed(x, cudaGetLastError(), "fused metrics kernel") ||
         failed(x, cudaMemcpyAsync(&fr, d_res, sizeof fr, cudaMemcpyDeviceToHost, x->st), "copy") ||
         failed(x, cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, x->st), "copy") ||
-        failed(x, cudaMemcpyAsync(h0, fo.hist, HBINS * sizeof *h0, cudaMemcpyDeviceToHost, x->st),
-               "copy") ||
         failed(x, cudaStreamSynchronize(x->st), "fused metrics"))
         goto done;
     {
@@ -1427,7 +1458,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
             if (rank == nf)
                 p99 = maxd;
             else
-                p99 = p99_select(x, pd, h0, cn[C_ZERO], rank, d_hist, d_aux);
+                p99 = p99_select(x, pd, cn[C_ZERO], rank, d_hist, d_aux);
             if (x->status != PROBE_OK)
                 goto done;
         }
@@ -1442,7 +1473,6 @@ done:
     dfree(x, d_res);
     dfree(x, d_hist);
     dfree(x, d_aux);
-    free(h0);
 }
 
 static probe_status check_args(const char *fn, probe_dtype rdt, const void *ref, probe_dtype cdt,
