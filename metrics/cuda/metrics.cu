@@ -11,16 +11,17 @@
  *     the counts (finite/NaN/Inf, mismatch, inf mismatch, not identical), the
  *     sums r^2, c^2, d^2, r*c, |d| (plain fp64 per thread over at most 64
  *     elements, a fixed tree in the block), max |r|, max |c|, max |d| with
- *     its first offset, the number of exact zeros |d| = 0, and a 4096-bin
- *     histogram of the top 12 bits of the fp64 bit pattern of |d|
- *     (non-negative doubles order like their bits as uint64). Per-block
+ *     its first offset (a 32-bit in-tile position per thread) and the number
+ *     of exact zeros |d| = 0 (not identical = n_finite - zeros). Per-block
  *     partials, combined by one block in a fixed order with Neumaier's
  *     compensated summation: the same input gives the same bits every run.
  *     Counters use integer atomics only.
  *  2. (float64 inputs with |x| outside [2^-300, 2^300] only) the sums again
  *     on power-of-two scaled values, as metrics/metrics.c does.
- *  3. p99: radix select on the bit patterns of |d|. The fused histogram picks
- *     the 12-bit prefix holding rank k = ceil(0.99 n_finite); each further
+ *  3. p99: radix select on the bit patterns of |d| (non-negative doubles
+ *     order like their bits as uint64). A first pass histograms the top 12
+ *     bits of the nonzero keys and picks the 12-bit prefix holding rank
+ *     k = ceil(0.99 n_finite) (zeros: the fused pass's count); each further
  *     pass re-reads the pair and histograms the next 12 bits of the elements
  *     under the prefix (and their min/max: when all are equal the value is
  *     known); once at most 4096 candidates remain they are collected and
@@ -248,26 +249,6 @@ __device__ static inline int group_finite(const rawgrp *g)
     }
 }
 
-/* Element j of a group known to be finite. PROBE_CUDA_INTDEC (an
- * experiment, off by default): bfloat16 through integer operations and one
- * exact multiplication instead of the float-to-double conversion: the bits
- * with the exponent field moved but not rebiased are the value times 2^-896
- * (zeros and subnormals included, as double subnormals), and times 2^896 is
- * exact. */
-template <int D>
-__device__ static inline double dec_finite(int t, const rawgrp *g, int sz, int j)
-{
-#ifdef PROBE_CUDA_INTDEC
-    if (D == PROBE_DTYPE_BFLOAT16) {
-        unsigned w = g->w[j >> 1];
-        int f = (int)((j & 1) ? (w & 0xFFFF0000u) : (w << 16));
-        unsigned hi = (unsigned)(f >> 3) & 0x8FFFFFFFu;
-        return __hiloint2double((int)hi, 0) * 0x1p896;
-    }
-#endif
-    return dec(t, get_elem(g, sz, j));
-}
-
 /* Decoded elements of a group, for the kernels that are not hot. */
 template <int D>
 __device__ static inline void load_group(const unsigned char *p, int t, uint64_t base, uint64_t n,
@@ -491,8 +472,8 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
             cnt[C_NF] += VEC;
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                double r = dec_finite<RD>(rt, &gr, rsz, j);
-                double c = dec_finite<CD>(ct, &gc, csz, j);
+                double r = dec(rt, get_elem(&gr, rsz, j));
+                double c = dec(ct, get_elem(&gc, csz, j));
                 uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
                 FINITE_ELEM(r, c, rb, cb, pos + j);
             }
@@ -697,21 +678,25 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
             load_raw<RD>(ref, rdt, nb, n, vec, &nr);
             load_raw<CD>(cand, cdt, nb, n, vec, &nc);
         }
+        /* a full group finite on both sides needs no per-element test */
+        const int fin = base + VEC <= n && group_finite<RD>(&gr) && group_finite<CD>(&gc);
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             if (base + j >= n)
                 break;
             double r = dec(rt, get_elem(&gr, rsz, j));
             double c = dec(ct, get_elem(&gc, csz, j));
-            if (!((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS))
+            if (!fin && !((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS))
                 continue;
             uint64_t key = d_bits(c - r) & ABS_MASK;
             if ((key >> shift) != prefix || (skip0 && key == 0))
                 continue;
             if (mode == MODE_HIST) {
                 atomicAdd(&sh[(key >> dshift) & dmask], 1u);
-                kmin = key < kmin ? key : kmin;
-                kmax = key > kmax ? key : kmax;
+                if (!skip0) { /* the first level's min/max are not used */
+                    kmin = key < kmin ? key : kmin;
+                    kmax = key > kmax ? key : kmax;
+                }
             } else {
                 unsigned long long at = atomicAdd(cnt, 1ull);
                 if (at < COLLECT_MAX)
