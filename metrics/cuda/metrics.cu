@@ -678,31 +678,44 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
             load_raw<RD>(ref, rdt, nb, n, vec, &nr);
             load_raw<CD>(cand, cdt, nb, n, vec, &nc);
         }
-        /* a full group finite on both sides needs no per-element test */
-        const int fin = base + VEC <= n && group_finite<RD>(&gr) && group_finite<CD>(&gc);
+        /* one element finite on both sides */
+#define SELECT_ELEM(r, c)                                                                          \
+    do {                                                                                           \
+        uint64_t key = d_bits(c - r) & ABS_MASK;                                                   \
+        if ((key >> shift) == prefix && !(skip0 && key == 0)) {                                    \
+            if (mode == MODE_HIST) {                                                               \
+                atomicAdd(&sh[(key >> dshift) & dmask], 1u);                                       \
+                if (!skip0) { /* the first level's min/max are not used */                         \
+                    kmin = key < kmin ? key : kmin;                                                \
+                    kmax = key > kmax ? key : kmax;                                                \
+                }                                                                                  \
+            } else {                                                                               \
+                unsigned long long at = atomicAdd(cnt, 1ull);                                      \
+                if (at < COLLECT_MAX)                                                              \
+                    buf[at] = key;                                                                 \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+        if (base + VEC <= n && group_finite<RD>(&gr) && group_finite<CD>(&gc)) {
+            /* a full group finite on both sides: no per-element tests */
 #pragma unroll
-        for (int j = 0; j < VEC; j++) {
-            if (base + j >= n)
-                break;
-            double r = dec(rt, get_elem(&gr, rsz, j));
-            double c = dec(ct, get_elem(&gc, csz, j));
-            if (!fin && !((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS))
-                continue;
-            uint64_t key = d_bits(c - r) & ABS_MASK;
-            if ((key >> shift) != prefix || (skip0 && key == 0))
-                continue;
-            if (mode == MODE_HIST) {
-                atomicAdd(&sh[(key >> dshift) & dmask], 1u);
-                if (!skip0) { /* the first level's min/max are not used */
-                    kmin = key < kmin ? key : kmin;
-                    kmax = key > kmax ? key : kmax;
-                }
-            } else {
-                unsigned long long at = atomicAdd(cnt, 1ull);
-                if (at < COLLECT_MAX)
-                    buf[at] = key;
+            for (int j = 0; j < VEC; j++) {
+                double r = dec(rt, get_elem(&gr, rsz, j));
+                double c = dec(ct, get_elem(&gc, csz, j));
+                SELECT_ELEM(r, c);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                if (base + j >= n)
+                    break;
+                double r = dec(rt, get_elem(&gr, rsz, j));
+                double c = dec(ct, get_elem(&gc, csz, j));
+                if ((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS)
+                    SELECT_ELEM(r, c);
             }
         }
+#undef SELECT_ELEM
         gr = nr;
         gc = nc;
         base = nb;
