@@ -44,6 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "finish.h"
 #include "select.h"
 
 enum {
@@ -1017,47 +1018,15 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
     }
     t = &main_total;
 
-    double srr = nsum_get(&sums[S_RR]), scc = nsum_get(&sums[S_CC]);
-    double sdd = nsum_get(&sums[S_DD]), src_ = nsum_get(&sums[S_RC]);
-    double sabs = nsum_get(&sums[S_ABS]);
-    double nr = sqrt(srr), nc = sqrt(scc), nd = sqrt(sdd);
-    uint64_t n = src->n;
-
-    out->n = n;
-    out->n_finite = nf;
-    out->nan_ref = t->nan_r;
-    out->nan_cand = t->nan_c;
-    out->inf_ref = t->inf_r;
-    out->inf_cand = t->inf_c;
-    out->inf_mismatch = t->inf_mis;
-    out->mismatch_count = t->mismatch;
-    out->mismatch_fraction = n ? (double)t->mismatch / (double)n : 0.0;
-    out->identical = t->differ == 0;
-    out->zero_norm_reference = srr == 0.0;
-    out->norm_ref = ldexp(nr, -kr);
-    out->norm_cand = ldexp(nc, -kc);
-    out->norm_diff = ldexp(nd, -kd);
-    out->dot = ldexp(src_, -(kr + kc));
-    if (srr == 0.0)
-        out->rel_l2 = sdd == 0.0 ? 0.0 : INFINITY;
-    else
-        out->rel_l2 = ldexp(nd / nr, kr - kd);
-    /* sqrt(srr*scc) rather than nr*nc when the product is in range:
-     * sqrt(x*x) == |x| exactly, so c = r gives exactly 1 */
-    if (srr == 0.0 && scc == 0.0) {
-        out->cosine = 1.0;
-    } else if (srr == 0.0 || scc == 0.0) {
-        out->cosine = 0.0;
-    } else {
-        double prod = srr * scc;
-        double denom = isnormal(prod) ? sqrt(prod) : nr * nc;
-        double cos = src_ / denom;
-        out->cosine = cos > 1.0 ? 1.0 : (cos < -1.0 ? -1.0 : cos);
-    }
-    out->max_abs = max_d;
-    out->max_abs_offset = t->max_off;
-    out->mean_abs = nf ? ldexp(sabs / (double)nf, -kd) : NAN;
-    out->p99_abs = p99;
+    probe_metrics_totals tot = {
+        src->n, nf,
+        nsum_get(&sums[S_RR]), nsum_get(&sums[S_CC]), nsum_get(&sums[S_DD]),
+        nsum_get(&sums[S_RC]), nsum_get(&sums[S_ABS]),
+        kr, kc, kd,
+        t->nan_r, t->nan_c, t->inf_r, t->inf_c, t->inf_mis, t->mismatch, t->differ,
+        t->max_d, t->max_off, p99,
+    };
+    probe_metrics_finish(&tot, out);
 
     if (shift && jb.ch.count) {
         shift->count = jb.ch.count;

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "probe/device.h"
+#include "../finish.h"
 
 #define THREADS 256
 #define VEC 8                          /* elements per thread per group */
@@ -1351,48 +1352,20 @@ done:
     free(h_ch);
 }
 
-/* Fill out from the fused results exactly as metrics/metrics.c does. */
+/* Fill out from the fused results: the CPU engine's own derivation
+ * (metrics/finish.h). */
 static void finish_metrics(uint64_t n, const unsigned long long *cn, const fused_res *fr, int kr,
                            int kc, int kd, double p99, probe_metrics *out)
 {
-    double srr = fr->sum[0], scc = fr->sum[1], sdd = fr->sum[2], src = fr->sum[3],
-           sabs = fr->sum[4];
-    double nr = sqrt(srr), nc = sqrt(scc), nd = sqrt(sdd);
-    uint64_t nf = cn[C_NF];
-    out->n = n;
-    out->n_finite = nf;
-    out->nan_ref = cn[C_NAN_R];
-    out->nan_cand = cn[C_NAN_C];
-    out->inf_ref = cn[C_INF_R];
-    out->inf_cand = cn[C_INF_C];
-    out->inf_mismatch = cn[C_INF_MIS];
-    out->mismatch_count = cn[C_MIS];
-    out->mismatch_fraction = n ? (double)cn[C_MIS] / (double)n : 0.0;
-    out->identical = cn[C_NOT_IDENT] == 0;
-    out->zero_norm_reference = srr == 0.0;
-    out->norm_ref = ldexp(nr, -kr);
-    out->norm_cand = ldexp(nc, -kc);
-    out->norm_diff = ldexp(nd, -kd);
-    out->dot = ldexp(src, -(kr + kc));
-    if (srr == 0.0)
-        out->rel_l2 = sdd == 0.0 ? 0.0 : INFINITY;
-    else
-        out->rel_l2 = ldexp(nd / nr, kr - kd);
-    if (srr == 0.0 && scc == 0.0) {
-        out->cosine = 1.0;
-    } else if (srr == 0.0 || scc == 0.0) {
-        out->cosine = 0.0;
-    } else {
-        double prod = srr * scc;
-        double denom = isnormal(prod) ? sqrt(prod) : nr * nc;
-        double cs = src / denom;
-        out->cosine = cs > 1.0 ? 1.0 : (cs < -1.0 ? -1.0 : cs);
-    }
-    double maxd = fr->maxd < 0.0 ? 0.0 : fr->maxd;
-    out->max_abs = maxd;
-    out->max_abs_offset = nf ? fr->maxoff : 0;
-    out->mean_abs = nf ? ldexp(sabs / (double)nf, -kd) : NAN;
-    out->p99_abs = p99;
+    probe_metrics_totals t = {
+        n, cn[C_NF],
+        fr->sum[0], fr->sum[1], fr->sum[2], fr->sum[3], fr->sum[4],
+        kr, kc, kd,
+        cn[C_NAN_R], cn[C_NAN_C], cn[C_INF_R], cn[C_INF_C], cn[C_INF_MIS], cn[C_MIS],
+        cn[C_NOT_IDENT],
+        fr->maxd, fr->maxoff, p99,
+    };
+    probe_metrics_finish(&t, out);
 }
 
 /* The computation on the current device, in stream x->st. */

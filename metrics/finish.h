@@ -1,0 +1,66 @@
+/* finish.h - CONTRACT.md's metrics from the fp64 sums and counts of a pass:
+ * the one place where rel_l2, cosine, the norms, mean_abs and the counts are
+ * derived, shared by the CPU engine (stream.c) and libprobe_cuda
+ * (metrics/cuda/metrics.cu, compiled as C++ by nvcc). Header-only. */
+#ifndef PROBE_METRICS_FINISH_H
+#define PROBE_METRICS_FINISH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "probe/metrics.h"
+
+typedef struct probe_metrics_totals {
+    uint64_t n, n_finite;
+    /* fp64 sums over the finite indices, of values scaled by 2^kr, 2^kc,
+     * 2^kd (all 0 unless a float64 input needed the rescale) */
+    double srr, scc, sdd, src, sabs;
+    int kr, kc, kd;
+    uint64_t nan_ref, nan_cand, inf_ref, inf_cand, inf_mismatch, mismatch, not_identical;
+    double max_abs;      /* < 0: no finite index */
+    uint64_t max_abs_offset;
+    double p99;
+} probe_metrics_totals;
+
+static inline void probe_metrics_finish(const probe_metrics_totals *t, probe_metrics *out)
+{
+    double srr = t->srr, scc = t->scc, sdd = t->sdd;
+    double nr = sqrt(srr), nc = sqrt(scc), nd = sqrt(sdd);
+    out->n = t->n;
+    out->n_finite = t->n_finite;
+    out->nan_ref = t->nan_ref;
+    out->nan_cand = t->nan_cand;
+    out->inf_ref = t->inf_ref;
+    out->inf_cand = t->inf_cand;
+    out->inf_mismatch = t->inf_mismatch;
+    out->mismatch_count = t->mismatch;
+    out->mismatch_fraction = t->n ? (double)t->mismatch / (double)t->n : 0.0;
+    out->identical = t->not_identical == 0;
+    out->zero_norm_reference = srr == 0.0;
+    out->norm_ref = ldexp(nr, -t->kr);
+    out->norm_cand = ldexp(nc, -t->kc);
+    out->norm_diff = ldexp(nd, -t->kd);
+    out->dot = ldexp(t->src, -(t->kr + t->kc));
+    if (srr == 0.0)
+        out->rel_l2 = sdd == 0.0 ? 0.0 : INFINITY;
+    else
+        out->rel_l2 = ldexp(nd / nr, t->kr - t->kd);
+    /* sqrt(srr*scc) rather than nr*nc when the product is in range:
+     * sqrt(x*x) == |x| exactly, so c = r gives exactly 1 */
+    if (srr == 0.0 && scc == 0.0) {
+        out->cosine = 1.0;
+    } else if (srr == 0.0 || scc == 0.0) {
+        out->cosine = 0.0;
+    } else {
+        double prod = srr * scc;
+        double denom = isnormal(prod) ? sqrt(prod) : nr * nc;
+        double cs = t->src / denom;
+        out->cosine = cs > 1.0 ? 1.0 : (cs < -1.0 ? -1.0 : cs);
+    }
+    out->max_abs = t->max_abs < 0.0 ? 0.0 : t->max_abs;
+    out->max_abs_offset = t->n_finite ? t->max_abs_offset : 0;
+    out->mean_abs = t->n_finite ? ldexp(t->sabs / (double)t->n_finite, -t->kd) : NAN;
+    out->p99_abs = t->p99;
+}
+
+#endif
