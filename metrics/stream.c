@@ -226,10 +226,26 @@ static void block_finite(const job *jb, const double *R, const double *C, size_t
     double mx[LANES] = {0}, ar[LANES] = {0}, ac[LANES] = {0};
     uint64_t mis = 0, zer = 0, dif = 0;
     const double atol = jb->atol, rtol = jb->rtol;
-    size_t i = 0;
-    for (; i + LANES <= m; i += LANES) {
+    /* A tail of fewer than LANES elements goes through the same loop body,
+     * padded with zero pairs: they add exact +0 to every lane (a lane is
+     * never -0) and count only as zero differences, taken back below. */
+    double rp[LANES], cp[LANES], ap[LANES];
+    size_t pad = 0;
+    for (size_t i = 0; i < m; i += LANES) {
+        const double *Ri = R + i, *Ci = C + i;
+        double *Ai = ad_out + i;
+        if (m - i < LANES) {
+            pad = LANES - (m - i);
+            memset(rp, 0, sizeof rp);
+            memset(cp, 0, sizeof cp);
+            memcpy(rp, Ri, (m - i) * sizeof *rp);
+            memcpy(cp, Ci, (m - i) * sizeof *cp);
+            Ri = rp;
+            Ci = cp;
+            Ai = ap;
+        }
         for (int l = 0; l < LANES; l++) {
-            double r = R[i + l], c = C[i + l], d = c - r, a = fabs(d);
+            double r = Ri[l], c = Ci[l], d = c - r, a = fabs(d);
             double fr = fabs(r), fc = fabs(c);
             s[S_RR][l] += r * r;
             s[S_CC][l] += c * c;
@@ -242,25 +258,12 @@ static void block_finite(const job *jb, const double *R, const double *C, size_t
             mis += a > atol + rtol * fr;
             zer += a == 0.0;
             dif += r != c;
-            ad_out[i + l] = a;
+            Ai[l] = a;
         }
+        if (Ai == ap)
+            memcpy(ad_out + i, ap, (m - i) * sizeof *ap);
     }
-    for (int l = 0; i < m; i++, l++) {
-        double r = R[i], c = C[i], d = c - r, a = fabs(d);
-        double fr = fabs(r), fc = fabs(c);
-        s[S_RR][l] += r * r;
-        s[S_CC][l] += c * c;
-        s[S_DD][l] += d * d;
-        s[S_RC][l] += r * c;
-        s[S_ABS][l] += a;
-        mx[l] = a > mx[l] ? a : mx[l];
-        ar[l] = fr > ar[l] ? fr : ar[l];
-        ac[l] = fc > ac[l] ? fc : ac[l];
-        mis += a > atol + rtol * fr;
-        zer += a == 0.0;
-        dif += r != c;
-        ad_out[i] = a;
-    }
+    zer -= pad;
     for (int k = 0; k < NSUMS; k++) {
         double *v = s[k];
         double t = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
