@@ -28,16 +28,7 @@ mkdir -p "$OUT"
 log() { echo "== $*" | tee -a "$WORK/summary.txt"; }
 t_start=$(date +%s)
 
-if ls .debs/*.deb >/dev/null 2>&1; then
-  root=/tmp/probe-debroot
-  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
-  libdir=$root/usr/lib/x86_64-linux-gnu
-  for l in jansson xxhash; do
-    real=$(ls /usr/lib/x86_64-linux-gnu/lib$l.so.* 2>/dev/null | head -1)
-    [ -n "$real" ] && ln -sf "$real" "$libdir/lib$l.so"
-  done
-  export PKG_CONFIG_PATH=$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
-fi
+. scripts/gpu/debs-env.sh && probe_debs_env .
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
