@@ -3,21 +3,29 @@
  * only when a device tensor arrives.
  *
  * Per tap: event on the producer stream -> probe's private non-blocking
- * stream waits on it -> cudaMemcpyAsync D2H of the strided span into a
- * pinned staging buffer -> completion event. The writer thread waits on the
- * completion event. Nothing here synchronizes the producer; a stream that is
- * capturing a CUDA graph gets nothing enqueued (the tensor is recorded as
- * skipped). Pinned buffers come from a grow-only pool: cudaFreeHost
- * synchronizes the device, so it is never called during the run.
+ * stream waits on it -> cudaMemcpyAsync D2H of the strided span, in pieces,
+ * into the pinned staging ring (staging.c), an event after each piece ->
+ * the producer stream waits on the last piece's event (later work on it
+ * cannot change the bytes before they are read). The writer thread waits on
+ * the piece events. Nothing here blocks the producer thread except a full
+ * ring (back-pressure, counted), and nothing synchronizes a stream or the
+ * device; a stream that is capturing a CUDA graph gets nothing enqueued
+ * (the tensor is recorded as skipped). The staging pool is one
+ * cudaHostAlloc at the first device tap (PROBE_PINNED_MB), never freed:
+ * cudaFreeHost synchronizes the device. Injection (host-to-device) keeps a
+ * small grow-only pool of its own.
  *
  * Types and constants are declared locally with the values of the CUDA
  * runtime API headers (cuda_runtime_api.h, driver_types.h, CUDA 12/13). */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "shim.h"
 
@@ -169,6 +177,9 @@ static struct stack event_pool[SHIM_MAX_DEVICES];
 #define PIN_CLASSES 52
 static struct stack pin_pool[PIN_CLASSES]; /* class k holds buffers of 2^k bytes */
 static atomic_size_t pinned_total;
+/* Published pieces of device copies (shim_cuda_capture -> writer). */
+static pthread_mutex_t pub_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pub_cond = PTHREAD_COND_INITIALIZER;
 
 /* caller has made `device` current */
 static cudaEvent_t event_get(int device, cudaError_t *err)
@@ -239,12 +250,133 @@ size_t shim_cuda_pinned_bytes(void)
     return atomic_load(&pinned_total);
 }
 
-/* ---- submit (tapping thread) ------------------------------------------- */
+/* ---- staging ring (pinned, allocated once) -------------------------------- */
 
-probe_status shim_cuda_submit(struct shim_job *j, const void *data, size_t span_bytes, int device,
-                              void *stream, int *skipped, char *reason, size_t rlen)
+#define DEFAULT_PINNED_MB 1024u
+#define MIN_PINNED_BYTES ((size_t)16 << 20)
+
+static struct shim_ring ring;
+static unsigned char *ring_base;
+static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
+static char ring_error[200];
+static double ring_alloc_s;
+static size_t ring_asked;
+/* Serializes device captures from the first piece to the last, so that
+ * ring claims are taken in the order the writer consumes them. */
+static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_ullong chunked_tensors, device_tensors;
+
+/* PROBE_PINNED_MB, default 1024 MiB, at most a quarter of physical memory. */
+static size_t pinned_bytes_wanted(void)
 {
-    *skipped = 1;
+    size_t want = (size_t)DEFAULT_PINNED_MB << 20;
+    const char *v = getenv("PROBE_PINNED_MB");
+    if (v && *v) {
+        char *end;
+        errno = 0;
+        unsigned long long mb = strtoull(v, &end, 10);
+        if (errno || *end || mb < 16 || mb > (1ull << 30))
+            shim_warn("PROBE_PINNED_MB=%s is not a number of MiB >= 16; using %u", v,
+                      DEFAULT_PINNED_MB);
+        else
+            want = (size_t)mb << 20;
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && psz > 0 && (size_t)pages / 4 < want / (size_t)psz)
+            want = (size_t)pages / 4 * (size_t)psz;
+        if (want < MIN_PINNED_BYTES)
+            want = MIN_PINNED_BYTES;
+    }
+    return want;
+}
+
+/* Runs once, at the first device tap, in relaxed capture mode: one
+ * cudaHostAlloc of the pool (halved until it succeeds, down to 16 MiB). */
+static void ring_setup(void)
+{
+    size_t want = pinned_bytes_wanted();
+    ring_asked = want;
+    uint64_t t0 = shim_now_ns();
+    cudaError_t e = cudaSuccess;
+    for (size_t n = want; n >= MIN_PINNED_BYTES; n /= 2) {
+        void *p = NULL;
+        e = rt.HostAlloc(&p, n, cudaHostAllocPortable);
+        if (e == cudaSuccess && p) {
+            if (shim_ring_init(&ring, n) != 0)
+                break;
+            ring_base = p;
+            atomic_fetch_add(&pinned_total, n);
+            ring_alloc_s = (double)(shim_now_ns() - t0) * 1e-9;
+            return;
+        }
+    }
+    snprintf(ring_error, sizeof ring_error,
+             "cannot allocate the pinned staging pool (%zu bytes asked, down to %zu): %s", want,
+             MIN_PINNED_BYTES, errstr(e));
+}
+
+static int ring_give_up(void)
+{
+    return shim_queue_closing() || shim_disabled();
+}
+
+void shim_cuda_close_staging(void)
+{
+    if (ring_base)
+        shim_ring_close(&ring);
+}
+
+void shim_cuda_staging_json(struct shim_json *b)
+{
+    if (!ring_base && !ring_error[0])
+        return;
+    struct shim_ring_stats s = {0};
+    if (ring_base)
+        shim_ring_stats(&ring, &s);
+    shim_json_printf(b,
+                     ",\"staging\":{\"pool_bytes\":%zu,\"requested_bytes\":%zu,\"piece_bytes\":%zu,"
+                     "\"alloc_s\":%.6f,\"waits\":%llu,\"wait_s\":%.6f,\"peak_bytes\":%zu,"
+                     "\"copied_bytes\":%llu,\"tensors\":%llu,\"chunked_tensors\":%llu",
+                     s.cap, ring_asked, s.piece, ring_alloc_s, s.waits, (double)s.wait_ns * 1e-9,
+                     s.peak, s.bytes, (unsigned long long)atomic_load(&device_tensors),
+                     (unsigned long long)atomic_load(&chunked_tensors));
+    if (ring_error[0]) {
+        shim_json_raw(b, ",\"error\":");
+        shim_json_string(b, ring_error);
+    }
+    shim_json_raw(b, "}");
+}
+
+/* ---- capture (tapping thread) ------------------------------------------- */
+
+static void publish(struct shim_job *j, size_t n)
+{
+    pthread_mutex_lock(&pub_lock);
+    atomic_store(&j->dev.published, n);
+    pthread_cond_broadcast(&pub_cond);
+    pthread_mutex_unlock(&pub_lock);
+}
+
+static void abort_job(struct shim_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void abort_job(struct shim_job *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&pub_lock);
+    vsnprintf(j->reason, sizeof j->reason, fmt, ap);
+    atomic_store(&j->dev.aborted, 1);
+    pthread_cond_broadcast(&pub_cond);
+    pthread_mutex_unlock(&pub_lock);
+    va_end(ap);
+}
+
+probe_status shim_cuda_capture(struct shim_job *j, const void *data, size_t span_bytes, int device,
+                               void *stream, int *queued)
+{
+    char *reason = j->reason;
+    size_t rlen = sizeof j->reason;
+    *queued = 0;
+    j->kind = SHIM_JOB_SKIP;
     if (!resolve()) {
         snprintf(reason, rlen,
                  "CUDA runtime is not loaded in this process (libcudart.so.13/.12 not found)");
@@ -266,7 +398,7 @@ probe_status shim_cuda_submit(struct shim_job *j, const void *data, size_t span_
         return PROBE_OK;
     }
     probe_status st = PROBE_OK;
-    int mode = cudaStreamCaptureModeRelaxed, mode_set = 0;
+    int mode = cudaStreamCaptureModeRelaxed, mode_set = 0, locked = 0;
     int cap_status = cudaStreamCaptureStatusNone;
     /* 1. Never enqueue on a capturing stream (the copy would become a graph
      * node, or invalidate the capture). A failed query (e.g. the legacy
@@ -281,79 +413,121 @@ probe_status shim_cuda_submit(struct shim_job *j, const void *data, size_t span_
         snprintf(reason, rlen, "stream is capturing a CUDA graph");
         goto restore;
     }
-    /* 2. Back-pressure before taking pinned memory. */
-    st = shim_queue_reserve(span_bytes);
-    if (st != PROBE_OK) {
-        *skipped = 0;
-        goto restore;
-    }
-    j->reserved = span_bytes;
-    /* 3. Our own allocations must neither fail nor invalidate a global-mode
+    /* 2. Our own calls must neither fail nor invalidate a global-mode
      * capture running on another thread: relaxed mode for this thread. */
     if (rt.ThreadExchangeStreamCaptureMode && rt.ThreadExchangeStreamCaptureMode(&mode) == cudaSuccess)
         mode_set = 1;
+    pthread_once(&ring_once, ring_setup);
+    if (!ring_base) {
+        snprintf(reason, rlen, "%s", ring_error);
+        goto restore;
+    }
     cudaStream_t ps = private_stream(device, &e);
     if (!ps) {
         snprintf(reason, rlen, "cannot create probe's copy stream on device %d: %s", device, errstr(e));
-        goto unreserve;
+        goto restore;
     }
+    size_t piece = ring.piece, n = (span_bytes + piece - 1) / piece;
+    j->dev.pieces = calloc(n, sizeof *j->dev.pieces);
+    if (!j->dev.pieces) {
+        snprintf(reason, rlen, "out of host memory");
+        goto restore;
+    }
+    j->dev.npieces = n;
+    j->dev.span = span_bytes;
+    j->dev.device = device;
+    atomic_store(&j->dev.published, 0);
+    atomic_store(&j->dev.aborted, 0);
     cudaEvent_t ready = event_get(device, &e);
     if (!ready) {
         snprintf(reason, rlen, "cudaEventCreateWithFlags failed: %s", errstr(e));
-        goto unreserve;
-    }
-    cudaEvent_t done = event_get(device, &e);
-    if (!done) {
-        event_put(device, ready);
-        snprintf(reason, rlen, "cudaEventCreateWithFlags failed: %s", errstr(e));
-        goto unreserve;
-    }
-    size_t cap = 0;
-    void *staging = pinned_get(span_bytes, &cap, &e);
-    if (!staging) {
-        event_put(device, ready);
-        event_put(device, done);
-        snprintf(reason, rlen, "cannot allocate %zu bytes of pinned staging memory: %s", span_bytes,
-                 errstr(e));
-        goto unreserve;
+        goto restore;
     }
     if ((e = rt.EventRecord(ready, stream)) != cudaSuccess) {
         event_put(device, ready);
-        event_put(device, done);
-        pinned_put(staging, cap);
         snprintf(reason, rlen, "cudaEventRecord on the producer stream failed: %s", errstr(e));
-        goto unreserve;
+        goto restore;
     }
     if ((e = rt.StreamWaitEvent(ps, ready, 0)) != cudaSuccess) {
         /* ready may still be pending on the producer: abandon it */
-        event_put(device, done);
-        pinned_put(staging, cap);
         snprintf(reason, rlen, "cudaStreamWaitEvent failed: %s", errstr(e));
-        goto unreserve;
+        goto restore;
     }
     event_put(device, ready); /* the wait captured its state; it may be re-recorded */
-    if ((e = rt.MemcpyAsync(staging, data, span_bytes, cudaMemcpyDeviceToHost, ps)) != cudaSuccess) {
-        event_put(device, done);
-        pinned_put(staging, cap);
-        snprintf(reason, rlen, "cudaMemcpyAsync of %zu bytes from %p failed: %s", span_bytes, data,
-                 errstr(e));
-        goto unreserve;
+    pthread_mutex_lock(&capture_lock);
+    locked = 1;
+    for (size_t i = 0; i < n; ++i) {
+        struct shim_piece *pc = &j->dev.pieces[i];
+        pc->len = i + 1 < n ? piece : span_bytes - i * piece;
+        pc->ring_off = shim_ring_alloc(&ring, pc->len, ring_give_up);
+        const char *why = NULL;
+        char buf[SHIM_REASON_MAX];
+        if (pc->ring_off == SIZE_MAX) {
+            why = shim_queue_closing() ? "the process is exiting" : "no staging space";
+            snprintf(buf, sizeof buf, "%s while copying piece %zu of %zu", why, i + 1, n);
+        } else if (!(pc->event = event_get(device, &e))) {
+            shim_ring_free(&ring, pc->ring_off);
+            snprintf(buf, sizeof buf, "cudaEventCreateWithFlags failed: %s", errstr(e));
+            why = buf;
+        } else if ((e = rt.MemcpyAsync(ring_base + pc->ring_off, (const char *)data + i * piece,
+                                       pc->len, cudaMemcpyDeviceToHost, ps)) != cudaSuccess) {
+            shim_ring_free(&ring, pc->ring_off);
+            event_put(device, pc->event);
+            pc->event = NULL;
+            snprintf(buf, sizeof buf, "cudaMemcpyAsync of %zu bytes from %p failed: %s", pc->len,
+                     (const void *)((const char *)data + i * piece), errstr(e));
+            why = buf;
+        } else if ((e = rt.EventRecord(pc->event, ps)) != cudaSuccess) {
+            /* the copy is in flight: its ring space and event are abandoned */
+            pc->state = 1;
+            pc->event = NULL;
+            snprintf(buf, sizeof buf, "cudaEventRecord on probe's stream failed: %s", errstr(e));
+            why = buf;
+        }
+        if (!why && i + 1 == n && (e = rt.StreamWaitEvent(stream, pc->event, 0)) != cudaSuccess) {
+            /* ordering lost: later work on the stream could change the span before it is read */
+            pc->state = 1;
+            snprintf(buf, sizeof buf, "cudaStreamWaitEvent on the producer stream failed: %s",
+                     errstr(e));
+            why = buf;
+        }
+        if (why) {
+            if (i == 0 && pc->state == 0) {
+                snprintf(reason, rlen, "%s", buf);
+                goto unlock; /* nothing in flight: the caller queues the skip */
+            }
+            if (i == 0) {
+                j->kind = SHIM_JOB_DEVICE;
+                atomic_store(&j->dev.aborted, 1);
+                snprintf(reason, rlen, "%s", buf);
+                publish(j, 1);
+                if ((st = shim_queue_push(j)) == PROBE_OK)
+                    *queued = 1;
+                goto unlock;
+            }
+            abort_job(j, "%s", buf);
+            goto unlock;
+        }
+        pc->state = 1;
+        if (i == 0) {
+            j->kind = SHIM_JOB_DEVICE;
+            publish(j, 1);
+            if ((st = shim_queue_push(j)) != PROBE_OK) {
+                /* closed under us: the copy is in flight; abandon its space */
+                j->kind = SHIM_JOB_SKIP;
+                goto unlock;
+            }
+            *queued = 1;
+        } else {
+            publish(j, i + 1);
+        }
     }
-    if ((e = rt.EventRecord(done, ps)) != cudaSuccess) {
-        /* the copy is in flight: abandon the staging buffer (never reused) */
-        event_put(device, done);
-        snprintf(reason, rlen, "cudaEventRecord on probe's stream failed: %s", errstr(e));
-        goto unreserve;
-    }
-    j->dev.staging = staging;
-    j->dev.staging_cap = cap;
-    j->dev.device = device;
-    j->dev.done_event = done;
-    *skipped = 0;
-    goto restore;
-unreserve:
-    shim_queue_unreserve(span_bytes);
-    j->reserved = 0;
+    atomic_fetch_add(&device_tensors, 1);
+    if (n > 1)
+        atomic_fetch_add(&chunked_tensors, 1);
+unlock:
+    if (locked)
+        pthread_mutex_unlock(&capture_lock);
 restore:
     if (mode_set)
         rt.ThreadExchangeStreamCaptureMode(&mode);
@@ -496,7 +670,10 @@ static int cudart_still_mapped(void)
     return 1;
 }
 
-probe_status shim_cuda_wait(struct shim_job *j, char *reason, size_t rlen)
+static const char exited_reason[] = "process exited before the device copy completed";
+
+/* Wait for one piece's copy. 0 when complete; -1 with reason otherwise. */
+static int piece_wait(struct shim_piece *pc, char *reason, size_t rlen)
 {
     static __thread int relaxed;
     if (!relaxed && rt.ThreadExchangeStreamCaptureMode) {
@@ -504,44 +681,122 @@ probe_status shim_cuda_wait(struct shim_job *j, char *reason, size_t rlen)
         rt.ThreadExchangeStreamCaptureMode(&mode);
         relaxed = 1;
     }
+    if (pc->state >= 2)
+        return 0;
+    if (pc->state != 1 || !pc->event) {
+        snprintf(reason, rlen, "device copy was not enqueued");
+        return -1;
+    }
     cudaError_t e;
     if (!shim_queue_closing()) {
-        e = rt.EventSynchronize(j->dev.done_event);
-        if (e == cudaSuccess)
-            return PROBE_OK;
+        e = rt.EventSynchronize(pc->event);
+        if (e == cudaSuccess) {
+            pc->state = 2;
+            return 0;
+        }
         snprintf(reason, rlen, "device copy failed: %s", errstr(e));
-        return PROBE_EIO;
+        return -1;
     }
     /* Process exit: call CUDA only when the finalizer runs before the
      * runtime's teardown (shim_exit_after_cuda); then only poll, and only
      * while the runtime is mapped and answers. */
-    static const char exited[] = "process exited before the device copy completed";
     if (!shim_cuda_alive_at_exit() || !cudart_still_mapped()) {
-        snprintf(reason, rlen, "%s", exited);
-        return PROBE_EIO;
+        snprintf(reason, rlen, "%s", exited_reason);
+        return -1;
     }
     uint64_t deadline = shim_now_ns() + 5000000000ull;
     for (;;) {
-        e = rt.EventQuery(j->dev.done_event);
-        if (e == cudaSuccess)
-            return PROBE_OK;
+        e = rt.EventQuery(pc->event);
+        if (e == cudaSuccess) {
+            pc->state = 2;
+            return 0;
+        }
         if (e != cudaErrorNotReady || shim_now_ns() > deadline) {
-            snprintf(reason, rlen, "%s", exited);
-            return PROBE_EIO;
+            snprintf(reason, rlen, "%s", exited_reason);
+            return -1;
         }
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
 }
 
-void shim_cuda_release(struct shim_job *j, int completed)
+/* Give a completed piece's ring space and event back. */
+static void piece_return(struct shim_job *j, struct shim_piece *pc)
 {
-    if (!completed || !j->dev.staging)
-        return; /* the copy may still be writing: abandon, never reuse */
-    pinned_put(j->dev.staging, j->dev.staging_cap);
-    event_put(j->dev.device, j->dev.done_event);
-    j->dev.staging = NULL;
-    j->dev.done_event = NULL;
+    if (pc->state != 2)
+        return;
+    shim_ring_free(&ring, pc->ring_off);
+    event_put(j->dev.device, pc->event);
+    pc->event = NULL;
+    pc->state = 3;
+}
+
+/* Wait until piece i is enqueued or the submitter gave up. 1 if enqueued. */
+static int piece_published(struct shim_job *j, size_t i)
+{
+    pthread_mutex_lock(&pub_lock);
+    while (atomic_load(&j->dev.published) <= i && !atomic_load(&j->dev.aborted))
+        pthread_cond_wait(&pub_cond, &pub_lock);
+    int ok = atomic_load(&j->dev.published) > i;
+    pthread_mutex_unlock(&pub_lock);
+    return ok;
+}
+
+probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reason, size_t rlen)
+{
+    size_t n = j->dev.npieces;
+    *data = NULL;
+    if (n > 1 && !(j->dev.assembled = malloc(j->dev.span))) {
+        snprintf(reason, rlen, "out of host memory for the %zu-byte device copy", j->dev.span);
+        return PROBE_EIO;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        struct shim_piece *pc = &j->dev.pieces[i];
+        if (!piece_published(j, i) || atomic_load(&j->dev.aborted)) {
+            pthread_mutex_lock(&pub_lock);
+            snprintf(reason, rlen, "%s", j->reason);
+            pthread_mutex_unlock(&pub_lock);
+            return PROBE_EIO;
+        }
+        if (piece_wait(pc, reason, rlen) != 0)
+            return PROBE_EIO;
+        if (n > 1) {
+            memcpy((char *)j->dev.assembled + i * ring.piece, ring_base + pc->ring_off, pc->len);
+            piece_return(j, pc);
+        }
+    }
+    const void *span = n > 1 ? j->dev.assembled : ring_base + j->dev.pieces[0].ring_off;
+    if (j->dev.has_strides) {
+        if (!(j->dev.gathered = malloc(j->nbytes ? j->nbytes : 1))) {
+            snprintf(reason, rlen, "out of host memory while gathering the device copy");
+            return PROBE_EIO;
+        }
+        shim_gather(j->dev.gathered, span, j->rank, j->shape, j->dev.strides,
+                    probe_dtype_size(j->dtype));
+        span = j->dev.gathered;
+    }
+    *data = span;
+    return PROBE_OK;
+}
+
+void shim_cuda_finish(struct shim_job *j)
+{
+    size_t n = j->dev.npieces;
+    for (size_t i = 0; i < n; ++i) {
+        struct shim_piece *pc = &j->dev.pieces[i];
+        if (pc->state == 0 && !piece_published(j, i))
+            break; /* the submitter stopped before this piece: nothing later either */
+        char ignored[SHIM_REASON_MAX];
+        if (pc->state == 1 && piece_wait(pc, ignored, sizeof ignored) != 0)
+            continue; /* still in flight when CUDA went away: abandoned, never reused */
+        piece_return(j, pc);
+    }
+    free(j->dev.assembled);
+    free(j->dev.gathered);
+    free(j->dev.pieces);
+    j->dev.assembled = j->dev.gathered = NULL;
+    j->dev.pieces = NULL;
+    j->dev.npieces = 0;
 }
 
 /* ---- probe_tap_stream_v1 ------------------------------------------------ */

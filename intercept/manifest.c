@@ -523,6 +523,8 @@ char *shim_manifest_build(int final)
         }
         if (!user_has("cuda"))
             shim_cuda_info_json(&b);
+        if (!user_has("staging"))
+            shim_cuda_staging_json(&b);
         char drv[64];
         if (!user_has("nvidia_driver") && nvidia_driver(drv, sizeof drv)) {
             key(&b, "nvidia_driver");

@@ -115,33 +115,15 @@ static void process(struct shim_job *j)
         break;
     case SHIM_JOB_DEVICE: {
         char reason[SHIM_REASON_MAX] = "";
-        if (!live) {
-            shim_cuda_release(j, 0);
-            break;
-        }
-        if (shim_cuda_wait(j, reason, sizeof reason) != PROBE_OK) {
+        const void *src = NULL;
+        if (shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK) {
+            if (live)
+                put_record(w, j, src, j->nbytes);
+        } else if (live) {
             atomic_fetch_add(&shim_stats.skipped, 1);
             skip_record(w, j, reason);
-            shim_cuda_release(j, 0);
-            break;
         }
-        const void *src = j->dev.staging;
-        void *tmp = NULL;
-        if (j->dev.has_strides) {
-            tmp = malloc(j->nbytes ? j->nbytes : 1);
-            if (!tmp) {
-                atomic_fetch_add(&shim_stats.skipped, 1);
-                skip_record(w, j, "out of host memory while gathering the device copy");
-                shim_cuda_release(j, 1);
-                break;
-            }
-            shim_gather(tmp, j->dev.staging, j->rank, j->shape, j->dev.strides,
-                        probe_dtype_size(j->dtype));
-            src = tmp;
-        }
-        put_record(w, j, src, j->nbytes);
-        free(tmp);
-        shim_cuda_release(j, 1);
+        shim_cuda_finish(j);
         break;
     }
     case SHIM_JOB_SKIP:
@@ -304,6 +286,7 @@ int shim_queue_stop(unsigned timeout_ms)
     if (!stopping) {
         stopping = 1;
         atomic_store(&closing, 1);
+        shim_cuda_close_staging(); /* a tap waiting for staging space gives up */
         append(&stop_job);
         pthread_cond_broadcast(&q_space);
     }

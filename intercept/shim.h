@@ -9,7 +9,8 @@
  *   pathset.c   set of dataset paths already taken (duplicate detection)
  *   gather.c    element counts/spans with overflow checks; strided gather
  *   queue.c     job queue, writer thread, back-pressure, flush
- *   cuda.c      CUDA runtime resolved lazily; private streams, event and pinned pools
+ *   cuda.c      CUDA runtime resolved lazily; private streams, events, device captures
+ *   staging.c   ring allocator over the pinned staging pool
  *   nvtx.c      NVTX injection entry point and per-thread range stacks
  *   manifest.c  JSON text building/validation and the run manifest
  *   libprobe.c  dlopen of libprobe.so (the HDF5 writer and reader)
@@ -200,17 +201,76 @@ int shim_pathset_insert(const char *path);
 /* Remove path (after a tap that failed before queueing). */
 void shim_pathset_remove(const char *path);
 
+/* ---- staging.c: ring allocator over the pinned staging pool ---------------- */
+
+#include <pthread.h>
+
+#define SHIM_RING_PIECE_MAX ((size_t)64 << 20) /* largest piece of one device copy */
+
+struct shim_ring_rec {
+    size_t start; /* where the claim begins (before off when the region's end was skipped) */
+    size_t off;   /* offset of the bytes handed out */
+    size_t end;   /* one past them */
+    int freed;
+};
+
+struct shim_ring {
+    size_t cap;    /* bytes, a multiple of 256 */
+    size_t piece;  /* largest piece: min(cap / 4, SHIM_RING_PIECE_MAX), a multiple of 256 */
+    size_t head;   /* next offset handed out */
+    struct shim_ring_rec *recs; /* live claims, oldest first (circular) */
+    size_t first, nrecs, rcap;
+    int closed;
+    unsigned long long waits, wait_ns, bytes;
+    size_t peak;
+    pthread_mutex_t lock;
+    pthread_cond_t space;
+};
+
+struct shim_ring_stats {
+    size_t cap, piece, peak, live;
+    unsigned long long waits, wait_ns, bytes;
+};
+
+/* Set up a ring of cap bytes (rounded down to 256). -1 when that leaves no
+ * room for a piece. */
+int shim_ring_init(struct shim_ring *r, size_t cap);
+/* Claim n bytes (1..cap; rounded up to 256) and return their offset, 256-
+ * aligned. Waits while they do not fit (counted in waits/wait_ns); every
+ * 50 ms give_up (may be NULL) is asked whether to stop waiting. SIZE_MAX
+ * when n is out of range, the ring is closed, give_up said so, or out of
+ * memory. */
+size_t shim_ring_alloc(struct shim_ring *r, size_t n, int (*give_up)(void));
+/* Return the claim at off (any order; space is reused once every older
+ * claim is back). */
+void shim_ring_free(struct shim_ring *r, size_t off);
+/* Refuse further claims and wake waiters. */
+void shim_ring_close(struct shim_ring *r);
+void shim_ring_stats(struct shim_ring *r, struct shim_ring_stats *s);
+
 /* ---- queue.c: jobs, writer thread, back-pressure -------------------------- */
 
 enum shim_job_kind { SHIM_JOB_HOST, SHIM_JOB_DEVICE, SHIM_JOB_SKIP, SHIM_JOB_FLUSH, SHIM_JOB_STOP };
 
+/* One piece of a device copy: bytes [i * ring.piece, + len) of the span,
+ * copied into the staging ring at ring_off; event recorded after the copy. */
+struct shim_piece {
+    size_t ring_off, len;
+    void *event;        /* cudaEvent_t on probe's stream */
+    int state;          /* 0 not enqueued, 1 enqueued, 2 copy complete, 3 returned to the ring */
+};
+
 struct shim_device_copy {
-    void *staging;      /* pinned buffer holding the strided span */
-    size_t staging_cap; /* its capacity (pool size class) */
+    size_t span;        /* bytes of the strided span */
+    size_t npieces;
+    struct shim_piece *pieces;
+    atomic_size_t published; /* pieces whose copy is enqueued (writer may consume them) */
+    atomic_int aborted;      /* the submitter stopped early: reason in the job */
+    void *assembled;    /* writer: malloc'd span when npieces > 1 */
+    void *gathered;     /* writer: malloc'd row-major copy when strided */
     int64_t strides[PROBE_MAX_RANK];
     int has_strides;
     int device;
-    void *done_event;   /* cudaEvent_t recorded on probe's stream after the copy */
 };
 
 struct shim_job {
@@ -270,29 +330,45 @@ int shim_queue_closing(void);
 
 /* ---- cuda.c: device tensors ---------------------------------------------- */
 
-/* Capture a device tensor: resolve the CUDA runtime from the copy the
- * process loaded, make `device` current (the caller's device is restored),
- * and check that `stream` is not capturing a CUDA graph; if it is (or the
- * query fails, or CUDA is absent) set *skipped = 1, fill reason and enqueue
- * nothing. Otherwise reserve span_bytes in the queue (may wait:
- * back-pressure), record an event on `stream`, make probe's private
- * non-blocking stream wait on it, cudaMemcpyAsync the span_bytes at data into
- * a pinned staging buffer, record j->dev.done_event and fill j->dev and
- * j->reserved. The producer stream is never synchronized and nothing that
- * synchronizes is called. Returns PROBE_OK (queued or skipped) or
- * PROBE_ESTATE (queue closed; nothing reserved). */
-probe_status shim_cuda_submit(struct shim_job *j, const void *data, size_t span_bytes, int device,
-                              void *stream, int *skipped, char *reason, size_t rlen);
+/* Capture a device tensor whose strided span (span_bytes at data) lives on
+ * `device` and is produced on `stream`. Makes `device` current (the
+ * caller's is restored) and checks that `stream` is not capturing a CUDA
+ * graph; if it is (or the query fails, or CUDA or the staging pool is
+ * unavailable) it sets j->kind = SHIM_JOB_SKIP with j->reason and queues
+ * nothing (*queued = 0: the caller queues the skip). Otherwise: an event on
+ * `stream`; probe's private non-blocking stream waits on it; the span is
+ * copied device-to-host into the pinned staging ring in pieces of at most
+ * ring.piece bytes (cudaMemcpyAsync, an event after each); the job is queued
+ * once its first piece is enqueued (*queued = 1) so the writer consumes
+ * pieces while later ones wait for ring space (the only wait on the tapping
+ * thread: back-pressure, counted); finally `stream` waits on the last
+ * piece's event, so work the program enqueues later on `stream` cannot
+ * change the bytes before they are copied (in-place updates, CUDA graph
+ * replays, memory reuse). Nothing synchronizes. A failure after the job was
+ * queued marks it aborted with the reason (the writer records the skip).
+ * PROBE_OK, or PROBE_ESTATE when the queue is closed (nothing queued). */
+probe_status shim_cuda_capture(struct shim_job *j, const void *data, size_t span_bytes, int device,
+                               void *stream, int *queued);
 
-/* Writer thread: wait for j's copy (cudaEventSynchronize; while closing,
- * poll with cudaEventQuery and give up when CUDA no longer answers).
- * PROBE_OK when the staging buffer holds the data; otherwise reason holds
- * why it was skipped. */
-probe_status shim_cuda_wait(struct shim_job *j, char *reason, size_t rlen);
+/* Writer thread: wait for every piece of j (cudaEventSynchronize; while
+ * closing, poll with cudaEventQuery and give up when CUDA no longer answers)
+ * and point *data at the tensor's j->nbytes row-major bytes (in the ring, or
+ * assembled/gathered in host memory), valid until shim_cuda_finish. PROBE_OK,
+ * or PROBE_EIO with why in reason. */
+probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reason, size_t rlen);
 
-/* Return j's staging buffer and event to the pools (only after
- * shim_cuda_wait succeeded; otherwise they are abandoned, never reused). */
-void shim_cuda_release(struct shim_job *j, int completed);
+/* Writer thread, after collect (whatever it returned): wait for copies
+ * still in flight (or abandon their ring space and events when CUDA is gone
+ * at exit), return the ring space and events, free host buffers. */
+void shim_cuda_finish(struct shim_job *j);
+
+/* Release the ring at exit: waiting submitters give up. */
+void shim_cuda_close_staging(void);
+
+struct shim_json;
+/* Append ,"staging":{...} to the manifest being built (pool size, piece
+ * size, waits, peak, bytes copied). */
+void shim_cuda_staging_json(struct shim_json *b);
 
 /* Injection into device memory: copy nbytes from host src into a pinned
  * buffer and cudaMemcpyAsync it host-to-device to dst on `stream` (device

@@ -180,24 +180,26 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
                         probe_dtype_size(j->dtype));
         }
     } else {
-        int skipped = 0;
-        j->kind = SHIM_JOB_DEVICE;
-        st = shim_cuda_submit(j, t->data, ext.span_bytes, t->device, t->stream, &skipped, j->reason,
-                              sizeof j->reason);
+        int queued = 0;
+        j->dev.has_strides = t->strides && !ext.contiguous;
+        for (int k = 0; j->dev.has_strides && k < t->rank; ++k)
+            j->dev.strides[k] = t->strides[k];
+        if (atomic_exchange(&cuda_info_taken, 1) == 0) {
+            shim_cuda_info_refresh();
+            shim_exit_after_cuda();
+        }
+        /* Queues the job itself once its first piece is enqueued (after
+         * that, j belongs to the writer thread). */
+        st = shim_cuda_capture(j, t->data, ext.span_bytes, t->device, t->stream, &queued);
+        if (queued) {
+            atomic_fetch_add(&shim_stats.accepted, 1);
+            return PROBE_OK;
+        }
+        free(j->dev.pieces);
+        j->dev.pieces = NULL;
         if (st != PROBE_OK)
             goto fail;
-        if (skipped) {
-            j->kind = SHIM_JOB_SKIP;
-            j->nbytes = 0;
-        } else {
-            j->dev.has_strides = t->strides && !ext.contiguous;
-            for (int k = 0; j->dev.has_strides && k < t->rank; ++k)
-                j->dev.strides[k] = t->strides[k];
-            if (atomic_exchange(&cuda_info_taken, 1) == 0) {
-                shim_cuda_info_refresh();
-                shim_exit_after_cuda();
-            }
-        }
+        j->nbytes = 0; /* j->kind is SHIM_JOB_SKIP, j->reason says why */
     }
     enum shim_job_kind kind = j->kind;
     if ((st = shim_queue_push(j)) != PROBE_OK)
@@ -209,8 +211,6 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
     return PROBE_OK;
 
 fail:
-    if (j->kind == SHIM_JOB_DEVICE)
-        shim_cuda_release(j, 0);
     if (j->reserved)
         shim_queue_unreserve(j->reserved);
     free(j->data);

@@ -18,6 +18,11 @@ violations. Checked:
 - no cudaFreeHost / cudaStreamSynchronize / cudaDeviceSynchronize /
   cudaMalloc, no cudaEventSynchronize on a tapping thread, pinned buffers
   pooled, manifest "cuda" filled;
+- PROBE_PINNED_MB=16 (4 MiB pieces): tensors larger than a piece and than the
+  whole pool (contiguous, transposed, behind a 300 ms kernel) and 4 threads
+  tapping two-piece tensors at once are bit-exact; one cudaHostAlloc; the
+  manifest's "staging" reports the pool, the piece size, the chunked tensors
+  and the waits of the tensor larger than the pool;
 - a copy still pending when main returns and the runtime tears down first
   is recorded as skipped, and exit does not wait for the 2 s kernel;
 - when the runtime's teardown ran before the shim's finalizer and no device
@@ -26,6 +31,7 @@ violations. Checked:
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -89,6 +95,31 @@ def main():
                                 "devices": ["Mock GPU 0", "Mock GPU 1"], "runtime_library": "libcudart.so.13"},
               "manifest cuda: %s" % m.get("cuda"))
         check(m["taps"]["pinned_pool_bytes"] > 0, "manifest reports the pinned pool size")
+
+    dc = tmpdir("probe-shim-cudamock-chunked-")
+    outc = os.path.join(dc, "cap.h5")
+    r = run([program("shim_tap_device_mock"), lib, dc, "chunked"],
+            preload_env(outc, leaks=False, PROBE_PINNED_MB="16"))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, "chunked program: every expectation held (rc=%d)" % r.returncode)
+    check(probe_lines(r.stderr) == [], "chunked: no probe: warnings")
+    cases = [json.loads(l) for l in open(os.path.join(dc, "cases.jsonl"))]
+    with h5py.File(outc, "r") as f:
+        bad = [c["path"] for c in cases if c["path"] not in f or read_raw(f[c["path"]]).tobytes() != expected_bytes(c, dc)]
+        check(len(cases) == 27 and not bad, "chunked: %d tensors bit-exact (bad: %s)" % (len(cases), bad[:5]))
+        m = json.loads(attr_str(f, "probe.manifest"))
+        stg = m.get("staging", {})
+        print("staging:", stg)
+        check(stg.get("pool_bytes") == 16 << 20 and stg.get("piece_bytes") == 4 << 20,
+              "chunked: 16 MiB pool in 4 MiB pieces")
+        # big/0000 (10 pieces), big/0001 (6), bigspin (5), 24 x two pieces
+        check(stg.get("chunked_tensors") == 27 and stg.get("tensors") == 27,
+              "chunked: 27 tensors, all in several pieces")
+        check(stg.get("copied_bytes") == (40 + 24 + 20 + 24 * 6) << 20, "chunked: bytes copied")
+        check(stg.get("waits", 0) >= 1 and stg.get("peak_bytes", 0) <= 16 << 20,
+              "chunked: the 40 MiB tensor waited for pool space; peak within the pool")
+        check(m["taps"]["pinned_pool_bytes"] == 16 << 20, "chunked: pinned_pool_bytes is the pool")
+    shutil.rmtree(dc, ignore_errors=True)
 
     d2 = tmpdir("probe-shim-cudamock-exit-")
     out2 = os.path.join(d2, "cap.h5")

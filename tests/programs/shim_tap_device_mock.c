@@ -13,6 +13,10 @@
  *   exitpending  a device copy still queued behind a 2 s kernel when main
  *                returns and the runtime tears down first: it must be recorded
  *                as skipped, and the process must not wait for the kernel.
+ *   chunked      run with PROBE_PINNED_MB=16 (4 MiB pieces): tensors larger than
+ *                a piece and than the whole pool (contiguous, transposed,
+ *                behind a kernel) and 4 threads tapping two-piece tensors at
+ *                once; the test checks every byte and the manifest's staging.
  *   lateexit-*   the runtime is initialized but torn down before the shim's
  *                finalizer runs (no device tap was made): the shim must not
  *                call it at exit (the mock aborts if it does, in strict mode).
@@ -346,6 +350,71 @@ static int run_main(void)
     return atomic_load(&failures) ? 1 : 0;
 }
 
+struct big_arg {
+    int t;
+    void *stream;
+};
+
+static void *big_worker(void *p)
+{
+    struct big_arg *a = p;
+    mark_tapper();
+    char comp[32];
+    snprintf(comp, sizeof comp, "bthr%d", a->t);
+    int64_t shape[2] = {1536, 1024}; /* 6 MiB of float32: two 4 MiB pieces */
+    for (int i = 0; i < 6; ++i)
+        layout_case(comp, i, PROBE_DTYPE_FLOAT32, 2, shape, NULL, 1536 * 1024, 0, 0, a->stream);
+    return NULL;
+}
+
+static int run_chunked(void)
+{
+    mark_tapper();
+    void *s = NULL;
+    create_stream(&s, 0);
+    /* 40 MiB contiguous: 10 pieces through a 16 MiB pool */
+    int64_t big[2] = {10240, 1024};
+    layout_case("big", 0, PROBE_DTYPE_FLOAT32, 2, big, NULL, 10240 * 1024, 0, 0, s);
+    /* transposed 24 MiB float64 span, gathered after assembly */
+    int64_t tr[2] = {1024, 3072}, trs[2] = {1, 1024};
+    layout_case("big", 1, PROBE_DTYPE_FLOAT64, 2, tr, trs, 3072 * 1024, 0, 0, s);
+    /* 20 MiB behind a 300 ms kernel: every piece sees what the kernel wrote */
+    size_t n = 5 << 20;
+    float *buf = dev_alloc(n * sizeof *buf), *after = malloc(n * sizeof *after);
+    fill((unsigned char *)buf, n, PROBE_DTYPE_FLOAT32);
+    fill((unsigned char *)after, n, PROBE_DTYPE_FLOAT32);
+    save("bigspin.0000.bin", after, n * sizeof *after);
+    spin(s, 300, buf, after, n * sizeof *after);
+    int64_t sp[1] = {(int64_t)n};
+    probe_tap_tensor_v1 t = desc("bigspin", 0, PROBE_DTYPE_FLOAT32, 1, sp, NULL, buf, 0, s);
+    if (tap(&t) != 0)
+        FAIL("bigspin tap");
+    describe("/bigspin/0000/out", PROBE_DTYPE_FLOAT32, "bigspin.0000.bin", 0, 1, sp, NULL, 0);
+    free(after);
+    pthread_t th[4];
+    struct big_arg args[4];
+    for (int i = 0; i < 4; ++i) {
+        args[i].t = i;
+        create_stream(&args[i].stream, 0);
+        pthread_create(&th[i], NULL, big_worker, &args[i]);
+    }
+    for (int i = 0; i < 4; ++i)
+        pthread_join(th[i], NULL);
+    if (tap_flush() != 0)
+        FAIL("flush");
+    long long st[16] = {0};
+    mock_stats(st, 16);
+    if (st[1] || st[2] || st[3] || st[4] || st[7] || st[8])
+        FAIL("forbidden calls: freehost %lld streamsync %lld devsync %lld malloc %lld violations %lld "
+             "event-sync-on-tapper %lld", st[1], st[2], st[3], st[4], st[7], st[8]);
+    if (st[0] != 1)
+        FAIL("cudaHostAlloc called %lld times, want 1 (the pool)", st[0]);
+    for (int i = 0; i < atomic_load(&nkeep); ++i)
+        free(keep[i]);
+    printf("chunked taps done, failures=%d\n", atomic_load(&failures));
+    return atomic_load(&failures) ? 1 : 0;
+}
+
 static int run_exitpending(void)
 {
     void *s = NULL;
@@ -432,6 +501,8 @@ int main(int argc, char **argv)
         return 2;
     if (strcmp(argv[3], "main") == 0)
         return run_main();
+    if (strcmp(argv[3], "chunked") == 0)
+        return run_chunked();
     if (strcmp(argv[3], "exitpending") == 0)
         return run_exitpending();
     if (strcmp(argv[3], "lateexit-notap") == 0)
