@@ -411,6 +411,7 @@ probe_status shim_cuda_capture(struct shim_job *j, const void *data, size_t span
     }
     if (cap_status != cudaStreamCaptureStatusNone) {
         snprintf(reason, rlen, "stream is capturing a CUDA graph");
+        shim_graph_note_skip(stream, j->path);
         goto restore;
     }
     /* 2. Our own calls must neither fail nor invalidate a global-mode

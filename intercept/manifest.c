@@ -514,12 +514,14 @@ char *shim_manifest_build(int final)
             key(&b, "taps");
             shim_json_printf(&b,
                              "{\"accepted\":%llu,\"skipped\":%llu,\"filtered\":%llu,"
-                             "\"write_errors\":%llu,\"pinned_pool_bytes\":%zu}",
+                             "\"write_errors\":%llu,\"pinned_pool_bytes\":%zu,"
+                             "\"graph_replays\":%llu}",
                              (unsigned long long)atomic_load(&shim_stats.accepted),
                              (unsigned long long)atomic_load(&shim_stats.skipped),
                              (unsigned long long)atomic_load(&shim_stats.filtered),
                              (unsigned long long)atomic_load(&shim_stats.write_errors),
-                             shim_cuda_pinned_bytes());
+                             shim_cuda_pinned_bytes(),
+                             (unsigned long long)atomic_load(&shim_stats.graph_replays));
         }
         if (!user_has("cuda"))
             shim_cuda_info_json(&b);

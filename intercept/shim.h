@@ -11,6 +11,7 @@
  *   queue.c     job queue, writer thread, back-pressure, flush
  *   cuda.c      CUDA runtime resolved lazily; private streams, events, device captures
  *   staging.c   ring allocator over the pinned staging pool
+ *   graphs.c    interposed CUDA graph calls: replays of graphs with skipped taps
  *   nvtx.c      NVTX injection entry point and per-thread range stacks
  *   manifest.c  JSON text building/validation and the run manifest
  *   libprobe.c  dlopen of libprobe.so (the HDF5 writer and reader)
@@ -71,6 +72,7 @@ struct shim_stats {
     atomic_ullong write_errors;   /* writer rejected a tensor (not I/O) */
     atomic_ullong queue_waits;    /* taps that waited for queue space */
     atomic_ullong queue_wait_ns;  /* total time waited */
+    atomic_ullong graph_replays;  /* launches of CUDA graphs that hold skipped taps */
 };
 extern struct shim_stats shim_stats;
 
@@ -394,6 +396,16 @@ size_t shim_cuda_pinned_bytes(void);
 int shim_tap_process_captures(void);
 /* Validate a tap descriptor and compute its extent (PROBE_EINVAL naming the field). */
 probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext);
+
+/* Record path as skipped with reason (no tensor; graphs.c). */
+void shim_tap_skip_path(const char *path, const char *reason);
+
+/* ---- graphs.c: CUDA graph replays ----------------------------------------- */
+
+/* A tap for path was skipped because `stream` is capturing a CUDA graph:
+ * remember it under the capture's id, so that each later launch of the
+ * graph made from that capture is recorded in probe.skips too. */
+void shim_graph_note_skip(void *stream, const char *path);
 
 /* ---- inject.c ------------------------------------------------------------- */
 

@@ -2,6 +2,7 @@
  * the PROBE_CAPTURE filter, and dispatch of host and device tensors to the
  * writer queue. */
 #include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,34 @@ fail:
     free(j);
     shim_pathset_remove(path);
     return st;
+}
+
+void shim_tap_skip_path(const char *path, const char *reason)
+{
+    if (!shim_capturing() || shim_is_foreign_process() || shim_closed() || !shim_writer())
+        return;
+    struct shim_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return;
+    j->kind = SHIM_JOB_SKIP;
+    snprintf(j->path, sizeof j->path, "%s", path);
+    /* "/<component>/<call>/<slot>": the record's fields, for the writer */
+    const char *c = path[0] == '/' ? path + 1 : path, *e = strchr(c, '/');
+    snprintf(j->component, sizeof j->component, "%.*s", e ? (int)(e - c) : (int)strlen(c), c);
+    const char *slot = strrchr(path, '/');
+    snprintf(j->slot, sizeof j->slot, "%s", slot ? slot + 1 : path);
+    snprintf(j->device_name, sizeof j->device_name, "cuda");
+    j->call = e ? strtoll(e + 1, NULL, 10) : -1;
+    j->step = -1;
+    j->cfg_branch = -1;
+    j->timestep = NAN;
+    j->seq = atomic_fetch_add(&next_seq, 1);
+    snprintf(j->reason, sizeof j->reason, "%s", reason);
+    if (shim_queue_push(j) != PROBE_OK) {
+        free(j);
+        return;
+    }
+    atomic_fetch_add(&shim_stats.skipped, 1);
 }
 
 /* 1 if this process is capturing (probe/tap.h), else 0. */

@@ -1,6 +1,7 @@
 """Helpers shared by the shim's end-to-end tests (tests/e2e/test_shim_*.py),
 and, run as a test itself, the check of what libprobe_intercept.so exports
-and links: only the tap ABI and InitializeInjectionNvtx2 are exported, and
+and links: only the tap ABI, InitializeInjectionNvtx2 and the interposed CUDA
+graph calls are exported, and
 its only dependencies are libc/libdl/libpthread (plus libasan/libubsan in a
 sanitizer build) -- never HDF5 or the CUDA runtime (INTERCEPT.md).
 
@@ -24,6 +25,14 @@ EXPORTS = {
     "probe_tap_flush_v1",
     "InitializeInjectionNvtx2",
     "probe_inject_v1",
+    # CUDA graph calls interposed to record replays of graphs with skipped taps (graphs.c)
+    "cudaStreamEndCapture",
+    "cudaGraphInstantiate",
+    "cudaGraphInstantiateWithFlags",
+    "cudaGraphInstantiateWithParams",
+    "cudaGraphLaunch",
+    "cudaGraphExecDestroy",
+    "cudaGraphDestroy",
 }
 
 # probe_dtype values (include/probe/dtype.h) -> name, element size

@@ -23,6 +23,10 @@ violations. Checked:
   tapping two-piece tensors at once are bit-exact; one cudaHostAlloc; the
   manifest's "staging" reports the pool, the piece size, the chunked tensors
   and the waits of the tensor larger than the pool;
+- CUDA graphs: a tap inside a capture is skipped and each launch of that
+  graph adds a skip naming the replay (interposed cudaStreamEndCapture /
+  cudaGraphInstantiateWithFlags / cudaGraphLaunch, forwarded to the runtime
+  whether or not the shim captures);
 - a copy still pending when main returns and the runtime tears down first
   is recorded as skipped, and exit does not wait for the 2 s kernel;
 - when the runtime's teardown ran before the shim's finalizer and no device
@@ -120,6 +124,30 @@ def main():
               "chunked: the 40 MiB tensor waited for pool space; peak within the pool")
         check(m["taps"]["pinned_pool_bytes"] == 16 << 20, "chunked: pinned_pool_bytes is the pool")
     shutil.rmtree(dc, ignore_errors=True)
+
+    # CUDA graphs: the tap inside the capture is skipped; each of the 3
+    # launches of that graph adds a skip naming the replay; the second graph
+    # (no taps) adds nothing; all 5 launches reach the runtime, also when the
+    # shim is inactive.
+    dg = tmpdir("probe-shim-cudamock-graph-")
+    outg = os.path.join(dg, "cap.h5")
+    r = run([program("shim_tap_device_mock"), lib, dg, "graph"], preload_env(outg, leaks=False))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, "graph program: launches forwarded (rc=%d)" % r.returncode)
+    with h5py.File(outg, "r") as f:
+        skips = [(s["path"], s["reason"]) for s in json.loads(attr_str(f, "probe.skips"))]
+        m = json.loads(attr_str(f, "probe.manifest"))
+    print("graph skips:", skips)
+    want = [("/gdit/0000/out", "stream is capturing a CUDA graph")] + [
+        ("/gdit/0000/out", "replay %d by cudaGraphLaunch of the CUDA graph captured with this tap inside: "
+         "not captured" % k) for k in (1, 2, 3)]
+    check(skips == want, "graph: the capture-time skip and one skip per replay, in order")
+    check(m["taps"]["graph_replays"] == 3, "graph: manifest taps.graph_replays = 3")
+    env = preload_env(outg, leaks=False)
+    env.pop("PROBE_OUT", None)
+    r = run([program("shim_tap_device_mock"), lib, dg, "graph"], env)
+    check(r.returncode == 0, "graph program with the shim inactive: every call forwarded (rc=%d)" % r.returncode)
+    shutil.rmtree(dg, ignore_errors=True)
 
     d2 = tmpdir("probe-shim-cudamock-exit-")
     out2 = os.path.join(d2, "cap.h5")

@@ -24,6 +24,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,6 +407,70 @@ EXPORT void mock_cuda_capture(void *s, int on)
     struct mstream *ms = s;
     int was = atomic_exchange(&ms->capturing, on);
     atomic_fetch_add(&ncapturing, on - was);
+}
+
+/* Graphs: a capture on a stream has an id (the stream's capture count);
+ * cudaStreamEndCapture ends it and returns a graph handle; graphs and
+ * executable graphs are opaque tokens; launches are counted. */
+static atomic_ullong capture_ids, graph_launches;
+
+EXPORT cudaError_t cudaStreamGetCaptureInfo(void *s, int *status, unsigned long long *id, void *g,
+                                            void *deps, void *edges, void *ndeps)
+{
+    (void)g, (void)deps, (void)edges, (void)ndeps;
+    if (gone())
+        return 4;
+    struct mstream *ms = s;
+    *status = ms && atomic_load(&ms->capturing) ? 1 : 0;
+    if (id)
+        *id = *status ? (unsigned long long)(uintptr_t)ms ^ atomic_load(&capture_ids) : 0;
+    return 0;
+}
+
+EXPORT cudaError_t cudaStreamEndCapture(void *s, void **graph)
+{
+    struct mstream *ms = s;
+    if (!ms || !atomic_load(&ms->capturing))
+        return 901; /* cudaErrorStreamCaptureUnmatched */
+    mock_cuda_capture(s, 0);
+    atomic_fetch_add(&capture_ids, 1);
+    *graph = malloc(16);
+    return 0;
+}
+
+EXPORT cudaError_t cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
+{
+    (void)flags;
+    if (!graph)
+        return 1;
+    *exec = malloc(16);
+    return 0;
+}
+
+EXPORT cudaError_t cudaGraphLaunch(void *exec, void *s)
+{
+    (void)s;
+    if (!exec)
+        return 1;
+    atomic_fetch_add(&graph_launches, 1);
+    return 0;
+}
+
+EXPORT cudaError_t cudaGraphExecDestroy(void *exec)
+{
+    free(exec);
+    return 0;
+}
+
+EXPORT cudaError_t cudaGraphDestroy(void *graph)
+{
+    free(graph);
+    return 0;
+}
+
+EXPORT unsigned long long mock_cuda_graph_launches(void)
+{
+    return atomic_load(&graph_launches);
 }
 
 EXPORT void mock_cuda_mark_tapper(void)

@@ -17,6 +17,10 @@
  *                a piece and than the whole pool (contiguous, transposed,
  *                behind a kernel) and 4 threads tapping two-piece tensors at
  *                once; the test checks every byte and the manifest's staging.
+ *   graph        a tap inside a stream capture, the graph ended, instantiated and
+ *                launched 3 times through the interposed runtime calls, then a
+ *                second graph without taps launched twice: every launch must
+ *                reach the runtime; the test checks probe.skips.
  *   lateexit-*   the runtime is initialized but torn down before the shim's
  *                finalizer runs (no device tap was made): the shim must not
  *                call it at exit (the mock aborts if it does, in strict mode).
@@ -48,6 +52,8 @@ static void (*mark_tapper)(void);
 static int (*capture_mode)(void);
 static void (*teardown)(void);
 static void (*mock_stats)(long long *, int);
+
+#define GETSYM(var, name) *(void **)&var = dlsym(RTLD_DEFAULT, name)
 
 static const char *dir;
 static FILE *cases;
@@ -415,6 +421,56 @@ static int run_chunked(void)
     return atomic_load(&failures) ? 1 : 0;
 }
 
+static int run_graph(void)
+{
+    int (*end)(void *, void **), (*inst)(void **, void *, unsigned long long);
+    int (*launch)(void *, void *), (*xdestroy)(void *), (*gdestroy)(void *);
+    unsigned long long (*launches)(void);
+    GETSYM(end, "cudaStreamEndCapture");
+    GETSYM(inst, "cudaGraphInstantiateWithFlags");
+    GETSYM(launch, "cudaGraphLaunch");
+    GETSYM(xdestroy, "cudaGraphExecDestroy");
+    GETSYM(gdestroy, "cudaGraphDestroy");
+    GETSYM(launches, "mock_cuda_graph_launches");
+    if (!end || !inst || !launch || !xdestroy || !gdestroy || !launches) {
+        FAIL("graph entry points not found");
+        return 1;
+    }
+    mark_tapper();
+    void *s = NULL;
+    create_stream(&s, 0);
+    float v[4] = {1, 2, 3, 4};
+    int64_t s4[1] = {4};
+    float *d = dev_alloc(sizeof v);
+    memcpy(d, v, sizeof v);
+    for (int g = 0; g < 2; ++g) {
+        capture(s, 1);
+        if (g == 0) {
+            probe_tap_tensor_v1 t = desc("gdit", 0, PROBE_DTYPE_FLOAT32, 1, s4, NULL, d, 0, s);
+            if (tap(&t) != 0)
+                FAIL("tap during capture");
+        }
+        void *graph = NULL, *exec = NULL;
+        if (end(s, &graph) != 0 || !graph)
+            FAIL("cudaStreamEndCapture through the shim");
+        if (inst(&exec, graph, 0) != 0 || !exec)
+            FAIL("cudaGraphInstantiateWithFlags through the shim");
+        for (int k = 0; k < 3 - g; ++k)
+            if (launch(exec, s) != 0)
+                FAIL("cudaGraphLaunch through the shim");
+        if (xdestroy(exec) != 0 || gdestroy(graph) != 0)
+            FAIL("destroy through the shim");
+    }
+    /* after the first tap (a host one), so the file is open in every mode */
+    probe_tap_tensor_v1 t = desc("after", 0, PROBE_DTYPE_FLOAT32, 1, s4, NULL, v, -1, NULL);
+    if (tap(&t) != 0)
+        FAIL("host tap");
+    if (launches() != 5)
+        FAIL("the runtime saw %llu graph launches, want 5", launches());
+    printf("graph: %llu launches forwarded, failures=%d\n", launches(), atomic_load(&failures));
+    return atomic_load(&failures) ? 1 : 0;
+}
+
 static int run_exitpending(void)
 {
     void *s = NULL;
@@ -501,6 +557,8 @@ int main(int argc, char **argv)
         return 2;
     if (strcmp(argv[3], "main") == 0)
         return run_main();
+    if (strcmp(argv[3], "graph") == 0)
+        return run_graph();
     if (strcmp(argv[3], "chunked") == 0)
         return run_chunked();
     if (strcmp(argv[3], "exitpending") == 0)
