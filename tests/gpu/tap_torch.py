@@ -4,6 +4,10 @@ scripts/gpu-selftest when python3 has torch with CUDA).
 usage:
   python3 tap_torch.py run OUT_DIR            under LD_PRELOAD=libprobe_intercept.so, PROBE_OUT set
   python3 tap_torch.py check OUT_DIR FILE.h5  without the preload; needs h5py
+  python3 tap_torch.py big                    under the preload with PROBE_PINNED_MB=256: a 1 GiB
+                                              int32 tensor (4 pools) and a transposed 384 MiB
+                                              float32 view stream through the staging ring
+  python3 tap_torch.py checkbig FILE.h5       their values, recomputed with numpy
 
 run: torch CUDA tensors are tapped through ctypes exactly as the Python
 adapter does (pointer, shape, strides, producer stream; then
@@ -17,8 +21,12 @@ not reuse the memory before probe's copy has read it):
     pinned pool, the second reuses it; both times printed), then tapped while
     ~100 matmuls are queued on the producer stream: returns in well under
     their run time, the stream still busy;
+  - 8 taps of 64 MiB tensors overwritten in place right after the tap on
+    the same stream: the capture holds the values at the tap (the producer
+    stream waits on probe's copy);
   - a tap inside torch.cuda.graph capture: recorded as skipped, and the graph
-    still replays with the right result (no copy node was added).
+    still replays with the right result (no copy node was added); each of the
+    3 replays is recorded as a skip naming the replay.
 The expected values (host copies taken by torch after the tap) go to
 OUT_DIR/expected.npz. check compares the capture with them bit for bit.
 Prints one PASS/FAIL line per check; exit 0 when none failed.
@@ -107,8 +115,8 @@ def run(out_dir):
 
         a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
         torch.cuda.synchronize()
-        # The first tap of a size class grows the pinned staging pool
-        # (cudaHostAlloc, never freed): measured alone, on an idle device.
+        # The staging pool was allocated once, at the first device tap: a
+        # 128 MiB tap (two 64 MiB pieces) only enqueues copies.
         t0 = time.perf_counter()
         rc = tap("warm", 0, a)
         first_ms = (time.perf_counter() - t0) * 1e3
@@ -119,9 +127,21 @@ def run(out_dir):
         again_ms = (time.perf_counter() - t0) * 1e3
         keep("/warm/0001/out", a)
         lib.probe_tap_flush_v1()
-        print("128 MiB tensor on an idle device: first tap %.3f ms (pinned pool grows), second %.3f ms (pool reused)"
-              % (first_ms, again_ms))
-        result(rc == 0 and rc2 == 0 and again_ms < first_ms, "second 128 MiB tap reuses the pinned pool")
+        print("128 MiB tensor on an idle device: taps returned in %.3f ms and %.3f ms" % (first_ms, again_ms))
+        result(rc == 0 and rc2 == 0 and first_ms < 5 and again_ms < 5,
+               "128 MiB taps only enqueue copies (%.3f ms, %.3f ms < 5 ms)" % (first_ms, again_ms))
+        # In-place update right after the tap, on the same stream: the
+        # producer stream waits for probe's copy, so the capture holds the
+        # values at the tap (64 MiB: the copy takes ~1.2 ms, the fill kernels
+        # would overtake it without that wait).
+        bad = 0
+        for i in range(8):
+            x = torch.full((16 << 20,), float(i), device="cuda")
+            bad += tap("inplace", i, x) != 0
+            x.fill_(-1.0)
+            x.add_(1.0)
+            del x
+        result(bad == 0, "8 taps of 64 MiB tensors overwritten in place right after the tap returned 0")
         t0 = time.perf_counter()
         for _ in range(100):
             b = a @ a
@@ -163,6 +183,45 @@ def run(out_dir):
     np.savez(os.path.join(out_dir, "expected.npz"), **{k.replace("/", "|"): v for k, v in expected.items()})
 
 
+def big():
+    import torch
+    lib = ctypes.CDLL(None)
+    lib.probe_tap_v1.argtypes = [ctypes.POINTER(T)]
+    n = 1 << 28
+    x = torch.arange(n, dtype=torch.int32, device="cuda")
+    y = torch.arange(96 << 20, dtype=torch.float32, device="cuda").reshape(8192, 12288).t()
+    s = torch.cuda.current_stream()
+    for name, t, code in (("big", x, 6), ("bigt", y, 12)):
+        shape = (ctypes.c_int64 * t.dim())(*t.shape)
+        strides = (ctypes.c_int64 * t.dim())(*t.stride())
+        d = T(ctypes.sizeof(T), 1, name.encode(), b"out", 0, -1, -1, 0, code, t.dim(), shape, strides,
+              t.data_ptr(), s.cuda_stream, float("nan"))
+        t0 = time.perf_counter()
+        rc = lib.probe_tap_v1(ctypes.byref(d))
+        print("tap of %s (%d MiB) returned %d in %.1f ms" % (name, t.numel() * 4 >> 20, rc,
+                                                          (time.perf_counter() - t0) * 1e3))
+        result(rc == 0, "tap of %s returned 0" % name)
+        t.add_(1)  # in place, right after: must not show in the capture
+    result(lib.probe_tap_flush_v1() == 0, "flush")
+
+
+def checkbig(path):
+    import h5py
+    import numpy as np
+    with h5py.File(path, "r") as f:
+        ds, ok = f["/big/0000/out"], True
+        for i in range(0, 1 << 28, 1 << 24):
+            ok = ok and np.array_equal(ds[i:i + (1 << 24)], np.arange(i, i + (1 << 24), dtype=np.int32))
+        result(ok, "1 GiB tensor through a 256 MiB pool, overwritten in place after the tap: bit-exact")
+        want = np.arange(96 << 20, dtype=np.float32).reshape(8192, 12288).T
+        result(np.array_equal(f["/bigt/0000/out"][()], want), "transposed 384 MiB view: bit-exact")
+        m = json.loads(f.attrs["probe.manifest"])
+        st = m.get("staging", {})
+        print("manifest staging:", st)
+        result(st.get("pool_bytes") == 256 << 20 and st.get("chunked_tensors") == 2 and st.get("waits", 0) >= 1,
+               "staging: 256 MiB pool, 2 chunked tensors, the producer waited for pool space")
+
+
 def read_raw(ds):
     import h5py
     import numpy as np
@@ -186,10 +245,20 @@ def check(out_dir, path):
         bad = [i for i in range(200) if "/reuse/%04d/out" % i not in f
                or not np.all(f["/reuse/%04d/out" % i][()] == float(i))]
         result(not bad, "200 freed-after-tap tensors hold their own values (bad: %s)" % bad[:5])
-        skips = {s["path"]: s["reason"] for s in json.loads(f.attrs["probe.skips"])}
-        result(skips.get("/graph/0000/out") == "stream is capturing a CUDA graph",
-               "tap inside torch.cuda.graph recorded as skipped (%s)" % skips.get("/graph/0000/out"))
+        bad = [i for i in range(8) if "/inplace/%04d/out" % i not in f
+               or not np.all(f["/inplace/%04d/out" % i][()] == float(i))]
+        result(not bad, "64 MiB tensors overwritten in place after the tap hold the values at the tap (bad: %s)"
+               % bad)
+        skips = [(s["path"], s["reason"]) for s in json.loads(f.attrs["probe.skips"])]
+        graph = [r for p, r in skips if p == "/graph/0000/out"]
+        print("graph skips:", graph)
+        result(graph[:1] == ["stream is capturing a CUDA graph"],
+               "tap inside torch.cuda.graph recorded as skipped (%s)" % graph[:1])
+        result(len(graph) == 4 and all(r.startswith("replay %d by cudaGraphLaunch" % k)
+                                       for k, r in zip((1, 2, 3), graph[1:])),
+               "each of the 3 g.replay() calls recorded as a replay skip")
         m = json.loads(f.attrs["probe.manifest"])
+        print("manifest staging:", m.get("staging"), "taps:", m.get("taps"))
         cuda = m.get("cuda", {})
         print("manifest cuda:", cuda)
         result(cuda.get("runtime_version", 0) > 0 and len(cuda.get("devices", [])) > 0,
@@ -201,6 +270,10 @@ def main():
         run(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "check":
         check(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 2 and sys.argv[1] == "big":
+        big()
+    elif len(sys.argv) == 3 and sys.argv[1] == "checkbig":
+        checkbig(sys.argv[2])
     else:
         print(__doc__)
         return 2
