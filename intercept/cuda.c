@@ -255,16 +255,27 @@ size_t shim_cuda_pinned_bytes(void)
 #define DEFAULT_PINNED_MB 1024u
 #define MIN_PINNED_BYTES ((size_t)16 << 20)
 
+#define SEGMENT_BYTES ((size_t)64 << 20) /* pools of 128 MiB and more grow by this */
+
 static struct shim_ring ring;
-static unsigned char *ring_base;
+static unsigned char **ring_segs;    /* segment k is at ring_segs[k]; NULL before setup */
+static size_t ring_nsegs, ring_maxsegs; /* allocated / wanted */
+static int ring_device;              /* device current at setup: the writer allocates there */
+static int ring_growth_failed;
 static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
 static char ring_error[200];
-static double ring_alloc_s;
+static double ring_alloc_s;          /* time of all cudaHostAlloc calls of the pool */
 static size_t ring_asked;
 /* Serializes device captures from the first piece to the last, so that
  * ring claims are taken in the order the writer consumes them. */
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong chunked_tensors, device_tensors;
+
+/* Host address of ring offset off (a claim never crosses a segment). */
+static unsigned char *ring_addr(size_t off)
+{
+    return ring_segs[off / ring.seg] + off % ring.seg;
+}
 
 /* PROBE_PINNED_MB, default 1024 MiB, at most a quarter of physical memory. */
 static size_t pinned_bytes_wanted(void)
@@ -290,29 +301,77 @@ static size_t pinned_bytes_wanted(void)
     return want;
 }
 
-/* Runs once, at the first device tap, in relaxed capture mode: one
- * cudaHostAlloc of the pool (halved until it succeeds, down to 16 MiB). */
+/* Runs once, at the first device tap, in relaxed capture mode, with the
+ * tensor's device current: the pool is PROBE_PINNED_MB; below 128 MiB it is
+ * one cudaHostAlloc, otherwise segments of 64 MiB of which only the first
+ * is allocated here (about 25 ms on the H200) and the others by the writer
+ * thread while it is idle (shim_cuda_grow_staging), so the tapping thread
+ * does not pay for pinning the whole pool. A first allocation that fails is
+ * halved down to 16 MiB (one segment, no growth). */
 static void ring_setup(void)
 {
     size_t want = pinned_bytes_wanted();
     ring_asked = want;
+    size_t seg = want >= 2 * SEGMENT_BYTES ? SEGMENT_BYTES : want;
+    size_t nsegs = want / seg;
     uint64_t t0 = shim_now_ns();
     cudaError_t e = cudaSuccess;
-    for (size_t n = want; n >= MIN_PINNED_BYTES; n /= 2) {
+    ring_segs = calloc(nsegs, sizeof *ring_segs);
+    if (!ring_segs) {
+        snprintf(ring_error, sizeof ring_error, "out of host memory for the staging pool");
+        return;
+    }
+    rt.GetDevice(&ring_device);
+    for (size_t n = seg; n >= MIN_PINNED_BYTES; n /= 2) {
         void *p = NULL;
         e = rt.HostAlloc(&p, n, cudaHostAllocPortable);
         if (e == cudaSuccess && p) {
-            if (shim_ring_init(&ring, n) != 0)
+            if (shim_ring_init(&ring, n, n) != 0)
                 break;
-            ring_base = p;
+            ring_segs[0] = p;
+            ring_nsegs = 1;
+            ring_maxsegs = n == seg ? nsegs : 1;
             atomic_fetch_add(&pinned_total, n);
             ring_alloc_s = (double)(shim_now_ns() - t0) * 1e-9;
             return;
         }
     }
+    free(ring_segs);
+    ring_segs = NULL;
     snprintf(ring_error, sizeof ring_error,
              "cannot allocate the pinned staging pool (%zu bytes asked, down to %zu): %s", want,
              MIN_PINNED_BYTES, errstr(e));
+}
+
+int shim_cuda_grow_staging(void)
+{
+    if (!ring_segs || ring_growth_failed || ring_nsegs >= ring_maxsegs || shim_queue_closing())
+        return 0;
+    static __thread int relaxed;
+    if (!relaxed && rt.ThreadExchangeStreamCaptureMode) {
+        int mode = cudaStreamCaptureModeRelaxed;
+        rt.ThreadExchangeStreamCaptureMode(&mode);
+        relaxed = 1;
+    }
+    int cur = -1;
+    if (rt.GetDevice(&cur) != cudaSuccess || (cur != ring_device && rt.SetDevice(ring_device) != cudaSuccess)) {
+        ring_growth_failed = 1;
+        return 0;
+    }
+    uint64_t t0 = shim_now_ns();
+    void *p = NULL;
+    cudaError_t e = rt.HostAlloc(&p, ring.seg, cudaHostAllocPortable);
+    if (e != cudaSuccess || !p) {
+        ring_growth_failed = 1; /* keep what there is */
+        snprintf(ring_error, sizeof ring_error, "the staging pool stopped growing at %zu bytes: %s",
+                 ring_nsegs * ring.seg, errstr(e));
+        return 0;
+    }
+    ring_segs[ring_nsegs++] = p; /* published to tapping threads by the ring's lock */
+    atomic_fetch_add(&pinned_total, ring.seg);
+    ring_alloc_s += (double)(shim_now_ns() - t0) * 1e-9;
+    shim_ring_grow(&ring);
+    return 1;
 }
 
 static int ring_give_up(void)
@@ -322,22 +381,23 @@ static int ring_give_up(void)
 
 void shim_cuda_close_staging(void)
 {
-    if (ring_base)
+    if (ring_segs)
         shim_ring_close(&ring);
 }
 
 void shim_cuda_staging_json(struct shim_json *b)
 {
-    if (!ring_base && !ring_error[0])
+    if (!ring_segs && !ring_error[0])
         return;
     struct shim_ring_stats s = {0};
-    if (ring_base)
+    if (ring_segs)
         shim_ring_stats(&ring, &s);
     shim_json_printf(b,
-                     ",\"staging\":{\"pool_bytes\":%zu,\"requested_bytes\":%zu,\"piece_bytes\":%zu,"
+                     ",\"staging\":{\"pool_bytes\":%zu,\"requested_bytes\":%zu,\"segment_bytes\":%zu,"
+                     "\"piece_bytes\":%zu,"
                      "\"alloc_s\":%.6f,\"waits\":%llu,\"wait_s\":%.6f,\"peak_bytes\":%zu,"
                      "\"copied_bytes\":%llu,\"tensors\":%llu,\"chunked_tensors\":%llu",
-                     s.cap, ring_asked, s.piece, ring_alloc_s, s.waits, (double)s.wait_ns * 1e-9,
+                     s.cap, ring_asked, s.seg, s.piece, ring_alloc_s, s.waits, (double)s.wait_ns * 1e-9,
                      s.peak, s.bytes, (unsigned long long)atomic_load(&device_tensors),
                      (unsigned long long)atomic_load(&chunked_tensors));
     if (ring_error[0]) {
@@ -419,7 +479,7 @@ probe_status shim_cuda_capture(struct shim_job *j, const void *data, size_t span
     if (rt.ThreadExchangeStreamCaptureMode && rt.ThreadExchangeStreamCaptureMode(&mode) == cudaSuccess)
         mode_set = 1;
     pthread_once(&ring_once, ring_setup);
-    if (!ring_base) {
+    if (!ring_segs) {
         snprintf(reason, rlen, "%s", ring_error);
         goto restore;
     }
@@ -470,7 +530,7 @@ probe_status shim_cuda_capture(struct shim_job *j, const void *data, size_t span
             shim_ring_free(&ring, pc->ring_off);
             snprintf(buf, sizeof buf, "cudaEventCreateWithFlags failed: %s", errstr(e));
             why = buf;
-        } else if ((e = rt.MemcpyAsync(ring_base + pc->ring_off, (const char *)data + i * piece,
+        } else if ((e = rt.MemcpyAsync(ring_addr(pc->ring_off), (const char *)data + i * piece,
                                        pc->len, cudaMemcpyDeviceToHost, ps)) != cudaSuccess) {
             shim_ring_free(&ring, pc->ring_off);
             event_put(device, pc->event);
@@ -762,11 +822,11 @@ probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reas
         if (piece_wait(pc, reason, rlen) != 0)
             return PROBE_EIO;
         if (n > 1) {
-            memcpy((char *)j->dev.assembled + i * ring.piece, ring_base + pc->ring_off, pc->len);
+            memcpy((char *)j->dev.assembled + i * ring.piece, ring_addr(pc->ring_off), pc->len);
             piece_return(j, pc);
         }
     }
-    const void *span = n > 1 ? j->dev.assembled : ring_base + j->dev.pieces[0].ring_off;
+    const void *span = n > 1 ? j->dev.assembled : ring_addr(j->dev.pieces[0].ring_off);
     if (j->dev.has_strides) {
         if (!(j->dev.gathered = malloc(j->nbytes ? j->nbytes : 1))) {
             snprintf(reason, rlen, "out of host memory while gathering the device copy");

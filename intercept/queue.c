@@ -152,8 +152,15 @@ static void *writer_main(void *arg)
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&qlock);
-        while (!head)
-            pthread_cond_wait(&q_nonempty, &qlock);
+        while (!head) {
+            /* Idle: grow the pinned staging pool by a segment, off the
+             * tapping threads (cuda.c); wait for work once it is complete. */
+            pthread_mutex_unlock(&qlock);
+            int grew = shim_cuda_grow_staging();
+            pthread_mutex_lock(&qlock);
+            if (!grew && !head)
+                pthread_cond_wait(&q_nonempty, &qlock);
+        }
         struct shim_job *j = head;
         head = j->next;
         if (!head)

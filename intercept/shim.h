@@ -217,8 +217,9 @@ struct shim_ring_rec {
 };
 
 struct shim_ring {
-    size_t cap;    /* bytes, a multiple of 256 */
-    size_t piece;  /* largest piece: min(cap / 4, SHIM_RING_PIECE_MAX), a multiple of 256 */
+    size_t cap;    /* bytes usable now: a multiple of seg */
+    size_t seg;    /* segment size (claims never cross a multiple of it), a multiple of 256 */
+    size_t piece;  /* largest piece: min(seg / 4, SHIM_RING_PIECE_MAX), a multiple of 256 */
     size_t head;   /* next offset handed out */
     struct shim_ring_rec *recs; /* live claims, oldest first (circular) */
     size_t first, nrecs, rcap;
@@ -230,14 +231,17 @@ struct shim_ring {
 };
 
 struct shim_ring_stats {
-    size_t cap, piece, peak, live;
+    size_t cap, seg, piece, peak, live;
     unsigned long long waits, wait_ns, bytes;
 };
 
-/* Set up a ring of cap bytes (rounded down to 256). -1 when that leaves no
- * room for a piece. */
-int shim_ring_init(struct shim_ring *r, size_t cap);
-/* Claim n bytes (1..cap; rounded up to 256) and return their offset, 256-
+/* Set up a ring of cap bytes made of segments of seg bytes (both rounded
+ * down to 256; seg 0 or > cap: one segment). -1 when that leaves no room
+ * for a piece or cap is not a multiple of seg. */
+int shim_ring_init(struct shim_ring *r, size_t cap, size_t seg);
+/* Add one segment at the end (its memory must be addressable first). */
+void shim_ring_grow(struct shim_ring *r);
+/* Claim n bytes (1..seg; rounded up to 256) and return their offset, 256-
  * aligned. Waits while they do not fit (counted in waits/wait_ns); every
  * 50 ms give_up (may be NULL) is asked whether to stop waiting. SIZE_MAX
  * when n is out of range, the ring is closed, give_up said so, or out of
@@ -363,6 +367,12 @@ probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reas
  * still in flight (or abandon their ring space and events when CUDA is gone
  * at exit), return the ring space and events, free host buffers. */
 void shim_cuda_finish(struct shim_job *j);
+
+/* Writer thread, while idle: allocate the next 64 MiB segment of the
+ * staging pool (device of the first tap current, relaxed capture mode).
+ * 1 if it grew, 0 if there is nothing to do (no pool yet, complete, a
+ * failed allocation, or closing). */
+int shim_cuda_grow_staging(void);
 
 /* Release the ring at exit: waiting submitters give up. */
 void shim_cuda_close_staging(void);

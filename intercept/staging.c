@@ -1,7 +1,9 @@
 /* staging.c - the ring allocator over the pinned staging pool.
  *
- * Device tensors are copied, in pieces of at most a fixed size, into one
- * pinned region allocated once (cuda.c). Pieces are taken at the head of the
+ * Device tensors are copied, in pieces of at most a fixed size, into pinned
+ * memory made of equal segments (cuda.c allocates the first at the first
+ * device tap and the rest from the writer thread while it is idle; the ring
+ * grows by one segment at a time). A claim never crosses a segment boundary. Pieces are taken at the head of the
  * ring and returned when the writer thread has consumed them. Allocation
  * order is the writer's processing order (cuda.c takes pieces under one lock
  * and queues the job before it takes the next tensor's), so returns are
@@ -28,15 +30,18 @@ static uint64_t ring_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int shim_ring_init(struct shim_ring *r, size_t cap)
+int shim_ring_init(struct shim_ring *r, size_t cap, size_t seg)
 {
     memset(r, 0, sizeof *r);
     r->cap = cap - cap % RING_ALIGN;
-    r->piece = r->cap / 4;
+    r->seg = seg - seg % RING_ALIGN;
+    if (r->seg == 0 || r->seg > r->cap)
+        r->seg = r->cap;
+    r->piece = r->seg / 4;
     if (r->piece > SHIM_RING_PIECE_MAX)
         r->piece = SHIM_RING_PIECE_MAX;
     r->piece -= r->piece % RING_ALIGN;
-    if (r->piece == 0)
+    if (r->piece == 0 || r->cap % r->seg)
         return -1;
     pthread_condattr_t a;
     pthread_condattr_init(&a);
@@ -45,6 +50,14 @@ int shim_ring_init(struct shim_ring *r, size_t cap)
     pthread_condattr_destroy(&a);
     pthread_mutex_init(&r->lock, NULL);
     return 0;
+}
+
+void shim_ring_grow(struct shim_ring *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->cap += r->seg;
+    pthread_cond_broadcast(&r->space);
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* caller holds r->lock: the n-th live record from the oldest */
@@ -76,9 +89,19 @@ static int recs_push(struct shim_ring *r, size_t start, size_t off, size_t end)
     return 0;
 }
 
+/* The first offset >= at where n bytes (n <= seg) lie within one segment. */
+static size_t place(const struct shim_ring *r, size_t at, size_t n)
+{
+    if (at / r->seg != (at + n - 1) / r->seg)
+        at = (at / r->seg + 1) * r->seg;
+    return at;
+}
+
 /* caller holds r->lock: offset where n bytes fit now, or SIZE_MAX. *start is
  * where the record's claim begins (the head, which is before the offset
- * when the bytes up to the end of the region are skipped). */
+ * when bytes up to a segment's or the region's end are skipped). Live
+ * claims occupy [tail, head) when head > tail, else [tail, cap) and
+ * [0, head). */
 static size_t fit(const struct shim_ring *r, size_t n, size_t *start)
 {
     if (r->nrecs == 0) {
@@ -88,24 +111,28 @@ static size_t fit(const struct shim_ring *r, size_t n, size_t *start)
     size_t tail = r->recs[r->first].start;
     *start = r->head;
     if (r->head > tail) {
-        if (r->cap - r->head >= n)
-            return r->head;
+        size_t off = place(r, r->head, n);
+        if (off + n <= r->cap)
+            return off;
         if (tail >= n)
-            return 0; /* skip the end of the region: it belongs to this claim */
+            return 0; /* skip to the start: the skipped bytes belong to this claim */
         return SIZE_MAX;
     }
-    if (r->head < tail && tail - r->head >= n)
-        return r->head;
+    if (r->head < tail) {
+        size_t off = place(r, r->head, n);
+        if (off + n <= tail)
+            return off;
+    }
     return SIZE_MAX;
 }
 
 size_t shim_ring_alloc(struct shim_ring *r, size_t n, int (*give_up)(void))
 {
-    if (n == 0 || n > r->cap)
+    if (n == 0 || n > r->seg)
         return SIZE_MAX;
     size_t rounded = n + (RING_ALIGN - n % RING_ALIGN) % RING_ALIGN;
-    if (rounded > r->cap)
-        rounded = r->cap;
+    if (rounded > r->seg)
+        rounded = r->seg;
     pthread_mutex_lock(&r->lock);
     size_t start, off = fit(r, rounded, &start);
     if (off == SIZE_MAX && !r->closed) {
@@ -175,6 +202,7 @@ void shim_ring_stats(struct shim_ring *r, struct shim_ring_stats *s)
 {
     pthread_mutex_lock(&r->lock);
     s->cap = r->cap;
+    s->seg = r->seg;
     s->piece = r->piece;
     s->waits = r->waits;
     s->wait_ns = r->wait_ns;

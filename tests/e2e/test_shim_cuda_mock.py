@@ -124,6 +124,26 @@ def main():
               "chunked: the 40 MiB tensor waited for pool space; peak within the pool")
         check(m["taps"]["pinned_pool_bytes"] == 16 << 20, "chunked: pinned_pool_bytes is the pool")
     shutil.rmtree(dc, ignore_errors=True)
+    # PROBE_PINNED_MB=256: 64 MiB segments, 16 MiB pieces; the first segment
+    # at the first tap, the others added by the writer thread while idle.
+    dc = tmpdir("probe-shim-cudamock-grow-")
+    outc = os.path.join(dc, "cap.h5")
+    r = run([program("shim_tap_device_mock"), lib, dc, "chunked"],
+            preload_env(outc, leaks=False, PROBE_PINNED_MB="256"))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, "grow: every expectation held (rc=%d)" % r.returncode)
+    cases = [json.loads(l) for l in open(os.path.join(dc, "cases.jsonl"))]
+    with h5py.File(outc, "r") as f:
+        bad = [c["path"] for c in cases if c["path"] not in f or read_raw(f[c["path"]]).tobytes() != expected_bytes(c, dc)]
+        check(len(cases) == 27 and not bad, "grow: %d tensors bit-exact (bad: %s)" % (len(cases), bad[:5]))
+        stg = json.loads(attr_str(f, "probe.manifest")).get("staging", {})
+        print("staging:", stg)
+        check(stg.get("segment_bytes") == 64 << 20 and stg.get("piece_bytes") == 16 << 20
+              and stg.get("requested_bytes") == 256 << 20, "grow: 64 MiB segments, 16 MiB pieces")
+        check((64 << 20) <= stg.get("pool_bytes", 0) <= (256 << 20) and stg.get("pool_bytes", 1) % (64 << 20) == 0,
+              "grow: the pool holds whole segments, at most the requested size")
+        check(stg.get("chunked_tensors") == 3, "grow: 40, 24 and 20 MiB tensors in several 16 MiB pieces")
+    shutil.rmtree(dc, ignore_errors=True)
 
     # CUDA graphs: the tap inside the capture is skipped; each of the 3
     # launches of that graph adds a skip naming the replay; the second graph

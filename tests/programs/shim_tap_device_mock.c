@@ -413,8 +413,12 @@ static int run_chunked(void)
     if (st[1] || st[2] || st[3] || st[4] || st[7] || st[8])
         FAIL("forbidden calls: freehost %lld streamsync %lld devsync %lld malloc %lld violations %lld "
              "event-sync-on-tapper %lld", st[1], st[2], st[3], st[4], st[7], st[8]);
-    if (st[0] != 1)
-        FAIL("cudaHostAlloc called %lld times, want 1 (the pool)", st[0]);
+    /* the pool: one allocation below 128 MiB, else 64 MiB segments (the
+     * first at the first tap, the others by the writer while idle) */
+    const char *mb = getenv("PROBE_PINNED_MB");
+    long long segs = mb && atoll(mb) >= 128 ? atoll(mb) / 64 : 1;
+    if (st[0] < 1 || st[0] > segs)
+        FAIL("cudaHostAlloc called %lld times, want 1..%lld (the pool)", st[0], segs);
     for (int i = 0; i < atomic_load(&nkeep); ++i)
         free(keep[i]);
     printf("chunked taps done, failures=%d\n", atomic_load(&failures));

@@ -2,14 +2,16 @@
  * without CUDA: compiled in directly, run by ctest and under TSan
  * (scripts/test --tsan).
  *
- * 1. Out-of-order returns: live claims never overlap (checked against a
- *    byte-ownership map), every claim is 256-aligned and inside the ring,
- *    and once everything is returned the whole ring is claimable again.
+ * 1. Out-of-order returns while the ring grows from one segment to four:
+ *    live claims never overlap (checked against a byte-ownership map),
+ *    every claim is 256-aligned, inside the ring and inside one segment,
+ *    and once everything is returned a whole segment is claimable again.
  * 2. Producers and one consumer, as the shim uses it: 4 threads claim
  *    pieces of random size under one lock (cuda.c's capture lock), fill them
  *    with a pattern of their own and queue them; the consumer checks each
- *    pattern (a claim overwritten by another would show) and returns it.
- *    The ring is small, so producers wait: waits are counted.
+ *    pattern (a claim overwritten by another would show), returns it, and
+ *    grows the ring by a segment every 1000 items up to 4 (as the writer
+ *    thread does). The ring is small, so producers wait: waits are counted.
  * Prints FAIL lines; exit status 1 on any.
  */
 #include "../../intercept/staging.c"
@@ -37,13 +39,15 @@ static void out_of_order(void)
 {
     struct shim_ring r;
     size_t cap = 1 << 20;
-    if (shim_ring_init(&r, cap) != 0) {
+    if (shim_ring_init(&r, cap / 4, cap / 4) != 0) { /* one segment; grows to 4 */
         FAIL("init");
         return;
     }
     unsigned char *owner = calloc(cap, 1); /* 0 free, else 1 + slot */
     struct { size_t off, n; int live; } slot[64] = {{0}};
     for (int round = 0; round < 20000; ++round) {
+        if (round % 5000 == 4999 && r.cap < cap)
+            shim_ring_grow(&r);
         int k = (int)(next64() % 64);
         if (slot[k].live) {
             for (size_t b = 0; b < slot[k].n; ++b)
@@ -72,8 +76,8 @@ static void out_of_order(void)
             FAIL("claim of %zu bytes that fits was refused or waited", n);
             break;
         }
-        if (off % RING_ALIGN || off + n > r.cap)
-            FAIL("claim at %zu of %zu bytes misaligned or outside the ring", off, n);
+        if (off % RING_ALIGN || off + n > r.cap || off / r.seg != (off + n - 1) / r.seg)
+            FAIL("claim at %zu of %zu bytes misaligned, outside the ring or across a segment", off, n);
         for (size_t b = 0; b < n; ++b) {
             if (owner[off + b]) {
                 FAIL("claim at %zu overlaps slot %d at byte %zu", off, owner[off + b] - 1, off + b);
@@ -94,9 +98,11 @@ static void out_of_order(void)
     shim_ring_stats(&r, &s);
     if (s.live != 0)
         FAIL("%zu claims left after returning all", s.live);
-    size_t whole = shim_ring_alloc(&r, r.cap, NULL);
+    if (r.cap != cap)
+        FAIL("ring grew to %zu bytes, want %zu", r.cap, cap);
+    size_t whole = shim_ring_alloc(&r, r.seg, NULL);
     if (whole != 0)
-        FAIL("the whole ring is not claimable after everything came back (%zu)", whole);
+        FAIL("a whole segment is not claimable after everything came back (%zu)", whole);
     else
         shim_ring_free(&r, whole);
     free(owner);
@@ -194,18 +200,19 @@ static void *consumer(void *arg)
         }
         shim_ring_free(&R, it->off);
         free(it);
-        atomic_fetch_add(&checked, 1);
+        if (atomic_fetch_add(&checked, 1) % 1000 == 999 && R.cap < 4 * R.seg)
+            shim_ring_grow(&R);
     }
     return (void *)bad;
 }
 
 static void producers_consumer(void)
 {
-    if (shim_ring_init(&R, 256 << 10) != 0) { /* 64 KiB pieces: producers wait */
+    if (shim_ring_init(&R, 64 << 10, 64 << 10) != 0) { /* 16 KiB pieces: producers wait */
         FAIL("init");
         return;
     }
-    base = malloc(R.cap);
+    base = malloc(4 * R.cap);
     pthread_t p[4], c;
     pthread_create(&c, NULL, consumer, NULL);
     for (int t = 0; t < 4; ++t)
