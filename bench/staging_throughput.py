@@ -11,7 +11,8 @@ with CUDA events on that stream:
   probe  a child process with libprobe_intercept.so preloaded
          (PROBE_PINNED_MB large enough that nothing waits for space,
          PROBE_OUT on /dev/shm) taps the same tensors through probe_tap_v1
-         back to back; the producer stream waits for each copy (probe's
+         back to back, after a warm-up repetition and 3 s in which the idle
+         writer grows the pool; the producer stream waits for each copy (probe's
          ordering), so the events around the taps time the copies into
          staging. It also reports how long the taps took on the host, and how
          long the writer needed to drain everything into the file after the
@@ -98,6 +99,8 @@ def probe(args):
             rates.append(args.mib * args.count * 2**20 / (a.elapsed_time(b) * 1e-3) / 1e9)
             host_ms.append((h1 - h0) * 1e3)
             drain_s.append(c1 - c0)
+        else:
+            time.sleep(3)  # the writer, idle, grows the pool to its full size
     return {"gbps": rates, "tap_host_ms": host_ms, "drain_after_last_tap_s": drain_s}
 
 
@@ -126,6 +129,13 @@ def main():
                PROBE_PINNED_MB=str(max(1024, 2 * nbytes >> 20)))
     env.pop("PROBE_ROOT_PID", None)
     out = subprocess.run(common + ["--child", "probe"], capture_output=True, text=True, env=env)
+    staging = None
+    try:
+        import h5py
+        with h5py.File(os.path.join(d, "bench.h5"), "r") as f:
+            staging = json.loads(f.attrs["probe.manifest"]).get("staging")
+    except Exception as e:  # h5py missing or the file unreadable: report without it
+        staging = "unavailable: %s" % e
     for f in os.listdir(d):
         os.unlink(os.path.join(d, f))
     os.rmdir(d)
@@ -139,13 +149,14 @@ def main():
            "link_gbps": lk["gbps"], "probe_staging_gbps": pr["gbps"], "probe_tap_host_ms": pr["tap_host_ms"],
            "probe_drain_after_last_tap_s": pr["drain_after_last_tap_s"],
            "median_link_gbps": ml, "median_probe_gbps": mp, "ratio_probe_over_link": mp / ml,
-           "stall_s": stall_s, "stall_budget_s": nbytes / 40e9}
+           "stall_s": stall_s, "stall_budget_s": nbytes / 40e9, "manifest_staging": staging}
     print("%d x %d MiB bf16 per repetition, %d repetitions after a warm-up" % (args.count, args.mib, args.reps))
     print("link  (torch copy_ into pinned, non_blocking): %s GB/s" % " ".join("%.1f" % x for x in lk["gbps"]))
     print("probe (probe_tap_v1 into staging)            : %s GB/s" % " ".join("%.1f" % x for x in pr["gbps"]))
     print("probe taps on the host: %s ms for %d taps; writer drained to tmpfs %s s after the last tap"
           % (" ".join("%.2f" % x for x in pr["tap_host_ms"]), args.count,
              " ".join("%.2f" % x for x in pr["drain_after_last_tap_s"])))
+    print("probe's manifest, staging:", staging)
     print("median: link %.1f GB/s, probe %.1f GB/s, ratio probe/link %.3f" % (ml, mp, mp / ml))
     print("goal staging >= 35 GB/s: %s (%.1f)" % ("PASS" if mp >= 35 else "FAIL", mp))
     print("goal producer stall <= bytes / 40 GB/s: %s (%.1f ms vs %.1f ms)"

@@ -223,8 +223,10 @@ def checkbig(path):
         m = json.loads(f.attrs["probe.manifest"])
         st = m.get("staging", {})
         print("manifest staging:", st)
-        result(st.get("pool_bytes") == 256 << 20 and st.get("chunked_tensors") == 2 and st.get("waits", 0) >= 1,
-               "staging: 256 MiB pool, 2 chunked tensors, the producer waited for pool space")
+        result(st.get("segment_bytes") == 64 << 20 and st.get("pool_bytes", 1) % (64 << 20) == 0
+               and 0 < st.get("pool_bytes", 0) <= 256 << 20 and st.get("chunked_tensors") == 2
+               and st.get("waits", 0) >= 1,
+               "staging: 64 MiB segments, at most 256 MiB, 2 chunked tensors, the producer waited for pool space")
 
 
 def read_raw(ds):
