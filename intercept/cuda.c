@@ -343,6 +343,11 @@ static void ring_setup(void)
              MIN_PINNED_BYTES, errstr(e));
 }
 
+int shim_cuda_staging_starved(void)
+{
+    return ring_segs && atomic_load(&ring.waiting) > 0;
+}
+
 int shim_cuda_grow_staging(void)
 {
     if (!ring_segs || ring_growth_failed || ring_nsegs >= ring_maxsegs || shim_queue_closing())
@@ -824,6 +829,9 @@ probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reas
         if (n > 1) {
             memcpy((char *)j->dev.assembled + i * ring.piece, ring_addr(pc->ring_off), pc->len);
             piece_return(j, pc);
+            /* a tapping thread waits for space: a bigger pool is the cure */
+            if (atomic_load(&ring.waiting))
+                shim_cuda_grow_staging();
         }
     }
     const void *span = n > 1 ? j->dev.assembled : ring_addr(j->dev.pieces[0].ring_off);

@@ -168,6 +168,8 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&qlock);
 
         process(j);
+        if (shim_cuda_staging_starved())
+            shim_cuda_grow_staging(); /* a tapping thread waits for staging space */
 
         pthread_mutex_lock(&qlock);
         queued_bytes -= j->reserved;

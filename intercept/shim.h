@@ -224,6 +224,7 @@ struct shim_ring {
     struct shim_ring_rec *recs; /* live claims, oldest first (circular) */
     size_t first, nrecs, rcap;
     int closed;
+    atomic_int waiting;  /* claims waiting for space now */
     unsigned long long waits, wait_ns, bytes;
     size_t peak;
     pthread_mutex_t lock;
@@ -368,11 +369,15 @@ probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reas
  * at exit), return the ring space and events, free host buffers. */
 void shim_cuda_finish(struct shim_job *j);
 
-/* Writer thread, while idle: allocate the next 64 MiB segment of the
+/* Writer thread, while idle or starved: allocate the next 64 MiB segment of the
  * staging pool (device of the first tap current, relaxed capture mode).
  * 1 if it grew, 0 if there is nothing to do (no pool yet, complete, a
  * failed allocation, or closing). */
 int shim_cuda_grow_staging(void);
+
+/* 1 while a tapping thread waits for staging space (the writer then grows
+ * the pool between jobs and between pieces, not only when idle). */
+int shim_cuda_staging_starved(void);
 
 /* Release the ring at exit: waiting submitters give up. */
 void shim_cuda_close_staging(void);

@@ -138,6 +138,7 @@ size_t shim_ring_alloc(struct shim_ring *r, size_t n, int (*give_up)(void))
     if (off == SIZE_MAX && !r->closed) {
         uint64_t t0 = ring_now_ns();
         r->waits++;
+        atomic_fetch_add(&r->waiting, 1);
         while (off == SIZE_MAX && !r->closed) {
             struct timespec dl;
             clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -152,6 +153,7 @@ size_t shim_ring_alloc(struct shim_ring *r, size_t n, int (*give_up)(void))
             off = fit(r, rounded, &start);
         }
         r->wait_ns += ring_now_ns() - t0;
+        atomic_fetch_sub(&r->waiting, 1);
     }
     if (off != SIZE_MAX && (r->closed || recs_push(r, start, off, off + rounded) != 0))
         off = SIZE_MAX;

@@ -309,8 +309,10 @@ static int run_main(void)
     if ((rc = tap_flush()) != 0)
         FAIL("flush returned %d", rc);
 
-    /* steady state: with the writer keeping up, staging buffers and events
-     * come from the pools (no new cudaHostAlloc, no new event) */
+    /* steady state: with the writer keeping up, staging space and events
+     * come from the pools (no new event; cudaHostAlloc only as the idle
+     * writer adds the pool's 64 MiB segments, at most 16 for the default
+     * 1 GiB pool) */
     long long before[15], st[15];
     mock_stats(before, 15);
     for (int i = 0; i < 20; ++i) {
@@ -328,7 +330,7 @@ static int run_main(void)
         describe(path, PROBE_DTYPE_FLOAT32, bin, 0, 2, shape, NULL, 0);
     }
     mock_stats(st, 15);
-    if (st[0] != before[0] || st[12] != before[12])
+    if (st[0] > 16 || st[12] != before[12])
         FAIL("pools not reused: cudaHostAlloc %lld -> %lld, events %lld -> %lld over 20 sequential taps",
              before[0], st[0], before[12], st[12]);
     printf("mock: hostalloc=%lld freehost=%lld streamsync=%lld devicesync=%lld malloc=%lld "
