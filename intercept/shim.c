@@ -201,17 +201,24 @@ static void claim_locked(void)
 {
     if (atomic_load(&claim_state) != 0)
         return;
-    int fd = open(shim_cfg.out_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0666);
+    /* Never through a symbolic link (O_NOFOLLOW: ELOOP), never opening a
+     * device or FIFO (O_NONBLOCK; checked to be a regular file before any
+     * use); created with the process's umask applied to 0666. */
+    int fd = open(shim_cfg.out_path,
+                  O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK, 0666);
     if (fd < 0) {
         char why[256];
-        snprintf(why, sizeof why, "%s", strerror(errno));
+        if (errno == ELOOP)
+            snprintf(why, sizeof why, "it is a symbolic link (probe never writes through one)");
+        else
+            snprintf(why, sizeof why, "%s", strerror(errno));
         atomic_store(&claim_state, 1);
         shim_fail_io(why);
         atomic_store(&open_state, 2);
         return;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, O_RDWR) != 0) {
         close(fd);
         atomic_store(&claim_state, 1);
         shim_fail_io("not a regular file");
