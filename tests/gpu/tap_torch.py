@@ -8,6 +8,11 @@ usage:
                                               int32 tensor (4 pools) and a transposed 384 MiB
                                               float32 view stream through the staging ring
   python3 tap_torch.py checkbig FILE.h5       their values, recomputed with numpy
+  python3 tap_torch.py stress                 under the preload: 8 threads, each on its own CUDA
+                                              stream, tap 60 int32 tensors of 0.25..10 MiB (some
+                                              in several staging pieces) and overwrite each in
+                                              place right after its tap
+  python3 tap_torch.py checkstress FILE.h5    every one of the 480 tensors, recomputed
 
 run: torch CUDA tensors are tapped through ctypes exactly as the Python
 adapter does (pointer, shape, strides, producer stream; then
@@ -229,6 +234,59 @@ def checkbig(path):
                "staging: 64 MiB segments, at most 256 MiB, 2 chunked tensors, the producer waited for pool space")
 
 
+def stress_case(t, i):
+    n = (1 + (t * 131 + i * 71) % 40) << 16  # 64 Ki .. 2.6 Mi int32 elements
+    return n, t << 24 | i << 16
+
+
+def stress():
+    import threading
+    import torch
+    lib = ctypes.CDLL(None)
+    lib.probe_tap_v1.argtypes = [ctypes.POINTER(T)]
+    bad = []
+
+    def worker(t):
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            for i in range(60):
+                n, base = stress_case(t, i)
+                x = torch.arange(n, dtype=torch.int32, device="cuda") + base
+                shape = (ctypes.c_int64 * 1)(n)
+                d = T(ctypes.sizeof(T), 1, ("st%d" % t).encode(), b"out", i, -1, -1, 0, 4, 1, shape, None,
+                      x.data_ptr(), s.cuda_stream, float("nan"))
+                if lib.probe_tap_v1(ctypes.byref(d)) != 0:
+                    bad.append((t, i))
+                x.add_(1)  # the capture must hold the value at the tap
+                del x
+        s.synchronize()
+
+    th = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    t0 = time.perf_counter()
+    for x in th:
+        x.start()
+    for x in th:
+        x.join()
+    result(not bad and lib.probe_tap_flush_v1() == 0,
+           "8 threads x 60 taps on 8 streams returned 0 (%.2f s)" % (time.perf_counter() - t0))
+
+
+def checkstress(path):
+    import h5py
+    import numpy as np
+    bad = []
+    with h5py.File(path, "r") as f:
+        for t in range(8):
+            for i in range(60):
+                n, base = stress_case(t, i)
+                p = "/st%d/%04d/out" % (t, i)
+                if p not in f or not np.array_equal(f[p][()], np.arange(n, dtype=np.int32) + base):
+                    bad.append(p)
+        st = json.loads(f.attrs["probe.manifest"]).get("staging", {})
+    print("stress staging:", st)
+    result(not bad, "480 tensors from 8 threads/streams, overwritten after the tap: bit-exact (bad: %s)" % bad[:5])
+
+
 def read_raw(ds):
     import h5py
     import numpy as np
@@ -281,6 +339,10 @@ def main():
         big()
     elif len(sys.argv) == 3 and sys.argv[1] == "checkbig":
         checkbig(sys.argv[2])
+    elif len(sys.argv) == 2 and sys.argv[1] == "stress":
+        stress()
+    elif len(sys.argv) == 3 and sys.argv[1] == "checkstress":
+        checkstress(sys.argv[2])
     else:
         print(__doc__)
         return 2
