@@ -9,8 +9,8 @@ usage:
                                               float32 view stream through the staging ring
   python3 tap_torch.py checkbig FILE.h5       their values, recomputed with numpy
   python3 tap_torch.py stress                 under the preload: 8 threads, each on its own CUDA
-                                              stream, tap 60 int32 tensors of 0.25..10 MiB (some
-                                              in several staging pieces) and overwrite each in
+                                              stream, tap 60 int32 tensors of 0.25..10 MiB (a
+                                              128 MiB pool they contend for) and overwrite each in
                                               place right after its tap
   python3 tap_torch.py checkstress FILE.h5    every one of the 480 tensors, recomputed
 
