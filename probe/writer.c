@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -664,6 +665,120 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
             H5Sclose(space);
     } H5E_END_TRY;
     free(norm);
+    if (s != PROBE_OK)
+        return mark_failed(w, s);
+    return flush_file(w, 1);
+}
+
+/* --- stats-only record --- */
+
+/* The compound type of a stats-only record: file type (little-endian,
+ * packed, field order of probe_summary) when file is 1, else the memory type
+ * of probe_summary. Negative on failure. Call inside H5E_BEGIN_TRY. */
+static hid_t summary_type(int file)
+{
+    static const char *const u64[] = {"n", "n_finite", "nan", "inf"};
+    static const char *const f64[] = {"min", "max", "abs_max", "sum", "sum_sq"};
+    static const size_t off_u64[] = {offsetof(probe_summary, n), offsetof(probe_summary, n_finite),
+                                     offsetof(probe_summary, nan), offsetof(probe_summary, inf)};
+    static const size_t off_f64[] = {offsetof(probe_summary, min), offsetof(probe_summary, max),
+                                     offsetof(probe_summary, abs_max), offsetof(probe_summary, sum),
+                                     offsetof(probe_summary, sum_sq)};
+    hid_t t = H5Tcreate(H5T_COMPOUND, file ? 9 * 8 : sizeof(probe_summary));
+    if (t < 0)
+        return -1;
+    herr_t r = 0;
+    for (size_t i = 0; i < 4 && r >= 0; i++)
+        r = H5Tinsert(t, u64[i], file ? 8 * i : off_u64[i], file ? H5T_STD_U64LE : H5T_NATIVE_UINT64);
+    for (size_t i = 0; i < 5 && r >= 0; i++)
+        r = H5Tinsert(t, f64[i], file ? 8 * (4 + i) : off_f64[i],
+                      file ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE);
+    if (r < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+/* Stats-only capture of one tensor (capture.h). */
+probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
+                                      const probe_summary *sum, uint64_t hash)
+{
+    if (w == NULL || rec == NULL || rec->path == NULL || sum == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_put_summary: %s is NULL",
+                               w == NULL     ? "writer"
+                               : rec == NULL ? "record"
+                               : sum == NULL ? "summary"
+                                             : "record path");
+    hsize_t dims[PROBE_MAX_RANK + 1];
+    size_t esize = probe_dtype_size(rec->dtype), nbytes;
+    if (esize == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: unknown element type %d", w->path, rec->path,
+                               (int)rec->dtype);
+    if (sum->n > SIZE_MAX || __builtin_mul_overflow((size_t)sum->n, esize, &nbytes))
+        return probe_set_error(PROBE_EINVAL, "%s: %s: summary n %llu overflows", w->path, rec->path,
+                               (unsigned long long)sum->n);
+    /* check_record compares prod(shape) x element size with nbytes: the
+     * summary must describe exactly the tensor the record names. */
+    probe_status s = check_record(w, rec, sum, nbytes, dims);
+    if (s != PROBE_OK)
+        return probe_set_error(s, "%s (summary n = %llu)", probe_last_error(),
+                               (unsigned long long)sum->n);
+    if (sum->n_finite + sum->nan + sum->inf != sum->n || sum->n_finite > sum->n)
+        return probe_set_error(PROBE_EINVAL,
+                               "%s: %s: summary counts do not add up (n_finite %llu + nan %llu + "
+                               "inf %llu != n %llu)",
+                               w->path, rec->path, (unsigned long long)sum->n_finite,
+                               (unsigned long long)sum->nan, (unsigned long long)sum->inf,
+                               (unsigned long long)sum->n);
+    const char *bad = bad_utf8_field(rec);
+    if (bad != NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: record %s is not valid UTF-8", w->path,
+                               rec->path, bad);
+    if ((s = check_usable(w)) != PROBE_OK)
+        return s;
+    H5E_BEGIN_TRY { s = check_free(w, rec->path); } H5E_END_TRY;
+    if (s != PROBE_OK)
+        return s;
+    if ((s = preflight(w, rec->path, sizeof *sum, SLACK_TENSOR)) != PROBE_OK)
+        return s;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+
+    hid_t ft = H5I_INVALID_HID, mt = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    hid_t lcpl = H5I_INVALID_HID, d = H5I_INVALID_HID;
+    static const int32_t one = 1;
+    H5E_BEGIN_TRY {
+        ft = summary_type(1);
+        mt = summary_type(0);
+        space = H5Screate(H5S_SCALAR);
+        lcpl = H5Pcreate(H5P_LINK_CREATE);
+        if (ft < 0 || mt < 0 || space < 0 || lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0)
+            s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
+        if (s == PROBE_OK) {
+            d = H5Dcreate2(w->file, rec->path, ft, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+            if (d < 0)
+                s = h5_fail(w, "cannot create dataset", rec->path);
+        }
+        if (s == PROBE_OK && H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, sum) < 0)
+            s = h5_fail(w, "cannot write dataset", rec->path);
+        if (s == PROBE_OK && (write_attrs(d, rec, hex) < 0 ||
+                              attr_write_scalar(d, "probe.stats_only", H5T_STD_I32LE,
+                                                H5T_NATIVE_INT32, &one) < 0))
+            s = h5_fail(w, "cannot write attributes", rec->path);
+        if (d >= 0 && H5Dclose(d) < 0 && s == PROBE_OK)
+            s = h5_fail(w, "cannot close dataset", rec->path);
+        if (d >= 0 && s != PROBE_OK)
+            H5Ldelete(w->file, rec->path, H5P_DEFAULT); /* do not leave half a record */
+        if (lcpl >= 0)
+            H5Pclose(lcpl);
+        if (ft >= 0)
+            H5Tclose(ft);
+        if (mt >= 0)
+            H5Tclose(mt);
+        if (space >= 0)
+            H5Sclose(space);
+    } H5E_END_TRY;
     if (s != PROBE_OK)
         return mark_failed(w, s);
     return flush_file(w, 1);

@@ -108,6 +108,12 @@ typedef struct probe_tensor_info {
     int64_t call, step;    /* -1 if absent */
     int32_t cfg_branch;    /* -1 if absent */
     double timestep;       /* NaN if absent */
+    /* (additive) 1: a stats-only record (docs/file-format.md "Stats-only
+     * records"): dtype, rank, shape and n are the true tensor's (probe.dtype,
+     * probe.shape), hash its probe.hash; the bytes are not in the file, so
+     * probe_file_read_* return PROBE_EUNSUPPORTED; probe_file_summary gives
+     * the stored summary. 0: a full tensor. */
+    int stats_only;
 } probe_tensor_info;
 
 typedef struct probe_skip_info {
@@ -161,6 +167,38 @@ const char *probe_file_path(const probe_file *f);
 /* The version of the HDF5 library this reader runs on ("1.10.8"): named in
  * messages about files that crash it (docs/hardening.md). */
 const char *probe_file_hdf5_version(void);
+
+/* --- stats-only capture (docs/file-format.md "Stats-only records") --- */
+
+/* Write a stats-only record for the tensor rec describes: at rec->path a
+ * scalar HDF5 compound dataset with the fields of probe_summary (n,
+ * n_finite, nan, inf: uint64 little-endian; min, max, abs_max, sum,
+ * sum_sq: float64 little-endian, in that order), the usual probe.*
+ * attributes of rec (probe.dtype and probe.shape are the true tensor's),
+ * probe.hash = hash as 16 hex digits (the XXH64 of the bytes a full capture
+ * would store: probe_capture_hash of the contiguous bytes, bool normalised
+ * to 0/1) and probe.stats_only = 1 (int32). sum->n must equal prod(shape)
+ * and n_finite + nan + inf must equal n (PROBE_EINVAL otherwise, as for a
+ * bad record or a path already written). PROBE_EIO on a failed write, as
+ * probe_writer_put. */
+#include "probe/metrics.h"
+probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
+                                      const probe_summary *sum, uint64_t hash);
+
+/* Summary of tensor i: a stats-only record's stored fields, or, for a full
+ * tensor, probe_summary_compute over its elements (read in chunks; bounded
+ * memory; the sums combined in element order with compensation, so they may
+ * differ from a one-pass probe_summary_compute in the last bits). Errors:
+ * PROBE_EINVAL (NULL f/out, i out of range), PROBE_EIO / PROBE_EFORMAT
+ * (message names file and path). */
+probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out);
+
+/* XXH64 (seed 0) of tensor i's bytes as a full capture stores them (what
+ * probe.hash holds): the stored probe.hash when the dataset has one (always
+ * for a stats-only record), else computed from the bytes (read in chunks).
+ * Errors as probe_file_summary, and PROBE_EFORMAT for a stats-only record
+ * without a valid probe.hash. */
+probe_status probe_file_hash(probe_file *f, size_t i, uint64_t *out);
 
 #ifdef __cplusplus
 }
