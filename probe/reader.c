@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "h5types.h"
 
 struct probe_file {
@@ -178,6 +180,57 @@ static const char *last_elem(const char *path)
 
 #define SPARSE_FREE_BYTES ((uint64_t)64 << 20)
 
+static int describe_attrs(hid_t d, const char *path, probe_tensor_info *t);
+
+/* A stats-only record (docs/file-format.md): a scalar compound dataset with
+ * probe.stats_only = 1, a known probe.dtype and a probe.shape of at most
+ * PROBE_MAX_RANK entries >= 0 whose element count and byte size do not
+ * overflow. Fills dtype, rank, shape, n and stats_only; 1 if it is one, 0
+ * if not (the dataset is then ignored, like any compound dataset). */
+static int describe_stats_only(hid_t d, probe_dtype hint, probe_tensor_info *t)
+{
+    int64_t flag = 0;
+    if (hint == PROBE_DTYPE_INVALID || !attr_i64(d, "probe.stats_only", &flag) || flag != 1)
+        return 0;
+    hid_t sp = H5Dget_space(d);
+    int scalar = sp >= 0 && H5Sget_simple_extent_type(sp) == H5S_SCALAR;
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (!scalar || H5Aexists(d, "probe.shape") <= 0)
+        return 0;
+    hid_t a = H5Aopen(d, "probe.shape", H5P_DEFAULT);
+    if (a < 0)
+        return 0;
+    hid_t asp = H5Aget_space(a), aty = H5Aget_type(a);
+    int ok = asp >= 0 && aty >= 0 && H5Tget_class(aty) == H5T_INTEGER &&
+             H5Sget_simple_extent_type(asp) == H5S_SIMPLE && H5Sget_simple_extent_ndims(asp) == 1;
+    hssize_t rank = ok ? H5Sget_simple_extent_npoints(asp) : -1;
+    int64_t shape[PROBE_MAX_RANK];
+    ok = ok && rank >= 0 && rank <= PROBE_MAX_RANK &&
+         (rank == 0 || H5Aread(a, H5T_NATIVE_INT64, shape) >= 0);
+    if (asp >= 0)
+        H5Sclose(asp);
+    if (aty >= 0)
+        H5Tclose(aty);
+    H5Aclose(a);
+    if (!ok)
+        return 0;
+    uint64_t n = 1, bytes;
+    for (int i = 0; i < (int)rank; i++) {
+        if (shape[i] < 0 || __builtin_mul_overflow(n, (uint64_t)shape[i], &n))
+            return 0;
+        t->shape[i] = shape[i];
+    }
+    if (__builtin_mul_overflow(n, (uint64_t)probe_dtype_size(hint), &bytes) || bytes > SIZE_MAX ||
+        n > SIZE_MAX / sizeof(double))
+        return 0;
+    t->dtype = hint;
+    t->rank = (int)rank;
+    t->n = n;
+    t->stats_only = 1;
+    return 1;
+}
+
 /* Describe dataset d at path into *t. Returns 1 if it is a tensor, 0 if it is
  * ignored (not numeric, NULL dataspace, rank > PROBE_MAX_RANK, element count
  * or byte size overflow, declared far beyond its storage), -1 out of memory. */
@@ -194,11 +247,17 @@ static int describe(hid_t d, const char *path, probe_tensor_info *t)
     probe_dtype hint = dtname != NULL ? probe_dtype_from_name(dtname) : PROBE_DTYPE_INVALID;
     free(dtname);
     hid_t ft = H5Dget_type(d), mt = H5I_INVALID_HID;
-    t->dtype = ft >= 0 ? probe_h5_classify(ft, hint, &mt) : PROBE_DTYPE_INVALID;
+    int compound = ft >= 0 && H5Tget_class(ft) == H5T_COMPOUND;
+    t->dtype = ft >= 0 && !compound ? probe_h5_classify(ft, hint, &mt) : PROBE_DTYPE_INVALID;
     if (ft >= 0)
         H5Tclose(ft);
     if (mt >= 0)
         H5Tclose(mt);
+    if (compound) {
+        if (!describe_stats_only(d, hint, t))
+            return 0;
+        return describe_attrs(d, path, t);
+    }
     if (t->dtype == PROBE_DTYPE_INVALID)
         return 0;
 
@@ -233,7 +292,13 @@ static int describe(hid_t d, const char *path, probe_tensor_info *t)
         return 0;
     t->rank = rank;
     t->n = n;
+    return describe_attrs(d, path, t);
+}
 
+/* The probe.* attributes common to tensors and stats-only records. 1, or
+ * -1 out of memory. */
+static int describe_attrs(hid_t d, const char *path, probe_tensor_info *t)
+{
     if (attr_str_into(d, "probe.component", t->component, sizeof t->component) == 0) {
         const char *s = path + 1, *e = strchr(s, '/');
         snprintf(t->component, sizeof t->component, "%.*s", (int)(e != NULL ? (size_t)(e - s) : strlen(s)), s);
@@ -903,6 +968,11 @@ static probe_status check_read(const probe_file *f, size_t i, const void *dst, c
     if (i >= f->n)
         return probe_set_error(PROBE_EINVAL, "%s: %s: tensor index %zu out of range (%zu tensors)", fn,
                                f->path, i, f->n);
+    if (f->t[i].stats_only)
+        return probe_set_error(PROBE_EUNSUPPORTED,
+                               "%s: %s: %s is a stats-only record (summary and hash, no elements): "
+                               "capture it without --stats-only to read its values",
+                               fn, f->path, f->t[i].path);
     if (dst == NULL && f->t[i].n > 0)
         return probe_set_error(PROBE_EINVAL, "%s: %s: %s: dst is NULL", fn, f->path, f->t[i].path);
     return PROBE_OK;
@@ -1145,4 +1215,159 @@ probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, siz
         }
     } H5E_END_TRY;
     return s;
+}
+
+/* --- summaries and hashes (stats-only capture) --- */
+
+#define SUMMARY_CHUNK ((size_t)1 << 20) /* elements read per step */
+
+/* The stored record of stats-only tensor t. */
+static probe_status read_summary_record(probe_file *f, const probe_tensor_info *t,
+                                        probe_summary *out)
+{
+    probe_status s = PROBE_OK;
+    char text[256];
+    H5E_BEGIN_TRY {
+        hid_t d = H5Dopen2(f->file, t->path, H5P_DEFAULT);
+        hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(probe_summary));
+        herr_t r = d >= 0 && mt >= 0 ? 0 : -1;
+        static const char *const u64[] = {"n", "n_finite", "nan", "inf"};
+        static const char *const f64[] = {"min", "max", "abs_max", "sum", "sum_sq"};
+        const size_t off_u64[] = {offsetof(probe_summary, n), offsetof(probe_summary, n_finite),
+                                  offsetof(probe_summary, nan), offsetof(probe_summary, inf)};
+        const size_t off_f64[] = {offsetof(probe_summary, min), offsetof(probe_summary, max),
+                                  offsetof(probe_summary, abs_max), offsetof(probe_summary, sum),
+                                  offsetof(probe_summary, sum_sq)};
+        for (size_t k = 0; k < 4 && r >= 0; k++)
+            r = H5Tinsert(mt, u64[k], off_u64[k], H5T_NATIVE_UINT64);
+        for (size_t k = 0; k < 5 && r >= 0; k++)
+            r = H5Tinsert(mt, f64[k], off_f64[k], H5T_NATIVE_DOUBLE);
+        /* HDF5 matches compound fields by name: a record lacking one fails here. */
+        if (r < 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+            probe_h5_error_text(text, sizeof text);
+            s = probe_set_error(PROBE_EFORMAT, "%s: %s: cannot read the stats-only record (%s)",
+                                f->path, t->path, text);
+        }
+        if (mt >= 0)
+            H5Tclose(mt);
+        if (d >= 0)
+            H5Dclose(d);
+    } H5E_END_TRY;
+    if (s == PROBE_OK &&
+        (out->n != t->n || out->n_finite > out->n || out->nan > out->n || out->inf > out->n ||
+         out->n_finite + out->nan + out->inf != out->n))
+        s = probe_set_error(PROBE_EFORMAT,
+                            "%s: %s: stats-only record is inconsistent (n %llu, n_finite %llu, nan "
+                            "%llu, inf %llu; probe.shape gives %llu elements)",
+                            f->path, t->path, (unsigned long long)out->n,
+                            (unsigned long long)out->n_finite, (unsigned long long)out->nan,
+                            (unsigned long long)out->inf, (unsigned long long)t->n);
+    return s;
+}
+
+/* Neumaier compensated accumulation of chunk sums (as metrics/summary.c). */
+static void comp_add(double *s, double *c, double x)
+{
+    double t = *s + x;
+    if (fabs(*s) >= fabs(x))
+        *c += (*s - t) + x;
+    else
+        *c += (x - t) + *s;
+    *s = t;
+}
+
+probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out)
+{
+    if (f == NULL || out == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_summary: %s is NULL", f ? "out" : "file");
+    if (i >= f->n)
+        return probe_set_error(PROBE_EINVAL, "probe_file_summary: %s: tensor index %zu out of range "
+                               "(%zu tensors)", f->path, i, f->n);
+    memset(out, 0, sizeof *out);
+    const probe_tensor_info *t = &f->t[i];
+    if (t->stats_only)
+        return read_summary_record(f, t, out);
+    size_t esize = probe_dtype_size(t->dtype);
+    size_t chunk = t->n < SUMMARY_CHUNK ? (size_t)t->n : SUMMARY_CHUNK;
+    unsigned char *buf = malloc(chunk ? chunk * esize : 1);
+    if (buf == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", f->path, t->path);
+    double s = 0, sc = 0, q = 0, qc = 0;
+    out->min = out->max = out->abs_max = NAN;
+    probe_status st = PROBE_OK;
+    for (uint64_t off = 0; off < t->n && st == PROBE_OK; off += chunk) {
+        size_t m = t->n - off < chunk ? (size_t)(t->n - off) : chunk;
+        probe_summary p;
+        if ((st = probe_file_read_range(f, i, off, m, buf)) != PROBE_OK ||
+            (st = probe_summary_compute(t->dtype, buf, m, &p)) != PROBE_OK)
+            break;
+        if (p.n_finite) {
+            if (!out->n_finite) {
+                out->min = p.min;
+                out->max = p.max;
+                out->abs_max = p.abs_max;
+            } else {
+                /* -0 orders before +0, as in probe_summary_compute */
+                if (p.min < out->min || (p.min == out->min && signbit(p.min) && !signbit(out->min)))
+                    out->min = p.min;
+                if (p.max > out->max || (p.max == out->max && !signbit(p.max) && signbit(out->max)))
+                    out->max = p.max;
+                if (p.abs_max > out->abs_max)
+                    out->abs_max = p.abs_max;
+            }
+        }
+        out->n_finite += p.n_finite;
+        out->nan += p.nan;
+        out->inf += p.inf;
+        comp_add(&s, &sc, p.sum);
+        comp_add(&q, &qc, p.sum_sq);
+    }
+    free(buf);
+    if (st != PROBE_OK) {
+        memset(out, 0, sizeof *out);
+        return st;
+    }
+    out->n = t->n;
+    out->sum = isfinite(s) ? s + sc : s;
+    out->sum_sq = isfinite(q) ? q + qc : q;
+    return PROBE_OK;
+}
+
+probe_status probe_file_hash(probe_file *f, size_t i, uint64_t *out)
+{
+    if (f == NULL || out == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_hash: %s is NULL", f ? "out" : "file");
+    if (i >= f->n)
+        return probe_set_error(PROBE_EINVAL, "probe_file_hash: %s: tensor index %zu out of range "
+                               "(%zu tensors)", f->path, i, f->n);
+    const probe_tensor_info *t = &f->t[i];
+    if (t->hash[0]) {
+        *out = strtoull(t->hash, NULL, 16); /* describe() kept only 16 lowercase hex digits */
+        return PROBE_OK;
+    }
+    if (t->stats_only)
+        return probe_set_error(PROBE_EFORMAT, "%s: %s: stats-only record without a valid probe.hash",
+                               f->path, t->path);
+    size_t esize = probe_dtype_size(t->dtype);
+    size_t chunk = t->n < SUMMARY_CHUNK ? (size_t)t->n : SUMMARY_CHUNK;
+    unsigned char *buf = malloc(chunk ? chunk * esize : 1);
+    XXH64_state_t *h = XXH64_createState();
+    if (buf == NULL || h == NULL) {
+        free(buf);
+        XXH64_freeState(h);
+        return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", f->path, t->path);
+    }
+    XXH64_reset(h, 0);
+    probe_status st = PROBE_OK;
+    for (uint64_t off = 0; off < t->n; off += chunk) {
+        size_t m = t->n - off < chunk ? (size_t)(t->n - off) : chunk;
+        if ((st = probe_file_read_range(f, i, off, m, buf)) != PROBE_OK)
+            break;
+        XXH64_update(h, buf, m * esize);
+    }
+    if (st == PROBE_OK)
+        *out = (uint64_t)XXH64_digest(h);
+    free(buf);
+    XXH64_freeState(h);
+    return st;
 }
