@@ -130,6 +130,14 @@ static probe_status load_locked(void)
             return probe_set_error(PROBE_ENOTFOUND, "libprobe.so lacks %s", syms[i].name);
         }
     }
+    /* Optional (stats-only capture): NULL in a libprobe.so that predates them;
+     * stats.c then writes full tensors and says so once. */
+    shim_lp.writer_put_summary =
+        (probe_status(*)(probe_writer *, const probe_record *, const probe_summary *, uint64_t))
+            dlsym(h, "probe_writer_put_summary");
+    shim_lp.summary_compute = (probe_status(*)(probe_dtype, const void *, size_t, probe_summary *))
+        dlsym(h, "probe_summary_compute");
+    shim_lp.capture_hash = (uint64_t(*)(const void *, size_t))dlsym(h, "probe_capture_hash");
     return PROBE_OK; /* the handle stays open for the life of the process */
 }
 
@@ -161,6 +169,16 @@ probe_status shim_w_put(probe_writer *w, const probe_record *rec, const void *da
 {
     pthread_mutex_lock(&hdf5_lock);
     probe_status st = shim_lp.writer_put(w, rec, data, nbytes);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+/* Stats-only record (probe_writer_put_summary), under the same lock. */
+probe_status shim_w_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
+                                uint64_t hash)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_lp.writer_put_summary(w, rec, sum, hash);
     pthread_mutex_unlock(&hdf5_lock);
     return st;
 }

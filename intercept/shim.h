@@ -16,6 +16,7 @@
  *   manifest.c  JSON text building/validation and the run manifest
  *   libprobe.c  dlopen of libprobe.so (the HDF5 writer and reader)
  *   inject.c    probe_inject_v1: reference file, inject globs, checks, manifest record
+ *   stats.c     stats-only capture: summary + hash instead of the bytes
  */
 #ifndef PROBE_INTERCEPT_SHIM_H
 #define PROBE_INTERCEPT_SHIM_H
@@ -27,6 +28,7 @@
 
 #include "probe/capture.h"
 #include "probe/dtype.h"
+#include "probe/metrics.h"
 #include "probe/status.h"
 #include "probe/tap.h"
 
@@ -60,6 +62,22 @@ struct shim_config {
     char **argv;              /* /proc/self/cmdline split at NUL */
     size_t argc;
     char *nvtx_note;          /* manifest "nvtx" when not injected, else NULL */
+    /* (additive) selection and stats-only capture (tap.c, stats.c) */
+    struct shim_select *sel;  /* nglobs entries: the step/branch selectors of each glob */
+    char *capture_error;      /* PROBE_CAPTURE rejected (nothing is captured), else NULL */
+    int stats_only;           /* PROBE_STATS_ONLY: write summaries and hashes, not bytes */
+};
+
+/* The selectors of one PROBE_CAPTURE item (docs/intercept.md "Selection"):
+ * a tap matches when its value is known (>= 0) and inside one of the
+ * inclusive ranges [lo, hi]. nranges 0: no selector on that key. */
+#define SHIM_SELECT_MAX_RANGES 16
+struct shim_range {
+    int64_t lo, hi;
+};
+struct shim_select {
+    size_t nstep, nbranch;
+    struct shim_range step[SHIM_SELECT_MAX_RANGES], branch[SHIM_SELECT_MAX_RANGES];
 };
 
 extern struct shim_config shim_cfg;
@@ -136,6 +154,11 @@ struct shim_libprobe {
     const probe_tensor_info *(*file_tensor)(const probe_file *, size_t);
     probe_status (*file_find)(const probe_file *, const char *, size_t *);
     probe_status (*file_read_raw)(probe_file *, size_t, void *, size_t);
+    /* (additive) stats-only capture; NULL when libprobe.so predates it */
+    probe_status (*writer_put_summary)(probe_writer *, const probe_record *, const probe_summary *,
+                                       uint64_t);
+    probe_status (*summary_compute)(probe_dtype, const void *, size_t, probe_summary *);
+    uint64_t (*capture_hash)(const void *, size_t);
 };
 
 extern struct shim_libprobe shim_lp;
@@ -152,6 +175,9 @@ probe_status shim_libprobe_load(void);
 probe_status shim_w_open(const char *path, const char *manifest, probe_writer **out);
 probe_status shim_w_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes);
 probe_status shim_w_skip(probe_writer *w, const probe_record *rec, const char *reason);
+/* (additive) needs shim_lp.writer_put_summary (check it first) */
+probe_status shim_w_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
+                                uint64_t hash);
 probe_status shim_w_set_manifest(probe_writer *w, const char *manifest);
 probe_status shim_w_flush(probe_writer *w);
 probe_status shim_w_close(probe_writer *w);
@@ -421,6 +447,26 @@ void shim_tap_skip_path(const char *path, const char *reason);
  * remember it under the capture's id, so that each later launch of the
  * graph made from that capture is recorded in probe.skips too. */
 void shim_graph_note_skip(void *stream, const char *path);
+
+/* ---- tap.c: selection (PROBE_CAPTURE) ------------------------------------ */
+
+/* Parse spec (PROBE_CAPTURE, "*" when unset) into shim_cfg.globs/sel/nglobs.
+ * A bad spec sets shim_cfg.capture_error, prints one `probe:` line and
+ * selects nothing. Constructor only. */
+void shim_capture_config(const char *spec);
+
+/* ---- stats.c: stats-only capture ------------------------------------------ */
+
+/* Read PROBE_STATS_ONLY into shim_cfg.stats_only (constructor). */
+void shim_stats_config(void);
+/* Writer thread: write j's contiguous bytes (data, nbytes) as what the
+ * configuration asks for: the tensor itself, or (stats-only) its summary
+ * and hash. Returns the writer's status, as shim_w_put. */
+probe_status shim_stats_put(probe_writer *w, const probe_record *rec, const void *data,
+                            size_t nbytes);
+/* Append ,"stats_only":true and ,"capture_error":"..." to the manifest
+ * being built, when they apply. */
+void shim_stats_json(struct shim_json *b);
 
 /* ---- inject.c ------------------------------------------------------------- */
 
