@@ -444,32 +444,6 @@ static void read_cmdline(void)
     shim_cfg.argc = argc;
 }
 
-static void split_globs(const char *spec)
-{
-    size_t n = 1;
-    for (const char *c = spec; *c; ++c)
-        n += *c == ',';
-    char **g = calloc(n, sizeof *g);
-    char *copy = strdup(spec);
-    if (!g || !copy) {
-        free(g);
-        free(copy);
-        return;
-    }
-    size_t k = 0;
-    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            ++tok;
-        size_t len = strlen(tok);
-        while (len && tok[len - 1] == ' ')
-            tok[--len] = '\0';
-        if (*tok)
-            g[k++] = tok;
-    }
-    shim_cfg.globs = g;
-    shim_cfg.nglobs = k;
-}
-
 static int same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -570,7 +544,8 @@ __attribute__((constructor)) static void shim_init(void)
     shim_cfg.label = xstrdup(getenv("PROBE_LABEL"));
     const char *spec = getenv("PROBE_CAPTURE");
     shim_cfg.capture_spec = xstrdup(spec && *spec ? spec : "*");
-    split_globs(shim_cfg.capture_spec ? shim_cfg.capture_spec : "*");
+    shim_capture_config(shim_cfg.capture_spec ? shim_cfg.capture_spec : "*"); /* tap.c */
+    shim_stats_config();                                                       /* stats.c */
     const char *lp = getenv("PROBE_LIBPROBE");
     shim_cfg.libprobe_path = lp && *lp ? xstrdup(lp) : NULL;
     shim_cfg.queue_max_bytes = parse_queue_mb(getenv("PROBE_QUEUE_MB"));

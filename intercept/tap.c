@@ -3,6 +3,7 @@
  * writer queue. */
 #include <fnmatch.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,13 +90,167 @@ probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent 
     return PROBE_OK;
 }
 
-/* PROBE_CAPTURE: fnmatch(3) globs (no flags: '*' also matches '/'); a glob
- * without a leading '/' is also tried against the path without its '/'. */
-static int selected(const char *path)
+/* ---- selection: PROBE_CAPTURE (docs/intercept.md "Selection") ----
+ *
+ *   spec   := item (',' item)*          items are OR-ed; blank items ignored
+ *   item   := glob ('@' sel)*           every selector of an item must hold
+ *   sel    := ('step' | 'branch') '=' ranges      (each key at most once)
+ *   ranges := range ('+' range)*        at most SHIM_SELECT_MAX_RANGES
+ *   range  := N | N '-' M | N '-'       inclusive; N '-' is N and above
+ *
+ * glob is an fnmatch(3) pattern (no flags: '*' and '?' also match '/')
+ * against the dataset path "/<component>/<call, 4 digits>/<slot>"; one
+ * without a leading '/' is also tried against the path without its '/'.
+ * step is the tap's denoising step, branch its CFG branch; a tap whose value
+ * is unknown (-1) never satisfies a selector on it. */
+
+#define SEL_VALUE_MAX ((int64_t)999999999)
+
+/* Parse "N" at *p (decimal, 0..SEL_VALUE_MAX; as scripts/probe-run checks); 1 and *p past it, or 0. */
+static int parse_num(const char **p, int64_t *v)
+{
+    const char *c = *p;
+    int64_t x = 0;
+    if (*c < '0' || *c > '9')
+        return 0;
+    for (; *c >= '0' && *c <= '9'; ++c) {
+        x = x * 10 + (*c - '0');
+        if (x > SEL_VALUE_MAX)
+            return 0;
+    }
+    *p = c;
+    *v = x;
+    return 1;
+}
+
+/* Parse ranges (up to '@' or the end) into r; NULL or the reason it is bad. */
+static const char *parse_ranges(const char *p, const char *end, struct shim_range *r, size_t *nr)
+{
+    *nr = 0;
+    if (p == end)
+        return "has no range after '='";
+    for (;;) {
+        struct shim_range x;
+        if (*nr == SHIM_SELECT_MAX_RANGES)
+            return "has more than 16 ranges";
+        if (!parse_num(&p, &x.lo))
+            return "has a range that does not start with a number (0..999999999)";
+        x.hi = x.lo;
+        if (p < end && *p == '-') {
+            ++p;
+            if (p == end || *p == '+')
+                x.hi = INT64_MAX;
+            else if (!parse_num(&p, &x.hi))
+                return "has a range whose end is not a number (0..999999999)";
+            if (x.hi < x.lo)
+                return "has a range whose end is below its start";
+        }
+        r[(*nr)++] = x;
+        if (p == end)
+            return NULL;
+        if (*p != '+')
+            return "has a character other than a digit, '-' or '+' in its ranges";
+        ++p;
+    }
+}
+
+/* Split item (modified in place) into its glob and selectors. NULL or why
+ * it is bad. */
+static const char *parse_item(char *item, struct shim_select *sel)
+{
+    memset(sel, 0, sizeof *sel);
+    char *at = strchr(item, '@');
+    if (at == item)
+        return "has no glob before '@'";
+    if (!at)
+        return NULL;
+    *at = '\0';
+    for (char *p = at + 1;;) {
+        char *next = strchr(p, '@');
+        const char *end = next ? next : p + strlen(p);
+        struct shim_range *r;
+        size_t *nr;
+        if (strncmp(p, "step=", 5) == 0) {
+            r = sel->step, nr = &sel->nstep, p += 5;
+        } else if (strncmp(p, "branch=", 7) == 0) {
+            r = sel->branch, nr = &sel->nbranch, p += 7;
+        } else {
+            return "has a selector other than @step=RANGES or @branch=RANGES";
+        }
+        if (*nr)
+            return "names the same selector twice";
+        const char *why = parse_ranges(p, end, r, nr);
+        if (why)
+            return why;
+        if (!next)
+            return NULL;
+        p = next + 1;
+    }
+}
+
+void shim_capture_config(const char *spec)
+{
+    size_t n = 1;
+    for (const char *c = spec; *c; ++c)
+        n += *c == ',';
+    char **g = calloc(n, sizeof *g);
+    struct shim_select *sel = calloc(n, sizeof *sel);
+    char *copy = strdup(spec);
+    if (!g || !sel || !copy) {
+        free(g);
+        free(sel);
+        free(copy);
+        return; /* nglobs stays 0: nothing is selected */
+    }
+    size_t k = 0;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            ++tok;
+        size_t len = strlen(tok);
+        while (len && tok[len - 1] == ' ')
+            tok[--len] = '\0';
+        if (!*tok)
+            continue;
+        char item[SHIM_PATH_MAX + 64];
+        snprintf(item, sizeof item, "%s", tok);
+        const char *why = parse_item(tok, &sel[k]);
+        if (why) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "item '%s' %s", item, why);
+            shim_cfg.capture_error = strdup(msg);
+            shim_warn("PROBE_CAPTURE='%s': %s; nothing is captured (every tap counts as filtered)",
+                      spec, msg);
+            free(g);
+            free(sel);
+            free(copy);
+            return;
+        }
+        g[k++] = tok;
+    }
+    shim_cfg.globs = g;
+    shim_cfg.sel = sel;
+    shim_cfg.nglobs = k;
+}
+
+static int in_ranges(int64_t v, const struct shim_range *r, size_t nr)
+{
+    if (nr == 0)
+        return 1;
+    if (v < 0)
+        return 0; /* unknown step or branch */
+    for (size_t i = 0; i < nr; ++i)
+        if (v >= r[i].lo && v <= r[i].hi)
+            return 1;
+    return 0;
+}
+
+static int selected(const char *path, int64_t step, int64_t branch)
 {
     for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
         const char *g = shim_cfg.globs[i];
-        if (fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0))
+        const struct shim_select *s = &shim_cfg.sel[i];
+        if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
+            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch))
             return 1;
     }
     return 0;
@@ -147,7 +302,7 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
 
     char path[SHIM_PATH_MAX];
     snprintf(path, sizeof path, "/%s/%04lld/%s", t->component, (long long)t->call, t->slot);
-    if (!selected(path)) {
+    if (!selected(path, t->step, t->cfg_branch)) {
         atomic_fetch_add(&shim_stats.filtered, 1);
         return PROBE_OK;
     }
