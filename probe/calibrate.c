@@ -132,6 +132,15 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
         goto out;
     }
     for (size_t i = 0; i < r->ntensors; i++) {
+        if (r->tensors[i].stats_only) { /* thresholds come from element-wise metrics */
+            s = probe_set_error(PROBE_EUNSUPPORTED, "%s %s vs %s: %s is a stats-only capture "
+                                "(summaries, not elements); calibration needs full captures "
+                                "(probe-run without --stats-only)", what, ref, cand,
+                                r->tensors[i].ref.path);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < r->ntensors; i++) {
         const probe_tensor_result *x = &r->tensors[i];
         const probe_metrics *m = &x->m;
         if (!known(o->known_components, x->ref.component)) {

@@ -128,6 +128,86 @@ static void channel_axis_of(const probe_compare_opts *o, const probe_tensor_info
     t->channel_axis_from = from;
 }
 
+double probe_summary_rel_l2_lower_bound(const probe_summary *ref, const probe_summary *cand)
+{
+    if (!ref || !cand || ref->nan || ref->inf || cand->nan || cand->inf)
+        return NAN;
+    double nr = sqrt(ref->sum_sq), nc = sqrt(cand->sum_sq);
+    if (nr == 0)
+        return nc == 0 ? 0.0 : INFINITY;
+    return fabs(nc - nr) / nr;
+}
+
+/* A pair of which at least one side is a stats-only record: identical by
+ * dtype, shape and hash, or else only the bounds the summaries prove
+ * (compare.h, docs/compare-json.md "Stats-only pairs"). Called after the
+ * shape check; have_gate as in compare_pair. */
+static probe_status compare_stats_only(probe_file *rf, size_t ri, probe_file *cf, size_t ci,
+                                       int have_gate, probe_tensor_result *t)
+{
+    const probe_tensor_info *ct = probe_file_tensor(cf, ci);
+    probe_summary *sr = &t->summary_ref, *sc = &t->summary_cand;
+    uint64_t hr = 0, hc = 0;
+    probe_status s;
+    if ((s = probe_file_summary(rf, ri, sr)) != PROBE_OK ||
+        (s = probe_file_summary(cf, ci, sc)) != PROBE_OK ||
+        (s = probe_file_hash(rf, ri, &hr)) != PROBE_OK ||
+        (s = probe_file_hash(cf, ci, &hc)) != PROBE_OK)
+        return s;
+    t->stats_only = 1;
+    t->rel_l2_lower_bound = probe_summary_rel_l2_lower_bound(sr, sc);
+    t->mean_shift = sr->n_finite && sc->n_finite
+                        ? sc->sum / (double)sc->n_finite - sr->sum / (double)sr->n_finite
+                        : NAN;
+    if (t->ref.dtype == ct->dtype && hr == hc) {
+        /* Same bytes: every metric of identical tensors is exact. */
+        probe_metrics *m = &t->m;
+        memset(m, 0, sizeof *m);
+        m->n = t->ref.n;
+        m->n_finite = sr->n_finite;
+        m->rel_l2 = 0;
+        m->cosine = 1;
+        m->p99_abs = m->mean_abs = sr->n_finite ? 0.0 : NAN;
+        m->nan_ref = m->nan_cand = sr->nan;
+        m->inf_ref = m->inf_cand = sr->inf;
+        m->zero_norm_reference = sr->sum_sq == 0;
+        m->identical = 1;
+        m->norm_ref = m->norm_cand = sqrt(sr->sum_sq);
+        m->dot = sr->sum_sq;
+        t->compared = 1;
+        t->channel_axis = -1;
+        if (have_gate) {
+            probe_gate_verdict gv;
+            if ((s = probe_gate_check(&t->gate, m, &gv)) != PROBE_OK)
+                return s;
+            t->verdict = gv;
+        } else {
+            t->verdict.pass = 0;
+        }
+        return PROBE_OK;
+    }
+    t->verdict.pass = 0;
+    t->channel_axis = -1;
+    char b[64] = "", lim[64];
+    if (isnan(t->rel_l2_lower_bound))
+        snprintf(b, sizeof b, "unknown: a side holds NaN or Inf");
+    else
+        snprintf(b, sizeof b, "%.6g", t->rel_l2_lower_bound);
+    if (sc->nan) {
+        snprintf(lim, sizeof lim, "%llu", (unsigned long long)sc->nan);
+        add_reason(&t->verdict, "NaN in candidate: %s element%s", lim, sc->nan == 1 ? "" : "s");
+    }
+    if (have_gate && t->rel_l2_lower_bound > t->gate.rel_l2_max) {
+        snprintf(lim, sizeof lim, "%.6g", t->gate.rel_l2_max);
+        add_reason(&t->verdict, "stats-only: rel_l2 >= %s exceeds rel_l2_max %s (lower bound from "
+                   "the norms)", b, lim);
+    } else if (have_gate && !sc->nan) {
+        add_reason(&t->verdict, "stats-only: not identical, the gate needs the tensors (rel_l2 >= "
+                   "%s)%s", b, "");
+    }
+    return PROBE_OK;
+}
+
 static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size_t ci,
                                  const probe_compare_opts *o, probe_tensor_result *t)
 {
@@ -157,6 +237,10 @@ static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size
                    probe_dtype_name(t->ref.dtype), probe_dtype_name(ct->dtype));
         return PROBE_OK;
     }
+
+    t->rel_l2_lower_bound = t->mean_shift = NAN;
+    if (t->ref.stats_only || ct->stats_only)
+        return compare_stats_only(rf, ri, cf, ci, have_gate, t);
 
     file_pair fp = {{rf, cf}, {ri, ci}};
     probe_pair_source src = {t->ref.n, {t->ref.dtype, ct->dtype}, file_pair_read, &fp};
@@ -270,8 +354,10 @@ static probe_status isolate(probe_file *rf, size_t ri, probe_file *isof,
                             const probe_compare_opts *o, probe_tensor_result *t)
 {
     size_t ii;
-    if (!t->compared || probe_file_find(isof, t->ref.path, &ii) != PROBE_OK)
+    if (!t->compared || t->stats_only || probe_file_find(isof, t->ref.path, &ii) != PROBE_OK)
         return PROBE_OK;
+    if (probe_file_tensor(isof, ii)->stats_only)
+        return PROBE_OK; /* no elements to measure the isolated error with */
     const probe_tensor_info *it = probe_file_tensor(isof, ii);
     int same = it->rank == t->ref.rank && it->n == t->ref.n;
     for (int d = 0; same && d < it->rank; d++)

@@ -132,6 +132,9 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
         int fin = t->compared && m->n_finite > 0;
         char rl[32], mx[32], p99[32], mm[32], cs[32];
         fmt_num(rl, sizeof rl, m->rel_l2, t->compared);
+        if (t->stats_only && !t->compared) /* only the summaries' lower bound is known */
+            snprintf(rl, sizeof rl, isfinite(t->rel_l2_lower_bound) ? ">=%.2e" : "-",
+                     t->rel_l2_lower_bound);
         fmt_num(mx, sizeof mx, m->max_abs, fin);
         fmt_num(p99, sizeof p99, m->p99_abs, fin);
         fmt_num(mm, sizeof mm, m->mismatch_fraction, t->compared);
@@ -144,6 +147,13 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
                 t->verdict.pass ? "pass" : "FAIL", t->verdict.nreasons ? ": " : "",
                 t->verdict.nreasons ? t->verdict.reasons[0] : "");
     }
+    size_t nstats = 0;
+    for (size_t i = 0; i < r->ntensors; i++)
+        nstats += r->tensors[i].stats_only != 0;
+    if (nstats)
+        fprintf(out, "(%zu stats-only pair%s: identical by hash, or rel_l2 >= the bound the "
+                "summaries prove; the other metrics need the tensors)\n", nstats,
+                nstats == 1 ? "" : "s");
     for (size_t i = 0; i < r->nmissing_cand; i++)
         fprintf(out, "%-*s  missing in candidate\n", w, r->missing_in_candidate[i]);
     for (size_t i = 0; i < r->nmissing_ref; i++)

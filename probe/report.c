@@ -64,6 +64,54 @@ static void channel_json(json_t *o, const probe_tensor_result *t)
                                                   : json_null());
 }
 
+static json_t *summary_json(const probe_summary *s)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "n", json_integer((json_int_t)s->n));
+    json_object_set_new(o, "n_finite", json_integer((json_int_t)s->n_finite));
+    json_object_set_new(o, "nan", json_integer((json_int_t)s->nan));
+    json_object_set_new(o, "inf", json_integer((json_int_t)s->inf));
+    json_object_set_new(o, "min", num_or_null(s->min));
+    json_object_set_new(o, "max", num_or_null(s->max));
+    json_object_set_new(o, "abs_max", num_or_null(s->abs_max));
+    json_object_set_new(o, "mean", s->n_finite ? num_or_null(s->sum / (double)s->n_finite)
+                                               : json_null());
+    json_object_set_new(o, "l2", num_or_null(sqrt(s->sum_sq)));
+    return o;
+}
+
+/* (additive, docs/compare-json.md "Stats-only pairs") "stats_only" on every
+ * tensor; for a stats-only pair the summaries, the rel_l2 lower bound, the
+ * mean shift, the NaN/Inf counts the summaries give, and why the element-wise
+ * metrics are null. */
+static void stats_only_json(json_t *o, const probe_tensor_result *t, json_t *reasons)
+{
+    json_object_set_new(o, "stats_only", json_boolean(t->stats_only));
+    if (!t->stats_only)
+        return;
+    json_object_set_new(o, "rel_l2_lower_bound", num_or_null(t->rel_l2_lower_bound));
+    json_object_set_new(o, "mean_shift", num_or_null(t->mean_shift));
+    json_object_set_new(o, "summary_reference", summary_json(&t->summary_ref));
+    json_object_set_new(o, "summary_candidate", summary_json(&t->summary_cand));
+    if (t->compared)
+        return;
+    json_object_set_new(o, "nan_ref", json_integer((json_int_t)t->summary_ref.nan));
+    json_object_set_new(o, "nan_cand", json_integer((json_int_t)t->summary_cand.nan));
+    json_object_set_new(o, "inf_ref", json_integer((json_int_t)t->summary_ref.inf));
+    json_object_set_new(o, "inf_cand", json_integer((json_int_t)t->summary_cand.inf));
+    json_array_append_new(reasons, json_string(
+        "rel_l2, cosine, max_abs, p99_abs, mean_abs, mismatch_fraction are null: stats-only "
+        "capture: needs the tensors"));
+    if (isnan(t->rel_l2_lower_bound))
+        json_array_append_new(reasons, json_string(
+            "rel_l2_lower_bound is null: a side holds NaN or Inf, whose indices the summaries "
+            "do not give"));
+    else if (isinf(t->rel_l2_lower_bound))
+        json_array_append_new(reasons, json_string(
+            "rel_l2_lower_bound is null (infinite): the reference norm is 0 and the candidate's "
+            "is not"));
+}
+
 static json_t *tensor_json(const probe_tensor_result *t)
 {
     json_t *o = json_object();
@@ -106,6 +154,7 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "zero_norm_reference", json_false());
         json_object_set_new(o, "identical", json_false());
     }
+    stats_only_json(o, t, reasons);
     json_object_set_new(o, "verdict", json_string(t->verdict.pass ? "pass" : "fail"));
     for (int i = 0; i < t->verdict.nreasons; i++)
         json_array_append_new(reasons, json_string(t->verdict.reasons[i]));
@@ -324,7 +373,7 @@ static const char html_script[] =
     "/* tensor table */\n"
     "var tb=$('tensors').querySelector('tbody');\n"
     "D.tensors.forEach(function(t,i){var tr=el('tr',{'class':t.verdict,'data-index':String(i)});\n"
-    " [t.path,t.component,S[i].column,t.dtype,JSON.stringify(t.shape),fmt(t.rel_l2),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
+    " [t.path,t.component,S[i].column,t.dtype,JSON.stringify(t.shape),(t.rel_l2===null&&t.stats_only&&t.rel_l2_lower_bound!==null?'>= '+fmt(t.rel_l2_lower_bound)+' (stats-only)':fmt(t.rel_l2)),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
     " tr.onclick=function(){location.hash='tensor='+encodeURIComponent(t.path);};tb.appendChild(tr);});\n"
     "['missing_in_candidate','missing_in_reference'].forEach(function(k){var ul=$(k);D[k].forEach(function(p){ul.appendChild(el('li',{},p));});});\n"
     "/* per-tensor charts */\n"

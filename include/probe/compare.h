@@ -150,6 +150,21 @@ typedef struct probe_tensor_result {
     int has_isolated;
     probe_metrics m_isolated;
     double amplification;
+    /* (additive) stats-only capture (docs/compare-json.md "Stats-only pairs"): either side
+     * is a stats-only record. Both summaries are filled (a full side's is computed from
+     * its elements). When the two sides have the same dtype, shape and probe.hash the
+     * pair is identical: compared = 1 and m holds the exact metrics of identical
+     * tensors (rel_l2 0, cosine 1, max/p99/mean 0). Otherwise compared = 0 (the
+     * element-wise metrics need the tensors) and the verdict fails, with
+     * rel_l2_lower_bound = | ||c|| - ||r|| | / ||r|| (triangle inequality, ||.||
+     * = sqrt(sum_sq)): +inf when ||r|| = 0 < ||c||, 0 when both are 0, NaN when either
+     * side holds a NaN or an infinity (the contract's norms leave out indices that are
+     * not finite on both sides, which the summaries cannot locate); and mean_shift =
+     * sum_c / n_finite_c - sum_r / n_finite_r (NaN if a side has no finite element). */
+    int stats_only;
+    probe_summary summary_ref, summary_cand;
+    double rel_l2_lower_bound;
+    double mean_shift;
 } probe_tensor_result;
 
 /* One root input of the root-input check: a tensor of a root component, or the
@@ -213,6 +228,14 @@ typedef struct probe_compare_result {
     char *manifest_isolated;
     size_t nisolated;                   /* tensors with has_isolated */
 } probe_compare_result;
+
+/* The lower bound on rel_l2 that two summaries prove (see
+ * probe_tensor_result.rel_l2_lower_bound for the definition and the NaN /
+ * infinity cases). Source: the triangle inequality,
+ * ||c - r|| >= | ||c|| - ||r|| |. Rounding: the norms come from fp64
+ * compensated sums, so the value is exact up to a relative error of a few
+ * units of 2^-53. */
+double probe_summary_rel_l2_lower_bound(const probe_summary *ref, const probe_summary *cand);
 
 /* Compare two capture files. Errors (no result is returned): a file that
  * cannot be opened or read (PROBE_ENOTFOUND / PROBE_EFORMAT / PROBE_EIO, the
