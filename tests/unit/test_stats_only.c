@@ -1,0 +1,384 @@
+/* Unit tests for stats-only capture: probe_writer_put_summary (probe/writer.c),
+ * the reader's stats-only records, probe_file_summary / probe_file_hash
+ * (probe/reader.c), the rel_l2 lower bound and stats-only pairs in the compare
+ * engine (probe/compare.c). docs/file-format.md "Stats-only records",
+ * docs/compare-json.md "Stats-only pairs".
+ *
+ * Expected values are derived by hand (commented) and by reading the files
+ * back through the raw HDF5 C API, never from the code under test. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "probe/capture.h"
+#include "probe/compare.h"
+
+static char g_dir[512];
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void setup(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/probe-stats-XXXXXX", t != NULL && t[0] ? t : "/tmp");
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+}
+
+static void teardown(void)
+{
+    nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(stats_only, .init = setup, .fini = teardown);
+
+static const char *tmp(const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static const int64_t SHAPE23[2] = {2, 3};
+
+static probe_record rec_of(const char *path, probe_dtype dt, int rank, const int64_t *shape)
+{
+    probe_record r = {0};
+    r.path = path;
+    r.component = "dit.step";
+    r.slot = "out";
+    r.call = 3;
+    r.step = 1;
+    r.cfg_branch = 1;
+    r.timestep = NAN;
+    r.scope = "";
+    r.device = "cpu";
+    r.seq = 7;
+    r.dtype = dt;
+    r.rank = rank;
+    r.shape = shape;
+    return r;
+}
+
+/* x = {1, -2, 3.5, 0, NaN, +inf}: by hand n 6, n_finite 4, nan 1, inf 1,
+ * min -2, max 3.5, abs_max 3.5, sum 1 - 2 + 3.5 + 0 = 2.5,
+ * sum_sq 1 + 4 + 12.25 + 0 = 17.25. */
+static const float X[6] = {1.0f, -2.0f, 3.5f, 0.0f, NAN, INFINITY};
+
+static void write_stats_file(const char *file, const char *path, const float *x, uint64_t *hash)
+{
+    probe_writer *w = NULL;
+    cr_assert_eq(probe_writer_open(file, NULL, &w), PROBE_OK, "%s", probe_last_error());
+    probe_summary s;
+    cr_assert_eq(probe_summary_compute(PROBE_DTYPE_FLOAT32, x, 6, &s), PROBE_OK);
+    probe_record r = rec_of(path, PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+    *hash = probe_capture_hash(x, 6 * sizeof(float));
+    cr_assert_eq(probe_writer_put_summary(w, &r, &s, *hash), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+}
+
+static void write_full_file(const char *file, const char *path, const float *x)
+{
+    probe_writer *w = NULL;
+    cr_assert_eq(probe_writer_open(file, NULL, &w), PROBE_OK, "%s", probe_last_error());
+    probe_record r = rec_of(path, PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+    cr_assert_eq(probe_writer_put(w, &r, x, 6 * sizeof(float)), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+}
+
+Test(stats_only, record_layout_in_hdf5)
+{
+    const char *f = tmp("a.h5");
+    uint64_t h;
+    write_stats_file(f, "/dit.step/0003/out", X, &h);
+
+    /* Raw HDF5: a scalar compound of 9 named fields, u64 x 4 then f64 x 5. */
+    hid_t file = H5Fopen(f, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert_geq(file, 0);
+    hid_t d = H5Dopen2(file, "/dit.step/0003/out", H5P_DEFAULT);
+    cr_assert_geq(d, 0);
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
+    cr_assert_eq(H5Tget_class(t), H5T_COMPOUND);
+    cr_assert_eq(H5Sget_simple_extent_type(sp), H5S_SCALAR);
+    static const char *names[] = {"n", "n_finite", "nan", "inf", "min", "max", "abs_max", "sum",
+                                  "sum_sq"};
+    cr_assert_eq(H5Tget_nmembers(t), 9);
+    for (unsigned i = 0; i < 9; i++) {
+        char *nm = H5Tget_member_name(t, i);
+        cr_assert_str_eq(nm, names[i]);
+        H5free_memory(nm);
+        cr_assert_eq(H5Tget_member_class(t, i), i < 4 ? H5T_INTEGER : H5T_FLOAT);
+    }
+    struct {
+        uint64_t n, nf, nan, inf;
+        double mn, mx, am, sum, sq;
+    } v;
+    hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof v);
+    H5Tinsert(mt, "n", 0, H5T_NATIVE_UINT64);
+    H5Tinsert(mt, "n_finite", 8, H5T_NATIVE_UINT64);
+    H5Tinsert(mt, "nan", 16, H5T_NATIVE_UINT64);
+    H5Tinsert(mt, "inf", 24, H5T_NATIVE_UINT64);
+    H5Tinsert(mt, "min", 32, H5T_NATIVE_DOUBLE);
+    H5Tinsert(mt, "max", 40, H5T_NATIVE_DOUBLE);
+    H5Tinsert(mt, "abs_max", 48, H5T_NATIVE_DOUBLE);
+    H5Tinsert(mt, "sum", 56, H5T_NATIVE_DOUBLE);
+    H5Tinsert(mt, "sum_sq", 64, H5T_NATIVE_DOUBLE);
+    cr_assert_geq(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v), 0);
+    cr_assert_eq(v.n, 6);
+    cr_assert_eq(v.nf, 4);
+    cr_assert_eq(v.nan, 1);
+    cr_assert_eq(v.inf, 1);
+    cr_assert_eq(v.mn, -2.0);
+    cr_assert_eq(v.mx, 3.5);
+    cr_assert_eq(v.am, 3.5);
+    cr_assert_eq(v.sum, 2.5);
+    cr_assert_eq(v.sq, 17.25);
+    int32_t flag = 0;
+    hid_t a = H5Aopen(d, "probe.stats_only", H5P_DEFAULT);
+    cr_assert_geq(a, 0);
+    H5Aread(a, H5T_NATIVE_INT32, &flag);
+    H5Aclose(a);
+    cr_assert_eq(flag, 1);
+    int64_t shape[2] = {0, 0};
+    a = H5Aopen(d, "probe.shape", H5P_DEFAULT);
+    H5Aread(a, H5T_NATIVE_INT64, shape);
+    H5Aclose(a);
+    cr_assert(shape[0] == 2 && shape[1] == 3);
+    H5Tclose(mt);
+    H5Tclose(t);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(file);
+}
+
+Test(stats_only, reader_round_trip)
+{
+    const char *f = tmp("b.h5");
+    uint64_t h;
+    write_stats_file(f, "/dit.step/0003/out", X, &h);
+    probe_file *pf = NULL;
+    cr_assert_eq(probe_file_open(f, &pf), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_count(pf), 1);
+    cr_assert_eq(probe_file_ignored_count(pf), 0);
+    const probe_tensor_info *t = probe_file_tensor(pf, 0);
+    cr_assert_eq(t->stats_only, 1);
+    cr_assert_eq(t->dtype, PROBE_DTYPE_FLOAT32);
+    cr_assert_eq(t->rank, 2);
+    cr_assert(t->shape[0] == 2 && t->shape[1] == 3);
+    cr_assert_eq(t->n, 6);
+    cr_assert_eq(t->step, 1);
+    cr_assert_eq(t->cfg_branch, 1);
+    cr_assert_eq(t->seq, 7);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    cr_assert_str_eq(t->hash, hex);
+    uint64_t h2 = 0;
+    cr_assert_eq(probe_file_hash(pf, 0, &h2), PROBE_OK);
+    cr_assert_eq(h2, h);
+    probe_summary s;
+    cr_assert_eq(probe_file_summary(pf, 0, &s), PROBE_OK, "%s", probe_last_error());
+    cr_assert(s.n == 6 && s.n_finite == 4 && s.nan == 1 && s.inf == 1);
+    cr_assert(s.min == -2.0 && s.max == 3.5 && s.abs_max == 3.5 && s.sum == 2.5 &&
+              s.sum_sq == 17.25);
+
+    /* The elements are not in the file. */
+    float buf[6];
+    double d64[6];
+    cr_assert_eq(probe_file_read_raw(pf, 0, buf, sizeof buf), PROBE_EUNSUPPORTED);
+    cr_assert(strstr(probe_last_error(), "stats-only") != NULL, "%s", probe_last_error());
+    cr_assert(strstr(probe_last_error(), "/dit.step/0003/out") != NULL);
+    cr_assert_eq(probe_file_read_f64(pf, 0, d64), PROBE_EUNSUPPORTED);
+    cr_assert_eq(probe_file_read_range(pf, 0, 0, 2, buf), PROBE_EUNSUPPORTED);
+    /* bad index */
+    cr_assert_eq(probe_file_summary(pf, 1, &s), PROBE_EINVAL);
+    cr_assert_eq(probe_file_hash(pf, 1, &h2), PROBE_EINVAL);
+    cr_assert_eq(probe_file_summary(pf, 0, NULL), PROBE_EINVAL);
+    probe_file_close(pf);
+}
+
+Test(stats_only, full_tensor_summary_and_hash)
+{
+    const char *f = tmp("c.h5");
+    write_full_file(f, "/x/0000/out", X);
+    /* an HDF5 file without probe.hash: the hash comes from the bytes */
+    const char *g = tmp("d.h5");
+    hid_t file = H5Fcreate(g, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dims[2] = {2, 3};
+    hid_t sp = H5Screate_simple(2, dims, NULL);
+    hid_t d = H5Dcreate2(file, "plain", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, X);
+    H5Dclose(d);
+    H5Sclose(sp);
+    H5Fclose(file);
+
+    const char *files[2] = {f, g};
+    for (int k = 0; k < 2; k++) {
+        probe_file *pf = NULL;
+        cr_assert_eq(probe_file_open(files[k], &pf), PROBE_OK, "%s", probe_last_error());
+        cr_assert_eq(probe_file_tensor(pf, 0)->stats_only, 0);
+        probe_summary s;
+        cr_assert_eq(probe_file_summary(pf, 0, &s), PROBE_OK, "%s", probe_last_error());
+        cr_assert(s.n == 6 && s.n_finite == 4 && s.nan == 1 && s.inf == 1);
+        cr_assert(s.min == -2.0 && s.max == 3.5 && s.abs_max == 3.5 && s.sum == 2.5 &&
+                  s.sum_sq == 17.25);
+        uint64_t h = 0;
+        cr_assert_eq(probe_file_hash(pf, 0, &h), PROBE_OK);
+        cr_assert_eq(h, probe_capture_hash(X, sizeof X));
+        probe_file_close(pf);
+    }
+}
+
+Test(stats_only, writer_rejects_bad_records)
+{
+    probe_writer *w = NULL;
+    cr_assert_eq(probe_writer_open(tmp("e.h5"), NULL, &w), PROBE_OK);
+    probe_summary s;
+    cr_assert_eq(probe_summary_compute(PROBE_DTYPE_FLOAT32, X, 6, &s), PROBE_OK);
+    probe_record r = rec_of("/a/0000/out", PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+    cr_assert_eq(probe_writer_put_summary(w, &r, NULL, 0), PROBE_EINVAL);
+    cr_assert_eq(probe_writer_put_summary(NULL, &r, &s, 0), PROBE_EINVAL);
+    probe_summary bad = s;
+    bad.n = 5; /* the shape says 6 */
+    cr_assert_eq(probe_writer_put_summary(w, &r, &bad, 0), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "/a/0000/out") != NULL, "%s", probe_last_error());
+    bad = s;
+    bad.nan = 2; /* 4 + 2 + 1 != 6 */
+    cr_assert_eq(probe_writer_put_summary(w, &r, &bad, 0), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "do not add up") != NULL, "%s", probe_last_error());
+    probe_record rp = rec_of("relative/path", PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+    cr_assert_eq(probe_writer_put_summary(w, &rp, &s, 0), PROBE_EINVAL);
+    cr_assert_eq(probe_writer_put_summary(w, &r, &s, 1), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_put_summary(w, &r, &s, 1), PROBE_EINVAL); /* already written */
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+}
+
+Test(stats_only, rel_l2_lower_bound)
+{
+    probe_summary r = {0}, c = {0};
+    r.n = c.n = r.n_finite = c.n_finite = 2;
+    /* r = (3, 4): ||r|| = 5; c = (6, 8): ||c|| = 10; bound |10 - 5| / 5 = 1,
+     * which is the true rel_l2 (c - r = (3, 4)): the bound is attained. */
+    r.sum_sq = 25, c.sum_sq = 100;
+    cr_assert_eq(probe_summary_rel_l2_lower_bound(&r, &c), 1.0);
+    /* r = (1, 0), c = (0, 1): equal norms, bound 0 (true rel_l2 sqrt 2). */
+    r.sum_sq = 1, c.sum_sq = 1;
+    cr_assert_eq(probe_summary_rel_l2_lower_bound(&r, &c), 0.0);
+    /* r = (2, 0), c = (1, 0): |1 - 2| / 2 = 0.5 */
+    r.sum_sq = 4;
+    cr_assert_eq(probe_summary_rel_l2_lower_bound(&r, &c), 0.5);
+    /* zero reference: 0 when the candidate is 0 too, else infinite */
+    r.sum_sq = 0, c.sum_sq = 0;
+    cr_assert_eq(probe_summary_rel_l2_lower_bound(&r, &c), 0.0);
+    c.sum_sq = 1;
+    cr_assert(isinf(probe_summary_rel_l2_lower_bound(&r, &c)));
+    /* a non-finite element on either side: unknown */
+    r.sum_sq = 4, c.nan = 1, c.n_finite = 1;
+    cr_assert(isnan(probe_summary_rel_l2_lower_bound(&r, &c)));
+    c.nan = 0, r.inf = 1;
+    cr_assert(isnan(probe_summary_rel_l2_lower_bound(&r, &c)));
+    cr_assert(isnan(probe_summary_rel_l2_lower_bound(NULL, &c)));
+}
+
+static probe_compare_result *compare(const char *a, const char *b)
+{
+    probe_compare_opts o;
+    memset(&o, 0, sizeof o);
+    cr_assert_eq(probe_gate_parse("T1", &o.gate), PROBE_OK);
+    probe_compare_result *r = NULL;
+    cr_assert_eq(probe_compare_files(a, b, &o, &r), PROBE_OK, "%s", probe_last_error());
+    return r;
+}
+
+Test(stats_only, compare_identical_by_hash)
+{
+    static const float Y[6] = {1.0f, -2.0f, 3.5f, 0.0f, 0.5f, 2.0f};
+    const char *full = tmp("full.h5"), *so = tmp("so.h5");
+    uint64_t h;
+    write_full_file(full, "/x/0000/out", Y);
+    write_stats_file(so, "/x/0000/out", Y, &h);
+    const char *pairs[3][2] = {{full, so}, {so, full}, {so, so}};
+    for (int k = 0; k < 3; k++) {
+        probe_compare_result *r = compare(pairs[k][0], pairs[k][1]);
+        cr_assert_eq(r->ntensors, 1);
+        const probe_tensor_result *t = &r->tensors[0];
+        cr_assert_eq(t->stats_only, 1);
+        cr_assert_eq(t->compared, 1);
+        cr_assert_eq(t->m.identical, 1);
+        cr_assert(t->m.rel_l2 == 0 && t->m.cosine == 1 && t->m.max_abs == 0 &&
+                  t->m.p99_abs == 0 && t->m.mean_abs == 0 && t->m.mismatch_fraction == 0);
+        cr_assert_eq(t->verdict.pass, 1);
+        cr_assert_eq(t->rel_l2_lower_bound, 0.0);
+        cr_assert_eq(t->mean_shift, 0.0);
+        cr_assert_eq(r->feature_active, 0); /* identical everywhere: feature not active */
+        probe_compare_result_free(r);
+    }
+}
+
+Test(stats_only, compare_differs_fails_with_bound)
+{
+    /* r = (3, 4, 0, 0, 0, 0): ||r|| = 5; c = (6, 8, 0, 0, 0, 0): ||c|| = 10:
+     * bound 1 > rel_l2_max 0.01 of T1; mean shift (14 - 7) / 6 = 7/6. */
+    static const float R[6] = {3, 4, 0, 0, 0, 0}, C[6] = {6, 8, 0, 0, 0, 0};
+    /* C2 = (3, 4, 0, 0, 0, 1e-3): ||C2|| = sqrt(25 + 1e-6 (as float)), bound ~1e-7 < 0.01,
+     * but not identical: still a failure, with the "needs the tensors" reason. */
+    static const float C2[6] = {3, 4, 0, 0, 0, 1e-3f};
+    const char *ref = tmp("r.h5"), *c1 = tmp("c1.h5"), *c2 = tmp("c2.h5");
+    uint64_t h;
+    write_full_file(ref, "/x/0000/out", R);
+    write_stats_file(c1, "/x/0000/out", C, &h);
+    write_stats_file(c2, "/x/0000/out", C2, &h);
+
+    probe_compare_result *r = compare(ref, c1);
+    const probe_tensor_result *t = &r->tensors[0];
+    cr_assert_eq(t->compared, 0);
+    cr_assert_eq(t->verdict.pass, 0);
+    cr_assert_eq(r->pass, 0);
+    cr_assert_str_eq(r->first_failure_path, "/x/0000/out");
+    cr_assert_eq(t->rel_l2_lower_bound, 1.0);
+    cr_assert_float_eq(t->mean_shift, 7.0 / 6.0, 1e-15);
+    cr_assert(strstr(t->verdict.reasons[0], "exceeds rel_l2_max") != NULL, "%s",
+              t->verdict.reasons[0]);
+    cr_assert_eq(t->summary_ref.sum_sq, 25.0);
+    cr_assert_eq(t->summary_cand.sum_sq, 100.0);
+    probe_compare_result_free(r);
+
+    r = compare(ref, c2);
+    t = &r->tensors[0];
+    cr_assert_eq(t->compared, 0);
+    cr_assert_eq(t->verdict.pass, 0);
+    double c5 = (double)1e-3f;
+    double want = (sqrt(25.0 + c5 * c5) - 5.0) / 5.0;
+    cr_assert_float_eq(t->rel_l2_lower_bound, want, 1e-15);
+    cr_assert(strstr(t->verdict.reasons[0], "the gate needs the tensors") != NULL, "%s",
+              t->verdict.reasons[0]);
+    probe_compare_result_free(r);
+}
+
+Test(stats_only, compare_nan_in_candidate_fails)
+{
+    static const float R[6] = {3, 4, 0, 0, 0, 0}, C[6] = {3, 4, 0, 0, 0, NAN};
+    const char *ref = tmp("r.h5"), *c = tmp("c.h5");
+    uint64_t h;
+    write_full_file(ref, "/x/0000/out", R);
+    write_stats_file(c, "/x/0000/out", C, &h);
+    probe_compare_result *r = compare(ref, c);
+    const probe_tensor_result *t = &r->tensors[0];
+    cr_assert_eq(t->verdict.pass, 0);
+    cr_assert(isnan(t->rel_l2_lower_bound));
+    cr_assert_eq(t->summary_cand.nan, 1);
+    cr_assert(strstr(t->verdict.reasons[0], "NaN in candidate") != NULL, "%s", t->verdict.reasons[0]);
+    probe_compare_result_free(r);
+}
