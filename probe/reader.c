@@ -1242,7 +1242,14 @@ static probe_status read_summary_record(probe_file *f, const probe_tensor_info *
             r = H5Tinsert(mt, u64[k], off_u64[k], H5T_NATIVE_UINT64);
         for (size_t k = 0; k < 5 && r >= 0; k++)
             r = H5Tinsert(mt, f64[k], off_f64[k], H5T_NATIVE_DOUBLE);
-        /* HDF5 matches compound fields by name: a record lacking one fails here. */
+        /* HDF5 converts compounds field by field, by name, and leaves a field
+         * the file lacks untouched: require all nine. */
+        hid_t ft = d >= 0 ? H5Dget_type(d) : H5I_INVALID_HID;
+        for (size_t k = 0; k < 9 && r >= 0; k++)
+            if (ft < 0 || H5Tget_member_index(ft, k < 4 ? u64[k] : f64[k - 4]) < 0)
+                r = -1;
+        if (ft >= 0)
+            H5Tclose(ft);
         if (r < 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
             probe_h5_error_text(text, sizeof text);
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: cannot read the stats-only record (%s)",

@@ -382,3 +382,77 @@ Test(stats_only, compare_nan_in_candidate_fails)
     cr_assert(strstr(t->verdict.reasons[0], "NaN in candidate") != NULL, "%s", t->verdict.reasons[0]);
     probe_compare_result_free(r);
 }
+
+/* Write a compound record by hand: fields named in names (all u64 for
+ * simplicity), probe.stats_only = flag, probe.dtype float32, probe.shape
+ * [2, 3] when with_shape. */
+static void write_foreign_record(const char *file, const char *const *names, int nnames, int flag,
+                                 int with_shape)
+{
+    hid_t f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t t = H5Tcreate(H5T_COMPOUND, 8 * (size_t)nnames);
+    for (int i = 0; i < nnames; i++)
+        H5Tinsert(t, names[i], 8 * (size_t)i, H5T_NATIVE_UINT64);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t d = H5Dcreate2(f, "rec", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    uint64_t v[9] = {6, 6, 0, 0, 0, 0, 0, 0, 0};
+    H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    hid_t s1 = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(d, "probe.stats_only", H5T_STD_I32LE, s1, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT, &flag);
+    H5Aclose(a);
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    const char *dt = "float32";
+    a = H5Acreate2(d, "probe.dtype", st, s1, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, st, &dt);
+    H5Aclose(a);
+    if (with_shape) {
+        hsize_t two = 2;
+        hid_t s2 = H5Screate_simple(1, &two, NULL);
+        a = H5Acreate2(d, "probe.shape", H5T_STD_I64LE, s2, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_INT64, SHAPE23);
+        H5Aclose(a);
+        H5Sclose(s2);
+    }
+    H5Tclose(st);
+    H5Sclose(s1);
+    H5Dclose(d);
+    H5Sclose(sp);
+    H5Tclose(t);
+    H5Fclose(f);
+}
+
+Test(stats_only, foreign_compounds)
+{
+    static const char *all[] = {"n", "n_finite", "nan", "inf", "min", "max", "abs_max", "sum",
+                                "sum_sq"};
+    probe_file *pf = NULL;
+    probe_summary s;
+    /* not flagged, or flagged without probe.shape: an ignored compound */
+    write_foreign_record(tmp("f1.h5"), all, 9, 0, 1);
+    cr_assert_eq(probe_file_open(tmp("f1.h5"), &pf), PROBE_OK);
+    cr_assert(probe_file_count(pf) == 0 && probe_file_ignored_count(pf) == 1);
+    probe_file_close(pf);
+    write_foreign_record(tmp("f2.h5"), all, 9, 1, 0);
+    cr_assert_eq(probe_file_open(tmp("f2.h5"), &pf), PROBE_OK);
+    cr_assert(probe_file_count(pf) == 0 && probe_file_ignored_count(pf) == 1);
+    probe_file_close(pf);
+    /* flagged, shaped, but "sum" is missing: indexed, its summary is EFORMAT */
+    static const char *no_sum[] = {"n", "n_finite", "nan", "inf", "min", "max", "abs_max", "sum_sq"};
+    write_foreign_record(tmp("f3.h5"), no_sum, 8, 1, 1);
+    cr_assert_eq(probe_file_open(tmp("f3.h5"), &pf), PROBE_OK);
+    cr_assert_eq(probe_file_count(pf), 1);
+    cr_assert_eq(probe_file_tensor(pf, 0)->stats_only, 1);
+    cr_assert_eq(probe_file_summary(pf, 0, &s), PROBE_EFORMAT);
+    cr_assert(strstr(probe_last_error(), "rec") != NULL, "%s", probe_last_error());
+    uint64_t h;
+    cr_assert_eq(probe_file_hash(pf, 0, &h), PROBE_EFORMAT); /* no probe.hash */
+    probe_file_close(pf);
+    /* all nine fields (stored as uint64: HDF5 converts them to the record types) */
+    write_foreign_record(tmp("f4.h5"), all, 9, 1, 1);
+    cr_assert_eq(probe_file_open(tmp("f4.h5"), &pf), PROBE_OK);
+    cr_assert_eq(probe_file_summary(pf, 0, &s), PROBE_OK, "%s", probe_last_error());
+    cr_assert(s.n == 6 && s.n_finite == 6);
+    probe_file_close(pf);
+}
