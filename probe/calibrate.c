@@ -133,8 +133,8 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
     }
     for (size_t i = 0; i < r->ntensors; i++) {
         if (r->tensors[i].stats_only) { /* thresholds come from element-wise metrics */
-            s = probe_set_error(PROBE_EUNSUPPORTED, "%s %s vs %s: %s is a stats-only capture "
-                                "(summaries, not elements); calibration needs full captures "
+            s = probe_set_error(PROBE_EUNSUPPORTED, "%s %s vs %s: %s is a stats-only record "
+                                "(summary and hash, no elements); calibration needs full captures "
                                 "(probe-run without --stats-only)", what, ref, cand,
                                 r->tensors[i].ref.path);
             goto out;

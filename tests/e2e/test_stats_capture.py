@@ -22,7 +22,7 @@ bound with numpy / math.fsum from full captures of the same runs.
  (e) full reference vs stats-only perturbed candidate: exit 1, first failure
      = the first tensor in execution order whose bytes differ (from the full
      captures), rel_l2 null, rel_l2_lower_bound and mean_shift as numpy
-     computes them from the full captures
+     computes them from the full captures; probe-calibrate refuses it
 
 Environment: PROBE_BUILD_DIR (required), PROBE_SOURCE_DIR, PROBE_PYTHON.
 """
@@ -278,6 +278,14 @@ def stats_only_tests(tmp):
     truth = {t["path"]: t["rel_l2"] for t in json.load(open(jf))["tensors"]}
     check(all(ts[p]["rel_l2_lower_bound"] <= truth[p] * (1 + 1e-12) for p in expect),
           "(e) rel_l2_lower_bound <= the rel_l2 of the full pair, for every differing tensor")
+    # calibration needs element-wise metrics: probe-calibrate refuses a stats-only capture
+    cal = os.path.join(tmp, "cal.json")
+    p = run([os.path.join(BUILD, "bin", "probe-calibrate"), "--feature", "perturb",
+             "--reference", full, "--reference", so, "--candidate", pso, "--out", cal])
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode == 2 and len(lines) == 1 and "stats-only" in lines[0]
+          and not os.path.exists(cal),
+          f"(e) probe-calibrate refuses a stats-only capture: exit {p.returncode}, one line, no file")
     same = [p for p in paths if p not in expect]
     check(all(ts[p]["identical"] and ts[p]["verdict"] == "pass" for p in same),
           f"(e) the {len(same)} byte-identical tensors are identical and pass")
