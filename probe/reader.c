@@ -18,9 +18,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/file.h>
 #include <xxhash.h>
 
 #include "h5types.h"
+#include "journal.h"
 
 struct probe_file {
     hid_t file;
@@ -39,7 +41,14 @@ struct probe_file {
         int fd;             /* >= 0: contiguous, stored as read: pread at `addr` */
         uint64_t addr;
     } cur;
+    /* recovered from the journal (no HDF5 handle): tensor i's bytes are at
+     * jaddr[i] in the file */
+    probe_recovery_info recovery;
+    uint64_t *jaddr;
 };
+
+static probe_status open_journaled(const char *path, probe_file **out);
+static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint64_t count, void *dst);
 
 /* --- attributes (call inside H5E_BEGIN_TRY); an attribute of an unexpected
  * type or shape is treated as absent --- */
@@ -772,7 +781,10 @@ probe_status probe_file_open(const char *path, probe_file **out)
     *out = NULL;
     if (path == NULL || path[0] == '\0')
         return probe_set_error(PROBE_EINVAL, "probe_file_open: path is NULL or empty");
-    probe_status s = precheck(path);
+    probe_status s = open_journaled(path, out);
+    if (s != PROBE_OK || *out != NULL)
+        return s;
+    s = precheck(path);
     if (s != PROBE_OK)
         return s;
     probe_file *f = calloc(1, sizeof *f);
@@ -855,6 +867,7 @@ void probe_file_close(probe_file *f)
     free(f->manifest);
     free(f->skips);
     free(f->path);
+    free(f->jaddr);
     free(f);
 }
 
@@ -931,6 +944,8 @@ const char *probe_file_hdf5_version(void)
  * little-endian order, into dst (n * probe_dtype_size bytes). */
 static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *dst)
 {
+    if (f->recovery.recovered)
+        return read_recovered(f, (size_t)(t - f->t), 0, t->n, dst);
     probe_status s = PROBE_OK;
     char text[256];
     H5E_BEGIN_TRY {
@@ -1060,6 +1075,14 @@ static probe_status range_open(probe_file *f, size_t i)
     f->cur.d = f->cur.ft = f->cur.mt = f->cur.fsp = H5I_INVALID_HID;
     f->cur.fd = -1;
     f->cur.index = i;
+    if (f->recovery.recovered) { /* the journal gave the bytes' offset */
+        if ((f->cur.fd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0) {
+            s = probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
+            f->cur.index = (size_t)-1;
+        }
+        f->cur.addr = f->jaddr[i];
+        return s;
+    }
     H5E_BEGIN_TRY {
         /* A chunked dataset is read a range at a time: a chunk cache that
          * holds whole HDF5 chunks (up to 32 MiB; one per open side) keeps each one from being
@@ -1377,4 +1400,274 @@ probe_status probe_file_hash(probe_file *f, size_t i, uint64_t *out)
     free(buf);
     XXH64_freeState(h);
     return st;
+}
+
+/* --- recovery from the journal (include/probe/capture.h,
+ * docs/file-format.md "Journal") --- */
+
+/* pread exactly n bytes at off; 0, or -1 with errno (0 = end of file). */
+static int pread_full(int fd, void *dst, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (char *)dst + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = 0;
+            return -1;
+        }
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* Elements [first, first + count) of recovered tensor i into dst. */
+static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint64_t count, void *dst)
+{
+    const probe_tensor_info *t = &f->t[i];
+    size_t esize = probe_dtype_size(t->dtype);
+    if (count == 0)
+        return PROBE_OK;
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
+    int r = pread_full(fd, dst, (size_t)count * esize, f->jaddr[i] + first * esize);
+    int e = errno;
+    close(fd);
+    if (r != 0)
+        return probe_set_error(e ? PROBE_EIO : PROBE_EFORMAT, "%s: %s: cannot read (%s)", f->path,
+                               t->path, e ? strerror(e) : "file truncated");
+    return PROBE_OK;
+}
+
+/* 1 when the nbytes at offset in fd hash (XXH64) to hash, 0 when not (or
+ * past the end of the file), -1 on ENOMEM. */
+static int bytes_match(int fd, uint64_t offset, uint64_t nbytes, uint64_t hash)
+{
+    if (nbytes == 0)
+        return probe_capture_hash(NULL, 0) == hash;
+    XXH64_state_t *st = XXH64_createState();
+    size_t cap = (size_t)1 << 20;
+    unsigned char *buf = malloc(cap);
+    int ok = -1;
+    if (st != NULL && buf != NULL && XXH64_reset(st, 0) == XXH_OK) {
+        ok = 1;
+        for (uint64_t at = 0; at < nbytes && ok == 1;) {
+            size_t n = nbytes - at < cap ? (size_t)(nbytes - at) : cap;
+            if (pread_full(fd, buf, n, offset + at) != 0)
+                ok = 0;
+            else
+                XXH64_update(st, buf, n);
+            at += n;
+        }
+        if (ok == 1)
+            ok = (uint64_t)XXH64_digest(st) == hash;
+    }
+    free(buf);
+    XXH64_freeState(st);
+    return ok;
+}
+
+/* The whole journal into memory (at most 1 GiB). */
+#define JOURNAL_READ_MAX ((size_t)1 << 30)
+static probe_status read_journal(const char *path, const char *jpath, unsigned char **buf, size_t *len)
+{
+    *buf = NULL;
+    *len = 0;
+    int fd = open(jpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return probe_set_error(PROBE_EIO, "%s: cannot read its journal %s: %s", path, jpath, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > JOURNAL_READ_MAX) {
+        close(fd);
+        return probe_set_error(PROBE_EFORMAT, "%s: journal %s is %s", path, jpath,
+                               !S_ISREG(st.st_mode) ? "not a regular file" : "larger than 1 GiB");
+    }
+    size_t n = (size_t)st.st_size;
+    *buf = malloc(n > 0 ? n : 1);
+    if (*buf == NULL) {
+        close(fd);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, *buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    *len = got;
+    return PROBE_OK;
+}
+
+static int cmp_jrec_seq(const void *a, const void *b)
+{
+    return cmp_seq(&((const probe_journal_tensor_rec *)a)->info, &((const probe_journal_tensor_rec *)b)->info);
+}
+
+static int cmp_jrec_path(const void *a, const void *b)
+{
+    return cmp_path(&((const probe_journal_tensor_rec *)a)->info, &((const probe_journal_tensor_rec *)b)->info);
+}
+
+/* Fill f from parsed journal d, checking every tensor's bytes in fd. */
+static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe_journal_data *d)
+{
+    probe_recovery_info *ri = &f->recovery;
+    ri->recovered = 1;
+    snprintf(ri->journal, sizeof ri->journal, "%s", jpath);
+    const char *base = strrchr(f->path, '/');
+    base = base != NULL ? base + 1 : f->path;
+    if (d->capture_name[0] != '\0' && strcmp(d->capture_name, base) != 0)
+        return probe_set_error(PROBE_EFORMAT,
+                               "%s: the journal %s next to it belongs to another capture file ('%s')",
+                               f->path, jpath, d->capture_name);
+    /* every complete record must describe f's bytes; a last record that
+     * does not is the torn tail of a kill (its bytes never reached f) */
+    size_t keep = d->n;
+    for (size_t i = 0; i < d->n; i++) {
+        const probe_journal_tensor_rec *r = &d->t[i];
+        int m = bytes_match(fd, r->offset, r->nbytes, r->hash);
+        if (m < 0)
+            return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+        if (m == 1)
+            continue;
+        if (i + 1 == d->n) {
+            keep = i;
+            snprintf(ri->partial, sizeof ri->partial, "%s", r->info.path);
+            snprintf(ri->reason, sizeof ri->reason,
+                     "its last journal record's bytes are not in the capture file");
+            break;
+        }
+        return probe_set_error(PROBE_EFORMAT,
+                               "%s: the journal %s does not describe this file: tensor %s "
+                               "(%llu bytes at byte %llu) does not hash to %016llx",
+                               f->path, jpath, r->info.path, (unsigned long long)r->nbytes,
+                               (unsigned long long)r->offset, (unsigned long long)r->hash);
+    }
+    if (ri->partial[0] == '\0' && d->partial[0] != '\0') {
+        snprintf(ri->partial, sizeof ri->partial, "%s", d->partial);
+        snprintf(ri->reason, sizeof ri->reason, "the writer was stopped during its put");
+    } else if (ri->partial[0] == '\0' && d->torn) {
+        snprintf(ri->reason, sizeof ri->reason, "the journal ends in a torn record");
+    }
+    int all_seq = 1;
+    for (size_t i = 0; i < keep; i++)
+        all_seq &= d->t[i].info.seq >= 0;
+    if (keep > 0)
+        qsort(d->t, keep, sizeof *d->t, all_seq ? cmp_jrec_seq : cmp_jrec_path);
+    f->n = f->cap = keep;
+    f->ignored = d->ignored;
+    if (keep > 0) {
+        f->t = malloc(keep * sizeof *f->t);
+        f->jaddr = malloc(keep * sizeof *f->jaddr);
+        f->by_path = malloc(keep * sizeof *f->by_path);
+        if (f->t == NULL || f->jaddr == NULL || f->by_path == NULL)
+            return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    }
+    for (size_t i = 0; i < keep; i++) {
+        f->t[i] = d->t[i].info;
+        f->jaddr[i] = d->t[i].offset;
+        f->by_path[i] = &f->t[i];
+    }
+    if (keep > 1)
+        qsort(f->by_path, keep, sizeof *f->by_path, cmp_ptr_path);
+    for (size_t i = 1; i < keep; i++)
+        if (strcmp(f->by_path[i - 1]->path, f->by_path[i]->path) == 0)
+            return probe_set_error(PROBE_EFORMAT, "%s: corrupt journal %s: %s is recorded twice",
+                                   f->path, jpath, f->by_path[i]->path);
+    ri->complete = keep;
+    f->skips = d->skips;
+    f->nskips = d->nskips;
+    d->skips = NULL;
+    f->manifest = d->manifest;
+    d->manifest = NULL;
+    return PROBE_OK;
+}
+
+/* probe_file_open's first step: when path.journal exists next to an
+ * existing path, open path from the journal into *out. Leaves *out NULL
+ * (and returns PROBE_OK) when there is no journal. */
+static probe_status open_journaled(const char *path, probe_file **out)
+{
+    size_t plen = strlen(path);
+    char *jpath = malloc(plen + sizeof PROBE_JOURNAL_SUFFIX);
+    if (jpath == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    memcpy(jpath, path, plen);
+    memcpy(jpath + plen, PROBE_JOURNAL_SUFFIX, sizeof PROBE_JOURNAL_SUFFIX);
+    struct stat st, jst;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || lstat(jpath, &jst) != 0) {
+        free(jpath);
+        return PROBE_OK; /* no file (precheck says why) or no journal: the normal path */
+    }
+    if (probe_writer_owns_((uint64_t)st.st_dev, (uint64_t)st.st_ino)) {
+        free(jpath);
+        return PROBE_OK; /* this process writes it: HDF5 reads it through the writer's handle */
+    }
+    probe_status s = PROBE_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        s = probe_set_error(PROBE_EIO, "%s: %s", path, strerror(errno));
+        free(jpath);
+        return s;
+    }
+    /* a live writer holds an exclusive lock on the capture (HDF5's, or the
+     * shim's): its journal is not a crash's */
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(fd);
+        s = probe_set_error(PROBE_EIO, "%s: cannot open (is another process writing it? it holds "
+                            "the file's lock, and the journal %s is still growing)", path, jpath);
+        free(jpath);
+        return s;
+    }
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    probe_journal_data d;
+    memset(&d, 0, sizeof d);
+    probe_file *f = calloc(1, sizeof *f);
+    if (f == NULL || (f->path = strdup(path)) == NULL) {
+        free(f);
+        f = NULL;
+        s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    } else {
+        f->file = H5I_INVALID_HID;
+        f->cur.index = (size_t)-1;
+        s = read_journal(path, jpath, &buf, &len);
+    }
+    if (s == PROBE_OK) {
+        s = probe_journal_parse(jpath, buf, len, &d);
+        if (s == PROBE_EFORMAT || s == PROBE_EUNSUPPORTED) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", probe_last_error());
+            s = probe_set_error(s, "%s: cannot recover from its journal (%s)", path, why);
+        }
+    }
+    if (s == PROBE_OK)
+        s = recover_from(f, jpath, fd, &d);
+    probe_journal_data_free(&d);
+    free(buf);
+    close(fd); /* also drops the shared lock */
+    free(jpath);
+    if (s != PROBE_OK) {
+        probe_file_close(f);
+        return s;
+    }
+    *out = f;
+    return PROBE_OK;
+}
+
+const probe_recovery_info *probe_file_recovery(const probe_file *f)
+{
+    static const probe_recovery_info none;
+    return f != NULL ? &f->recovery : &none;
 }

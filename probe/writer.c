@@ -8,10 +8,20 @@
  * printing is suppressed per call, never globally). After each tensor the
  * file is flushed so that a later failure (disk full, a killed process)
  * leaves the tensors written so far readable.
+ *
+ * Crash consistency: a kill during HDF5's flush can leave its metadata half
+ * updated, so every completed put, skip and manifest change is also appended
+ * to the journal <path>.journal (probe/journal.c) with one write(2), after
+ * the flush that put the tensor's bytes in the file. The raw bytes of a
+ * completed put are never moved or overwritten (contiguous storage is
+ * allocated once and only freed by deleting the dataset, which happens only
+ * to a put that failed), so the journal's offsets stay valid whatever HDF5
+ * does to its metadata later. A clean close removes the journal.
  */
 #include "probe/capture.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
@@ -28,6 +38,7 @@
 #include <xxhash.h>
 
 #include "h5types.h"
+#include "journal.h"
 
 /* Room kept beyond the payload before each write. HDF5's metadata for one
  * tensor (object header, attributes, heaps, B-tree growth) is a few KiB;
@@ -50,7 +61,51 @@ struct probe_writer {
     size_t skips_bytes;   /* approximate length of skips as JSON text */
     probe_status failed;  /* PROBE_OK, or the error of a write that failed half-way */
     char failure[512];    /* its message */
+    probe_journal *journal; /* <path>.journal: removed by a clean close */
 };
+
+/* --- the captures this process has open for writing --- */
+
+/* (st_dev, st_ino) of every capture file an open writer of this process
+ * holds: a reader in the same process opens such a file through HDF5 (which
+ * shares the writer's open file) rather than through its journal. */
+#define OWNED_MAX 64
+static struct {
+    pthread_mutex_t lock;
+    uint64_t dev[OWNED_MAX], ino[OWNED_MAX];
+    int n;
+} owned = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void owned_set(int fd, int add)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return;
+    pthread_mutex_lock(&owned.lock);
+    for (int i = 0; i < owned.n; i++)
+        if (owned.dev[i] == (uint64_t)st.st_dev && owned.ino[i] == (uint64_t)st.st_ino) {
+            owned.n--;
+            owned.dev[i] = owned.dev[owned.n];
+            owned.ino[i] = owned.ino[owned.n];
+            break;
+        }
+    if (add && owned.n < OWNED_MAX) {
+        owned.dev[owned.n] = (uint64_t)st.st_dev;
+        owned.ino[owned.n] = (uint64_t)st.st_ino;
+        owned.n++;
+    }
+    pthread_mutex_unlock(&owned.lock);
+}
+
+int probe_writer_owns_(uint64_t dev, uint64_t ino)
+{
+    int r = 0;
+    pthread_mutex_lock(&owned.lock);
+    for (int i = 0; i < owned.n && !r; i++)
+        r = owned.dev[i] == dev && owned.ino[i] == ino;
+    pthread_mutex_unlock(&owned.lock);
+    return r;
+}
 
 uint64_t probe_capture_hash(const void *data, size_t n)
 {
@@ -409,6 +464,20 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
         return s;
     }
 
+    /* The journal first: a capture file without one was closed cleanly (or
+     * written by an older probe). Created before the capture so that a kill
+     * at any point after it leaves a file the reader can recover. */
+    if ((s = probe_journal_create(path, &w->journal)) != PROBE_OK) {
+        probe_writer_close(w);
+        return s;
+    }
+    if (manifest_json != NULL && (s = probe_journal_manifest(w->journal, manifest_json)) != PROBE_OK) {
+        probe_journal_close(w->journal, 1);
+        w->journal = NULL;
+        probe_writer_close(w);
+        return s;
+    }
+
     char reason[512];
     H5E_BEGIN_TRY {
         hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -428,6 +497,8 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
             w->fd = *fdp;
     } H5E_END_TRY;
     if (w->file < 0) {
+        probe_journal_close(w->journal, 1);
+        w->journal = NULL;
         probe_writer_close(w);
         return probe_set_error(PROBE_EIO, "%s: cannot create capture file: %s", path, reason);
     }
@@ -453,10 +524,13 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
         snprintf(msg, sizeof msg, "%s", probe_last_error());
         if (w->failed == PROBE_OK)
             mark_failed(w, s);
+        probe_journal_close(w->journal, 1);
+        w->journal = NULL;
         probe_writer_close(w);
         unlink(path);
         return probe_set_error(s, "%s", msg);
     }
+    owned_set(w->fd, 1);
     *out = w;
     return PROBE_OK;
 }
@@ -601,6 +675,17 @@ static const char *bad_utf8_field(const probe_record *rec)
     return NULL;
 }
 
+/* The TENSOR record of a put whose bytes are flushed. A failed append is a
+ * failed write: nothing more is written (the file keeps the tensor). */
+static probe_status journal_put(probe_writer *w, const probe_record *rec, uint64_t offset,
+                                uint64_t nbytes, uint64_t hash)
+{
+    if (w->journal == NULL)
+        return PROBE_OK;
+    probe_status s = probe_journal_tensor(w->journal, rec, offset, nbytes, hash);
+    return s != PROBE_OK ? mark_failed(w, s) : PROBE_OK;
+}
+
 probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
                               size_t nbytes)
 {
@@ -634,8 +719,16 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
             norm[i] = ((const unsigned char *)data)[i] != 0;
         data = norm;
     }
+    uint64_t hash64 = probe_capture_hash(data, nbytes);
     char hash[17];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)probe_capture_hash(data, nbytes));
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)hash64);
+    /* BEGIN before HDF5 touches the file: a kill from here until the TENSOR
+     * record lands is reported by the reader as a partial capture. */
+    if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK) {
+        free(norm);
+        return mark_failed(w, s);
+    }
+    uint64_t offset = PROBE_JOURNAL_NO_OFFSET;
 
     hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID, lcpl = H5I_INVALID_HID, d = H5I_INVALID_HID;
     H5E_BEGIN_TRY {
@@ -651,6 +744,13 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
         }
         if (s == PROBE_OK && nbytes > 0 && H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
             s = h5_fail(w, "cannot write dataset", rec->path);
+        if (s == PROBE_OK && nbytes > 0) {
+            haddr_t a = H5Dget_offset(d); /* contiguous: the bytes' place, fixed from now on */
+            if (a == HADDR_UNDEF)
+                s = h5_fail(w, "cannot find the raw data's offset", rec->path);
+            else
+                offset = (uint64_t)a;
+        }
         if (s == PROBE_OK && write_attrs(d, rec, hash) < 0)
             s = h5_fail(w, "cannot write attributes", rec->path);
         if (d >= 0 && H5Dclose(d) < 0 && s == PROBE_OK)
@@ -667,7 +767,9 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
     free(norm);
     if (s != PROBE_OK)
         return mark_failed(w, s);
-    return flush_file(w, 1);
+    if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
+        return s;
+    return journal_put(w, rec, offset, nbytes, hash64);
 }
 
 /* --- stats-only record --- */
@@ -801,6 +903,11 @@ probe_status probe_writer_skip(probe_writer *w, const probe_record *rec, const c
     if (json_array_append_new(w->skips, e) != 0)
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", w->path);
     w->skips_bytes += strlen(rec->path) + strlen(reason) + 32;
+    if (w->journal != NULL && w->failed == PROBE_OK) {
+        probe_status s = probe_journal_skip(w->journal, rec->path, reason);
+        if (s != PROBE_OK)
+            return mark_failed(w, s);
+    }
     return PROBE_OK;
 }
 
@@ -817,6 +924,11 @@ probe_status probe_writer_set_manifest(probe_writer *w, const char *manifest_jso
     free(w->manifest);
     w->manifest = copy;
     w->manifest_dirty = 1;
+    if (w->journal != NULL && w->failed == PROBE_OK) {
+        s = probe_journal_manifest(w->journal, manifest_json);
+        if (s != PROBE_OK)
+            return mark_failed(w, s);
+    }
     return PROBE_OK;
 }
 
@@ -857,6 +969,7 @@ probe_status probe_writer_close(probe_writer *w)
         if (w->failed == PROBE_OK)
             release_reservation(w);
     }
+    owned_set(w->fd, 0);
     int close_it = w->file >= 0;
     if (close_it && w->failed != PROBE_OK && detach_file(w) != 0)
         close_it = 0; /* cannot detach: leave HDF5's handle open (closed at exit) */
@@ -870,7 +983,14 @@ probe_status probe_writer_close(probe_writer *w)
         } H5E_END_TRY;
         if (r < 0 && s == PROBE_OK)
             s = probe_set_error(PROBE_EIO, "%s: cannot close (%s)", w->path, text);
+        /* closed: HDF5's metadata is complete (or, after a failed write, is
+         * what the last successful flush left); the journal is not needed */
+        if (r >= 0) {
+            probe_journal_close(w->journal, 1);
+            w->journal = NULL;
+        }
     }
+    probe_journal_close(w->journal, 0); /* not closed: readers recover from it */
     if (w->failed != PROBE_OK)
         s = probe_set_error(w->failed,
                             "%s: a write failed (%s); the file holds the tensors written before it",

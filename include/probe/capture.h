@@ -200,6 +200,33 @@ probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out);
  * without a valid probe.hash. */
 probe_status probe_file_hash(probe_file *f, size_t i, uint64_t *out);
 
+/* --- recovery of a capture whose writer was killed --- */
+
+/* A capture file X whose writer did not close it (the process was killed)
+ * has its journal X.journal next to it (docs/file-format.md "Journal").
+ * probe_file_open then reads X from the journal: the tensors are exactly
+ * the journal's complete records whose bytes at the recorded offset in X
+ * hash to the recorded probe.hash (read with pread; HDF5's metadata of X,
+ * which a kill can leave half written, is not used); skips and manifest
+ * come from the journal too. A put that had begun and not completed (or a
+ * torn/mismatching last record) is the partial capture: named here, never
+ * returned as a tensor. Every reader function works on a recovered file.
+ * Errors of probe_file_open on this path: PROBE_EFORMAT naming both files
+ * when the journal is not a probe journal, is corrupt before its last
+ * record, names another capture file, or does not describe X's bytes;
+ * PROBE_EIO when a running process still writes X (it holds X's lock). */
+typedef struct probe_recovery_info {
+    int recovered;      /* 1: read from the journal; 0: X was closed cleanly */
+    size_t complete;    /* complete captures read (probe_file_count) */
+    char partial[512];  /* path of the partial capture, "" if none or unknown */
+    char journal[1024]; /* the journal's path, "" unless recovered */
+    char reason[256];   /* why there is a partial capture, "" if none */
+} probe_recovery_info;
+
+/* The recovery state of an open file (all zero / "" for a clean file or
+ * f == NULL). The pointer stays valid until probe_file_close(f). */
+const probe_recovery_info *probe_file_recovery(const probe_file *f);
+
 #ifdef __cplusplus
 }
 #endif

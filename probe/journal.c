@@ -1,0 +1,529 @@
+/* probe/journal.c - the capture journal (probe/journal.h,
+ * docs/file-format.md "Journal").
+ *
+ * File: the 8-byte magic "PRBJRNL\n", then records. A record is
+ *   u32 length (of the whole record, checksum included), u32 type,
+ *   payload, u64 XXH64 (seed 0) of every byte before it.
+ * Strings are u32 byte count + bytes (no NUL); count 0xffffffff = absent.
+ * Each record reaches the file with one write(2) on an O_APPEND descriptor,
+ * so a process killed while appending leaves at most one torn record, the
+ * last; the parser recognises it by its length or checksum.
+ */
+#include "journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define STR_ABSENT UINT32_MAX
+
+struct probe_journal {
+    int fd;
+    char *path;
+};
+
+/* --- encoding --- */
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+    int oom;
+} buf_t;
+
+static void put_bytes(buf_t *b, const void *src, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        unsigned char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_u64(buf_t *b, uint64_t v)
+{
+    unsigned char x[8];
+    for (int i = 0; i < 8; i++)
+        x[i] = (unsigned char)(v >> (8 * i));
+    put_bytes(b, x, 8);
+}
+
+static void put_u32(buf_t *b, uint32_t v)
+{
+    unsigned char x[4];
+    for (int i = 0; i < 4; i++)
+        x[i] = (unsigned char)(v >> (8 * i));
+    put_bytes(b, x, 4);
+}
+
+static void put_str(buf_t *b, const char *s)
+{
+    if (s == NULL) {
+        put_u32(b, STR_ABSENT);
+        return;
+    }
+    size_t n = strlen(s);
+    put_u32(b, (uint32_t)n);
+    put_bytes(b, s, n);
+}
+
+static void rec_start(buf_t *b, uint32_t type)
+{
+    put_u32(b, 0); /* length, patched by rec_finish */
+    put_u32(b, type);
+}
+
+/* Patch the length and append the checksum; the record is b->p[start..). */
+static void rec_finish(buf_t *b, size_t start)
+{
+    if (b->oom)
+        return;
+    size_t len = b->len - start + 8;
+    for (int i = 0; i < 4; i++)
+        b->p[start + (size_t)i] = (unsigned char)(len >> (8 * i));
+    put_u64(b, (uint64_t)XXH64(b->p + start, b->len - start, 0));
+}
+
+static probe_status jwrite(probe_journal *j, buf_t *b)
+{
+    probe_status s = PROBE_OK;
+    if (b->oom) {
+        s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", j->path);
+    } else if (b->len - 8 > PROBE_JOURNAL_RECORD_MAX) {
+        s = probe_set_error(PROBE_EINVAL, "%s: journal record of %zu bytes is above the %u limit",
+                            j->path, b->len, (unsigned)PROBE_JOURNAL_RECORD_MAX);
+    } else {
+        ssize_t k;
+        do
+            k = write(j->fd, b->p, b->len);
+        while (k < 0 && errno == EINTR);
+        if (k < 0)
+            s = probe_set_error(PROBE_EIO, "%s: cannot append to the journal: %s", j->path,
+                                strerror(errno));
+        else if ((size_t)k != b->len) /* a full disk: the torn tail is detected by readers */
+            s = probe_set_error(PROBE_EIO, "%s: cannot append to the journal: %s (%zd of %zu bytes written)",
+                                j->path, strerror(ENOSPC), k, b->len);
+    }
+    free(b->p);
+    return s;
+}
+
+probe_status probe_journal_create(const char *capture_path, probe_journal **out)
+{
+    *out = NULL;
+    probe_journal *j = calloc(1, sizeof *j);
+    size_t n = strlen(capture_path);
+    if (j == NULL || (j->path = malloc(n + sizeof PROBE_JOURNAL_SUFFIX)) == NULL) {
+        free(j);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", capture_path);
+    }
+    memcpy(j->path, capture_path, n);
+    memcpy(j->path + n, PROBE_JOURNAL_SUFFIX, sizeof PROBE_JOURNAL_SUFFIX);
+    j->fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (j->fd < 0) {
+        probe_status s = probe_set_error(PROBE_EIO, "%s: cannot create the journal: %s", j->path,
+                                         strerror(errno));
+        free(j->path);
+        free(j);
+        return s;
+    }
+    uint64_t token = 0;
+    if (getrandom(&token, sizeof token, GRND_NONBLOCK) != (ssize_t)sizeof token) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        token = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 17);
+    }
+    const char *base = strrchr(capture_path, '/');
+    base = base != NULL ? base + 1 : capture_path;
+    buf_t b = {0};
+    put_bytes(&b, PROBE_JOURNAL_MAGIC, 8);
+    rec_start(&b, PROBE_JREC_HEADER);
+    put_u32(&b, PROBE_JOURNAL_VERSION);
+    put_u64(&b, token);
+    put_str(&b, base);
+    rec_finish(&b, 8);
+    probe_status s = jwrite(j, &b);
+    if (s != PROBE_OK) {
+        probe_journal_close(j, 1);
+        return s;
+    }
+    *out = j;
+    return PROBE_OK;
+}
+
+probe_status probe_journal_begin(probe_journal *j, const char *path)
+{
+    buf_t b = {0};
+    rec_start(&b, PROBE_JREC_BEGIN);
+    put_str(&b, path);
+    rec_finish(&b, 0);
+    return jwrite(j, &b);
+}
+
+probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
+                                  uint64_t nbytes, uint64_t hash)
+{
+    buf_t b = {0};
+    rec_start(&b, PROBE_JREC_TENSOR);
+    put_str(&b, rec->path);
+    put_str(&b, rec->component);
+    put_str(&b, rec->slot);
+    put_str(&b, rec->scope);
+    put_str(&b, rec->device);
+    put_str(&b, probe_dtype_name(rec->dtype));
+    put_u64(&b, rec->seq);
+    put_u64(&b, (uint64_t)rec->call);
+    put_u64(&b, (uint64_t)rec->step);
+    put_u32(&b, (uint32_t)rec->cfg_branch);
+    uint64_t bits;
+    memcpy(&bits, &rec->timestep, 8);
+    put_u64(&b, bits);
+    put_u32(&b, (uint32_t)rec->rank);
+    for (int i = 0; i < rec->rank; i++)
+        put_u64(&b, (uint64_t)rec->shape[i]);
+    put_u64(&b, offset);
+    put_u64(&b, nbytes);
+    put_u64(&b, hash);
+    rec_finish(&b, 0);
+    return jwrite(j, &b);
+}
+
+probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason)
+{
+    buf_t b = {0};
+    rec_start(&b, PROBE_JREC_SKIP);
+    put_str(&b, path);
+    put_str(&b, reason);
+    rec_finish(&b, 0);
+    return jwrite(j, &b);
+}
+
+probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json)
+{
+    buf_t b = {0};
+    rec_start(&b, PROBE_JREC_MANIFEST);
+    put_str(&b, manifest_json);
+    rec_finish(&b, 0);
+    return jwrite(j, &b);
+}
+
+void probe_journal_close(probe_journal *j, int remove)
+{
+    if (j == NULL)
+        return;
+    if (remove)
+        unlink(j->path);
+    if (j->fd >= 0)
+        close(j->fd);
+    free(j->path);
+    free(j);
+}
+
+/* --- parsing: every read is bounds-checked against the record --- */
+
+typedef struct {
+    const unsigned char *p;
+    size_t len, at;
+    int bad;
+} rd_t;
+
+static uint64_t get_u64(rd_t *r)
+{
+    if (r->bad || r->len - r->at < 8) {
+        r->bad = 1;
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | r->p[r->at + (size_t)i];
+    r->at += 8;
+    return v;
+}
+
+static uint32_t get_u32(rd_t *r)
+{
+    if (r->bad || r->len - r->at < 4) {
+        r->bad = 1;
+        return 0;
+    }
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | r->p[r->at + (size_t)i];
+    r->at += 4;
+    return v;
+}
+
+/* A string into dst (size bytes, NUL-terminated); returns 1 present, 0
+ * absent. A string that does not fit dst, holds a NUL or runs past the
+ * record makes the record bad. */
+static int get_str(rd_t *r, char *dst, size_t size)
+{
+    dst[0] = '\0';
+    uint32_t n = get_u32(r);
+    if (r->bad || n == STR_ABSENT)
+        return 0;
+    if (n > r->len - r->at || n >= size || memchr(r->p + r->at, '\0', n) != NULL) {
+        r->bad = 1;
+        return 0;
+    }
+    memcpy(dst, r->p + r->at, n);
+    dst[n] = '\0';
+    r->at += n;
+    return 1;
+}
+
+/* A string into dst, cut to size - 1 bytes (as the reader cuts the same
+ * attributes of a closed file). */
+static void get_str_cut(rd_t *r, char *dst, size_t size)
+{
+    dst[0] = '\0';
+    uint32_t n = get_u32(r);
+    if (r->bad || n == STR_ABSENT)
+        return;
+    if (n > r->len - r->at || memchr(r->p + r->at, '\0', n) != NULL) {
+        r->bad = 1;
+        return;
+    }
+    size_t k = n < size ? n : size - 1;
+    memcpy(dst, r->p + r->at, k);
+    dst[k] = '\0';
+    r->at += n;
+}
+
+/* A string as a new malloc'd copy (NULL if absent or bad; *oom on ENOMEM). */
+static char *get_str_dup(rd_t *r, int *oom)
+{
+    uint32_t n = get_u32(r);
+    if (r->bad || n == STR_ABSENT)
+        return NULL;
+    if (n > r->len - r->at || memchr(r->p + r->at, '\0', n) != NULL) {
+        r->bad = 1;
+        return NULL;
+    }
+    char *s = malloc((size_t)n + 1);
+    if (s == NULL) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(s, r->p + r->at, n);
+    s[n] = '\0';
+    r->at += n;
+    return s;
+}
+
+static int grow(void **p, size_t *cap, size_t n, size_t esize)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *q = realloc(*p, c * esize);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Decode a TENSOR payload into *t: 0 well formed, 1 well formed but its
+ * path is too long for probe_tensor_info (ignored, as the reader ignores
+ * such a dataset), -1 malformed, -2 out of memory. */
+static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
+{
+    probe_tensor_info *i = &t->info;
+    memset(t, 0, sizeof *t);
+    char dtype[64];
+    int oom = 0, too_long = 0;
+    char *path = get_str_dup(r, &oom);
+    if (path != NULL && strlen(path) < sizeof i->path)
+        memcpy(i->path, path, strlen(path) + 1);
+    else
+        too_long = path != NULL; /* the reader ignores such a dataset too */
+    free(path);
+    if (oom)
+        return -2;
+    get_str_cut(r, i->component, sizeof i->component);
+    int has_comp = i->component[0] != '\0';
+    get_str_cut(r, i->slot, sizeof i->slot);
+    int has_slot = i->slot[0] != '\0';
+    get_str_cut(r, i->scope, sizeof i->scope);
+    get_str_cut(r, dtype, sizeof dtype); /* device: not kept by the reader */
+    get_str_cut(r, dtype, sizeof dtype);
+    uint64_t seq = get_u64(r);
+    int64_t call = (int64_t)get_u64(r), step = (int64_t)get_u64(r);
+    int32_t cfg = (int32_t)get_u32(r);
+    uint64_t bits = get_u64(r);
+    uint32_t rank = get_u32(r);
+    if (r->bad || rank > PROBE_MAX_RANK || (i->path[0] != '/' && !too_long))
+        return -1;
+    i->dtype = probe_dtype_from_name(dtype);
+    size_t esize = probe_dtype_size(i->dtype);
+    if (esize == 0)
+        return -1;
+    uint64_t n = 1;
+    for (uint32_t k = 0; k < rank; k++) {
+        uint64_t d = get_u64(r);
+        if (r->bad || d > (uint64_t)INT64_MAX || __builtin_mul_overflow(n, d, &n))
+            return -1;
+        i->shape[k] = (int64_t)d;
+    }
+    i->rank = (int)rank;
+    i->n = n;
+    t->offset = get_u64(r);
+    t->nbytes = get_u64(r);
+    t->hash = get_u64(r);
+    uint64_t want;
+    if (r->bad || __builtin_mul_overflow(n, (uint64_t)esize, &want) || want != t->nbytes ||
+        want > SIZE_MAX || n > SIZE_MAX / sizeof(double) ||
+        (want > 0 && (t->offset == PROBE_JOURNAL_NO_OFFSET || t->offset > UINT64_MAX - want)))
+        return -1;
+    if (!has_comp) {
+        const char *s = i->path + 1, *e = strchr(s, '/');
+        snprintf(i->component, sizeof i->component, "%.*s",
+                 (int)(e != NULL ? (size_t)(e - s) : strlen(s)), s);
+    }
+    if (!has_slot)
+        snprintf(i->slot, sizeof i->slot, "%s", strrchr(i->path, '/') + 1);
+    snprintf(i->hash, sizeof i->hash, "%016llx", (unsigned long long)t->hash);
+    i->seq = seq <= (uint64_t)INT64_MAX ? (int64_t)seq : -1;
+    i->call = call >= 0 ? call : -1;
+    i->step = step >= 0 ? step : -1;
+    i->cfg_branch = cfg >= 0 ? cfg : -1;
+    memcpy(&i->timestep, &bits, 8);
+    return too_long ? 1 : 0;
+}
+
+void probe_journal_data_free(probe_journal_data *d)
+{
+    free(d->t);
+    free(d->skips);
+    free(d->manifest);
+    memset(d, 0, sizeof *d);
+}
+
+probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, size_t len,
+                                  probe_journal_data *d)
+{
+    memset(d, 0, sizeof *d);
+    if (len < 8 || memcmp(buf, PROBE_JOURNAL_MAGIC, 8) != 0)
+        return probe_set_error(PROBE_EFORMAT, "%s: not a probe capture journal (%s)", jpath,
+                               len < 8 ? "shorter than its magic" : "wrong magic");
+    size_t at = 8, tcap = 0, scap = 0;
+    int seen_header = 0;
+    probe_status s = PROBE_OK;
+    while (at < len) {
+        size_t left = len - at;
+        uint32_t rlen = 0;
+        if (left >= 4)
+            rlen = (uint32_t)buf[at] | (uint32_t)buf[at + 1] << 8 | (uint32_t)buf[at + 2] << 16 |
+                   (uint32_t)buf[at + 3] << 24;
+        if (left < 4 || (rlen > left && rlen >= 16 && rlen <= PROBE_JOURNAL_RECORD_MAX + 8)) {
+            d->torn = 1; /* the last record, cut short */
+            break;
+        }
+        int sum_ok = 0;
+        if (rlen >= 16 && rlen <= left) {
+            uint64_t stored = 0;
+            for (int i = 7; i >= 0; i--)
+                stored = stored << 8 | buf[at + rlen - 8 + (size_t)i];
+            sum_ok = (uint64_t)XXH64(buf + at, rlen - 8, 0) == stored;
+        }
+        if (!sum_ok) {
+            if (rlen >= 16 && rlen == left) {
+                d->torn = 1; /* the last record, with a bad checksum */
+                break;
+            }
+            s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: record at byte %zu %s", jpath, at,
+                                rlen < 16 || rlen > left ? "has an impossible length" : "fails its checksum");
+            break;
+        }
+        rd_t r = {buf + at, rlen - 8, 8, 0};
+        uint32_t type = (uint32_t)buf[at + 4] | (uint32_t)buf[at + 5] << 8 |
+                        (uint32_t)buf[at + 6] << 16 | (uint32_t)buf[at + 7] << 24;
+        int oom = 0, dr;
+        if (!seen_header && type != PROBE_JREC_HEADER) {
+            s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: no header record", jpath);
+            break;
+        }
+        if (type == PROBE_JREC_HEADER) {
+            uint32_t version = get_u32(&r);
+            d->token = get_u64(&r);
+            get_str(&r, d->capture_name, sizeof d->capture_name);
+            if (seen_header || r.bad) {
+                s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: bad header record", jpath);
+                break;
+            }
+            if (version != PROBE_JOURNAL_VERSION) {
+                s = probe_set_error(PROBE_EUNSUPPORTED, "%s: journal version %u is not supported (%u is)",
+                                    jpath, version, PROBE_JOURNAL_VERSION);
+                break;
+            }
+            seen_header = 1;
+        } else if (type == PROBE_JREC_BEGIN) {
+            get_str(&r, d->partial, sizeof d->partial);
+        } else if (type == PROBE_JREC_TENSOR) {
+            if (grow((void **)&d->t, &tcap, d->n, sizeof *d->t) != 0) {
+                oom = 1;
+            } else if ((dr = decode_tensor(&r, &d->t[d->n])) < 0) {
+                r.bad = dr == -1;
+                oom = dr == -2;
+            } else if (dr == 1) {
+                d->partial[0] = '\0';
+                d->ignored++;
+            } else {
+                if (strcmp(d->partial, d->t[d->n].info.path) == 0)
+                    d->partial[0] = '\0';
+                d->n++;
+            }
+        } else if (type == PROBE_JREC_SKIP) {
+            if (grow((void **)&d->skips, &scap, d->nskips, sizeof *d->skips) != 0) {
+                oom = 1;
+            } else {
+                probe_skip_info *k = &d->skips[d->nskips];
+                get_str_cut(&r, k->path, sizeof k->path);
+                get_str_cut(&r, k->reason, sizeof k->reason);
+                if (!r.bad)
+                    d->nskips++;
+            }
+        } else if (type == PROBE_JREC_MANIFEST) {
+            char *m = get_str_dup(&r, &oom);
+            if (!r.bad && !oom) {
+                free(d->manifest);
+                d->manifest = m;
+            } else {
+                free(m);
+            }
+        } /* unknown types: skipped (a later version's additions) */
+        if (oom) {
+            s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
+            break;
+        }
+        if (r.bad) {
+            s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: malformed record at byte %zu",
+                                jpath, at);
+            break;
+        }
+        at += rlen;
+    }
+    if (s == PROBE_OK && !seen_header && !d->torn)
+        s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: no header record", jpath);
+    if (s != PROBE_OK)
+        probe_journal_data_free(d);
+    return s;
+}

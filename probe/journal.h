@@ -1,0 +1,84 @@
+/* probe/journal.h - the capture journal, <capture>.journal (internal to
+ * libprobe; docs/file-format.md "Journal").
+ *
+ * The writer appends one record per event with a single write(2): BEGIN
+ * (a put started), TENSOR (a put completed and was flushed: everything
+ * needed to read the tensor without HDF5's metadata), SKIP, MANIFEST. Clean
+ * close removes the journal; a journal next to its capture therefore means
+ * the writer never closed it (killed), and the reader rebuilds the capture
+ * from it. All integers are little-endian. */
+#ifndef PROBE_JOURNAL_H
+#define PROBE_JOURNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "probe/capture.h"
+
+#define PROBE_JOURNAL_MAGIC "PRBJRNL\n"
+#define PROBE_JOURNAL_VERSION 1u
+#define PROBE_JOURNAL_SUFFIX ".journal"
+/* No record is longer: bounds every length field the parser reads. */
+#define PROBE_JOURNAL_RECORD_MAX ((uint32_t)32 << 20)
+
+enum {
+    PROBE_JREC_HEADER = 1,
+    PROBE_JREC_BEGIN = 2,
+    PROBE_JREC_TENSOR = 3,
+    PROBE_JREC_SKIP = 4,
+    PROBE_JREC_MANIFEST = 5
+};
+
+/* --- writing --- */
+typedef struct probe_journal probe_journal;
+
+/* Create (truncate) path + ".journal" and write its header (magic, version,
+ * a random run token, the capture file's base name). PROBE_EIO naming the
+ * journal on failure; PROBE_ENOMEM. */
+probe_status probe_journal_create(const char *capture_path, probe_journal **out);
+/* Append one record; PROBE_EIO (naming the journal and errno's text) when
+ * the write fails or is short (disk full). */
+probe_status probe_journal_begin(probe_journal *j, const char *path);
+probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
+                                  uint64_t nbytes, uint64_t hash);
+probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason);
+/* manifest_json NULL: the manifest was removed. */
+probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json);
+/* Close the descriptor; with remove set, unlink the journal first. j may be NULL. */
+void probe_journal_close(probe_journal *j, int remove);
+
+/* 1 when a writer of this process has the file (st_dev, st_ino) open
+ * (probe/writer.c). */
+int probe_writer_owns_(uint64_t dev, uint64_t ino);
+
+/* --- reading --- */
+#define PROBE_JOURNAL_NO_OFFSET UINT64_MAX
+
+typedef struct probe_journal_tensor_rec {
+    probe_tensor_info info; /* path, component, slot, scope, hash, dtype, shape, n, seq, ... */
+    uint64_t offset;        /* raw data's byte offset in the capture, or PROBE_JOURNAL_NO_OFFSET */
+    uint64_t nbytes;
+    uint64_t hash;
+} probe_journal_tensor_rec;
+
+typedef struct probe_journal_data {
+    char capture_name[256]; /* base name the header names */
+    uint64_t token;
+    probe_journal_tensor_rec *t; /* complete TENSOR records, journal order */
+    size_t n;
+    probe_skip_info *skips;
+    size_t nskips;
+    char *manifest;   /* last MANIFEST record's text, or NULL */
+    char partial[512]; /* path of a put begun and not completed, "" if none/unknown */
+    size_t ignored;    /* TENSOR records with a path too long to index */
+    int torn;          /* the journal ends in an incomplete/corrupt record */
+} probe_journal_data;
+
+/* Parse a journal image (len bytes). PROBE_EFORMAT (message names jpath)
+ * when it is not a probe journal, a record before the last is corrupt, or a
+ * length field is out of bounds; a last record cut short or failing its
+ * checksum is a torn tail (d->torn), not an error. PROBE_ENOMEM. */
+probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, size_t len,
+                                 probe_journal_data *d);
+void probe_journal_data_free(probe_journal_data *d);
+
+#endif
