@@ -427,6 +427,8 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
     size_t at = 8, tcap = 0, scap = 0;
     int seen_header = 0;
     probe_status s = PROBE_OK;
+    if (len == 8)
+        d->torn = 1; /* the header's write cut short: nothing was recorded */
     while (at < len) {
         size_t left = len - at;
         uint32_t rlen = 0;

@@ -381,3 +381,353 @@ Test(crash, kill_loop)
     free(buf);
     free(got);
 }
+
+/* --- hostile and damaged journals --- */
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)n + 1);
+    cr_assert_eq(fread(b, 1, (size_t)n, fp), (size_t)n);
+    fclose(fp);
+    *len = (size_t)n;
+    return b;
+}
+
+static void spit(const char *path, const void *b, size_t len)
+{
+    FILE *fp = fopen(path, "wb");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fwrite(b, 1, len, fp), len);
+    fclose(fp);
+}
+
+/* Write capture `out` with three small tensors (one empty), a skip and a
+ * manifest; return the journal as it was just before the clean close
+ * removed it. Tensor i holds bytes fill_put(100 + i). */
+static unsigned char *small_capture(const char *out, size_t *jlen)
+{
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(out, "{\"a\": 1}", &w), PROBE_OK, "%s", probe_last_error());
+    unsigned char buf[256];
+    const size_t sizes[3] = {64, 0, 24};
+    for (int i = 0; i < 3; i++) {
+        char p[32];
+        snprintf(p, sizeof p, "/t/%04d/out", i);
+        int64_t shape[1] = {(int64_t)sizes[i] / 4};
+        fill_put(100 + i, buf, sizes[i]);
+        probe_record rec = {.path = p, .call = i, .step = -1, .cfg_branch = -1, .timestep = 0.5,
+                            .seq = (uint64_t)i, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+        cr_assert_eq(probe_writer_put(w, &rec, buf, sizes[i]), PROBE_OK, "%s", probe_last_error());
+    }
+    probe_record sk = {.path = "/t/0003/out"};
+    cr_assert_eq(probe_writer_skip(w, &sk, "graph capture"), PROBE_OK);
+    char j[1100];
+    snprintf(j, sizeof j, "%s.journal", out);
+    unsigned char *b = slurp(j, jlen);
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+    cr_assert_eq(access(j, F_OK), -1, "the clean close left %s", j);
+    return b;
+}
+
+/* Open out (with whatever journal lies next to it): PROBE_OK with a prefix
+ * of small_capture's tensors, each byte-exact, or PROBE_EFORMAT naming the
+ * file. Returns the status. */
+static probe_status open_checked(const char *out)
+{
+    probe_file *f = NULL;
+    probe_status s = probe_file_open(out, &f);
+    if (s != PROBE_OK) {
+        cr_assert(s == PROBE_EFORMAT || s == PROBE_EUNSUPPORTED, "status %d: %s", s, probe_last_error());
+        cr_assert_not_null(strstr(probe_last_error(), out), "%s", probe_last_error());
+        cr_assert_null(f);
+        return s;
+    }
+    const size_t sizes[3] = {64, 0, 24};
+    size_t n = probe_file_count(f);
+    cr_assert_leq(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        const probe_tensor_info *t = probe_file_tensor(f, i);
+        char p[32];
+        snprintf(p, sizeof p, "/t/%04zu/out", i);
+        cr_assert_str_eq(t->path, p);
+        unsigned char want[64], got[64];
+        fill_put(100 + (int)i, want, sizes[i]);
+        cr_assert_eq(t->n * 4, sizes[i]);
+        cr_assert_eq(probe_file_read_raw(f, i, got, sizes[i]), PROBE_OK, "%s", probe_last_error());
+        cr_assert(memcmp(got, want, sizes[i]) == 0);
+        double d[16];
+        cr_assert_eq(probe_file_read_f64(f, i, d), PROBE_OK);
+    }
+    probe_file_close(f);
+    return s;
+}
+
+Test(crash, journal_of_a_clean_file_recovers_the_same_tensors)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/c.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    size_t len;
+    unsigned char *jb = small_capture(out, &len);
+    spit(j, jb, len);
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    const probe_recovery_info *ri = probe_file_recovery(f);
+    cr_assert_eq(ri->recovered, 1);
+    cr_assert_eq(ri->complete, 3);
+    cr_assert_str_eq(ri->partial, "");
+    cr_assert_str_eq(ri->journal, j);
+    cr_assert_eq(probe_file_count(f), 3);
+    const probe_tensor_info *t = probe_file_tensor(f, 0);
+    cr_assert_eq(t->timestep, 0.5);
+    cr_assert_eq(t->call, 0);
+    cr_assert_eq(t->step, -1);
+    cr_assert_str_eq(t->component, "t"); /* none given: the first path element, as for HDF5 */
+    cr_assert_str_eq(t->slot, "out");
+    cr_assert_eq(probe_file_skip_count(f), 1);
+    cr_assert_str_eq(probe_file_skip(f, 0)->reason, "graph capture");
+    cr_assert_str_eq(probe_file_manifest(f), "{\"a\": 1}");
+    probe_file_close(f);
+    cr_assert_eq(open_checked(out), PROBE_OK);
+    /* a clean file without a journal: not recovered */
+    unlink(j);
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK);
+    cr_assert_eq(probe_file_recovery(f)->recovered, 0);
+    probe_file_close(f);
+    cr_assert_eq(probe_file_recovery(NULL)->recovered, 0);
+    free(jb);
+}
+
+Test(crash, truncated_journal_at_every_byte)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/c.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    size_t len;
+    unsigned char *jb = small_capture(out, &len);
+    size_t last_n = 0;
+    for (size_t l = 0; l <= len; l++) {
+        spit(j, jb, l);
+        probe_status s = open_checked(out);
+        cr_assert_eq(s == PROBE_OK, l >= 8, "length %zu: status %d (%s)", l, s, probe_last_error());
+        if (s == PROBE_OK) { /* a growing prefix */
+            probe_file *f;
+            cr_assert_eq(probe_file_open(out, &f), PROBE_OK);
+            size_t n = probe_file_count(f);
+            cr_assert_geq(n, last_n);
+            last_n = n;
+            probe_file_close(f);
+        }
+    }
+    cr_assert_eq(last_n, 3);
+    free(jb);
+}
+
+Test(crash, every_bit_flipped)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/c.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    size_t len;
+    unsigned char *jb = small_capture(out, &len);
+    int ok = 0, bad = 0;
+    spit(j, jb, len);
+    int fd = open(j, O_WRONLY);
+    cr_assert_geq(fd, 0);
+    for (size_t i = 0; i < len; i++)
+        for (int bit = 0; bit < 8; bit++) { /* flipped in place: rewriting the file costs more */
+            unsigned char x = jb[i] ^ (unsigned char)(1u << bit);
+            cr_assert_eq(pwrite(fd, &x, 1, (off_t)i), 1);
+            if (open_checked(out) == PROBE_OK)
+                ok++;
+            else
+                bad++;
+            cr_assert_eq(pwrite(fd, &jb[i], 1, (off_t)i), 1);
+        }
+    close(fd);
+    /* every record is checksummed: a flip is either refused or lands in the
+     * last record (then torn: the tensors before it are returned) */
+    cr_assert_gt(bad, 0);
+    fprintf(stderr, "crash.every_bit_flipped: %zu flips, %d recovered a prefix, %d refused\n",
+            len * 8, ok, bad);
+    free(jb);
+}
+
+Test(crash, journal_of_another_capture)
+{
+    char out[1024], other[1024], j[1100], sub[1024], same[1100];
+    snprintf(out, sizeof out, "%s/c.h5", g_dir);
+    snprintf(other, sizeof other, "%s/d.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    size_t len, olen;
+    unsigned char *jb = small_capture(out, &len);
+    free(jb);
+    /* another name: the header names d.h5 */
+    unsigned char *ob = small_capture(other, &olen);
+    spit(j, ob, olen);
+    probe_file *f = NULL;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_EFORMAT);
+    cr_assert_not_null(strstr(probe_last_error(), out), "%s", probe_last_error());
+    cr_assert_not_null(strstr(probe_last_error(), j), "%s", probe_last_error());
+    cr_assert_not_null(strstr(probe_last_error(), "d.h5"), "%s", probe_last_error());
+    free(ob);
+    /* the same name in another directory, different bytes */
+    snprintf(sub, sizeof sub, "%s/sub", g_dir);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    snprintf(same, sizeof same, "%s/c.h5", sub);
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(same, NULL, &w), PROBE_OK);
+    float v[16] = {1, 2, 3};
+    int64_t shape[1] = {16};
+    for (int i = 0; i < 3; i++) {
+        char p[32];
+        snprintf(p, sizeof p, "/t/%04d/out", i);
+        v[3] = (float)i;
+        probe_record rec = {.path = p, .call = -1, .step = -1, .cfg_branch = -1, .timestep = NAN,
+                            .seq = (uint64_t)i, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+        cr_assert_eq(probe_writer_put(w, &rec, v, sizeof v), PROBE_OK);
+    }
+    char sj[1200];
+    snprintf(sj, sizeof sj, "%s.journal", same);
+    ob = slurp(sj, &olen);
+    probe_writer_close(w);
+    spit(j, ob, olen);
+    cr_assert_eq(probe_file_open(out, &f), PROBE_EFORMAT);
+    cr_assert_not_null(strstr(probe_last_error(), "does not describe"), "%s", probe_last_error());
+    cr_assert_not_null(strstr(probe_last_error(), out), "%s", probe_last_error());
+    free(ob);
+    /* not a journal at all; a directory in its place */
+    spit(j, "hello, world, this is not a journal", 35);
+    cr_assert_eq(probe_file_open(out, &f), PROBE_EFORMAT);
+    cr_assert_not_null(strstr(probe_last_error(), "not a probe capture journal"), "%s", probe_last_error());
+    unlink(j);
+    cr_assert_eq(mkdir(j, 0755), 0);
+    cr_assert_eq(probe_file_open(out, &f), PROBE_EFORMAT);
+    rmdir(j);
+}
+
+/* A hand-made record: u32 length, u32 type, payload, XXH64 of the rest. */
+static size_t mkrec(unsigned char *dst, uint32_t type, const unsigned char *payload, size_t n)
+{
+    uint32_t len = (uint32_t)(n + 16);
+    memcpy(dst, &len, 4); /* the test machine is little-endian, as the format */
+    memcpy(dst + 4, &type, 4);
+    memcpy(dst + 8, payload, n);
+    uint64_t h = XXH64(dst, n + 8, 0);
+    memcpy(dst + 8 + n, &h, 8);
+    return n + 16;
+}
+
+static size_t pstr(unsigned char *p, const char *s)
+{
+    uint32_t n = (uint32_t)strlen(s);
+    memcpy(p, &n, 4);
+    memcpy(p + 4, s, n);
+    return 4 + n;
+}
+
+static size_t pu64(unsigned char *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+    return 8;
+}
+
+static size_t pu32(unsigned char *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+    return 4;
+}
+
+/* A TENSOR payload with the given rank, one dimension value, offset, nbytes. */
+static size_t tensor_payload(unsigned char *p, uint32_t rank, uint64_t dim, uint64_t off, uint64_t nb,
+                             uint32_t pathlen_override)
+{
+    size_t k = 0;
+    if (pathlen_override) {
+        k += pu32(p + k, pathlen_override);
+    } else {
+        k += pstr(p + k, "/t/0000/out");
+    }
+    k += pu32(p + k, UINT32_MAX); /* component absent */
+    k += pu32(p + k, UINT32_MAX);
+    k += pu32(p + k, UINT32_MAX);
+    k += pu32(p + k, UINT32_MAX);
+    k += pstr(p + k, "float32");
+    k += pu64(p + k, 0);
+    k += pu64(p + k, 0);
+    k += pu64(p + k, 0);
+    k += pu32(p + k, 0);
+    k += pu64(p + k, 0);
+    k += pu32(p + k, rank);
+    for (uint32_t i = 0; i < rank && i < 20; i++)
+        k += pu64(p + k, dim);
+    k += pu64(p + k, off);
+    k += pu64(p + k, nb);
+    k += pu64(p + k, 0);
+    return k;
+}
+
+Test(crash, hostile_length_fields)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/c.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    size_t len;
+    unsigned char *jb = small_capture(out, &len);
+    /* the header record of the real journal, then one hostile record */
+    uint32_t hlen;
+    memcpy(&hlen, jb + 8, 4);
+    unsigned char img[4096], pl[2048];
+    for (int c = 0; c < 12; c++) {
+        size_t k = 8 + hlen, n = 0;
+        memcpy(img, jb, k);
+        switch (c) {
+        case 0: n = tensor_payload(pl, 1, 16, 0, 64, 0xfffffff0u); break; /* string past the record */
+        case 1: n = tensor_payload(pl, 1000, 1, 0, 4, 0); break;          /* rank 1000 */
+        case 2: n = tensor_payload(pl, 4, (uint64_t)1 << 40, 0, 4, 0); break; /* element count overflow */
+        case 3: n = tensor_payload(pl, 1, 16, UINT64_MAX - 8, 64, 0); break;  /* offset + bytes overflow */
+        case 4: n = tensor_payload(pl, 1, 16, (uint64_t)1 << 50, 64, 0); break; /* past the end */
+        case 5: n = tensor_payload(pl, 1, 16, 0, 65, 0); break;               /* bytes != n * 4 */
+        case 6: n = tensor_payload(pl, 1, (uint64_t)INT64_MAX + 1, 0, 0, 0); break;
+        case 7: n = pstr(pl, "/t") ; n += pu32(pl + n, 0x7fffffffu); break;   /* skip: reason too long */
+        case 8: n = pu32(pl, 0xffffffffu - 1); break;                         /* manifest length */
+        case 9: n = 0; break;                                                 /* empty TENSOR */
+        case 10: n = tensor_payload(pl, 1, 16, 0, 64, 0); pl[4] = 0; break;    /* NUL inside the path */
+        case 11: n = 3; memset(pl, 0xff, 3); break; /* unknown type: skipped, then the bad tail */
+        }
+        uint32_t type = c == 7 ? 4 : c == 8 ? 5 : c == 11 ? 99 : 3;
+        k += mkrec(img + k, type, pl, n);
+        /* and a huge length field at the very end: 16 MiB could be a torn
+         * last record, 4 GiB cannot (EFORMAT) */
+        uint32_t huge = c % 2 ? 0xffffffffu : 0x01000000u;
+        memcpy(img + k, &huge, 4);
+        k += 4;
+        spit(j, img, k);
+        probe_file *f = NULL;
+        probe_status s = probe_file_open(out, &f);
+        if (c == 4) { /* well formed, but its bytes are not in the file: the torn tail */
+            cr_assert_eq(s, PROBE_OK, "%s", probe_last_error());
+            cr_assert_eq(probe_file_count(f), 0);
+            cr_assert_str_eq(probe_file_recovery(f)->partial, "/t/0000/out");
+        } else {
+            cr_assert_eq(s, PROBE_EFORMAT, "case %d: status %d: %s", c, s, probe_last_error());
+            cr_assert_not_null(strstr(probe_last_error(), j), "%s", probe_last_error());
+        }
+        probe_file_close(f);
+    }
+    /* a header-only journal next to an empty capture: recovered, nothing in it */
+    int fd = open(out, O_WRONLY | O_TRUNC);
+    close(fd);
+    spit(j, jb, 8 + hlen);
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_count(f), 0);
+    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
+    probe_file_close(f);
+    free(jb);
+}
