@@ -574,6 +574,74 @@ static void show_progress(void *ctx, size_t done, size_t total, uint64_t bytes_d
     fflush(stderr);
 }
 
+/* --- captures recovered from their journal (docs/file-format.md "Journal") --- */
+
+/* The recovery state of the reference [0] and candidate [1], as JSON for
+ * the "recovered" key: null for a file its writer closed, else {"journal",
+ * "complete", "partial" (path or null), "reason"}. */
+static json_t *recovered_json[2];
+
+/* For each input that has a journal next to it (its writer was killed):
+ * one line on stderr, and its entry for the JSON. Reads only such files. */
+static void note_recovered(const char *const paths[2])
+{
+    for (int k = 0; k < 2; k++) {
+        recovered_json[k] = json_null();
+        char *j = malloc(strlen(paths[k]) + sizeof ".journal");
+        if (j == NULL)
+            continue;
+        sprintf(j, "%s.journal", paths[k]);
+        probe_file *f = NULL;
+        if (access(j, F_OK) == 0 && probe_file_open(paths[k], &f) == PROBE_OK) {
+            const probe_recovery_info *ri = probe_file_recovery(f);
+            if (ri->recovered) {
+                fprintf(stderr, "probe-compare: %s was not closed by its writer (process killed?): "
+                        "%zu complete captures read from %s%s%s%s\n", paths[k], ri->complete,
+                        ri->journal, ri->partial[0] ? "; partial capture " : "", ri->partial,
+                        ri->partial[0] ? " ignored" : "");
+                json_decref(recovered_json[k]);
+                recovered_json[k] = json_pack("{s:s, s:I, s:o, s:s}", "journal", ri->journal,
+                                              "complete", (json_int_t)ri->complete, "partial",
+                                              ri->partial[0] ? json_string(ri->partial) : json_null(),
+                                              "reason", ri->reason);
+                if (recovered_json[k] == NULL)
+                    recovered_json[k] = json_null();
+            }
+            probe_file_close(f);
+        }
+        free(j);
+    }
+}
+
+/* The compare JSON with the key "recovered" added first (the rest byte for
+ * byte as probe_compare_write_json wrote it). */
+static probe_status write_json_recovered(const probe_compare_result *r, FILE *out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (m == NULL)
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    probe_status s = probe_compare_write_json(r, m);
+    fclose(m);
+    json_t *o = json_pack("{s:O, s:O}", "reference", recovered_json[0] ? recovered_json[0] : json_null(),
+                          "candidate", recovered_json[1] ? recovered_json[1] : json_null());
+    char *frag = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    char *brace = s == PROBE_OK && text != NULL ? strchr(text, '{') : NULL;
+    if (s == PROBE_OK && (brace == NULL || frag == NULL)) {
+        s = probe_set_error(PROBE_ENOMEM, "out of memory");
+    } else if (s == PROBE_OK) {
+        size_t head = (size_t)(brace - text) + 1;
+        if (fwrite(text, 1, head, out) != head || fprintf(out, "\"recovered\": %s, ", frag) < 0 ||
+            fwrite(text + head, 1, len - head, out) != len - head)
+            s = probe_set_error(PROBE_EIO, "%s", strerror(errno));
+    }
+    free(frag);
+    free(text);
+    return s;
+}
+
 static int write_to(const char *path, const probe_compare_result *r, int html)
 {
     FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
@@ -583,7 +651,7 @@ static int write_to(const char *path, const probe_compare_result *r, int html)
     }
     probe_status s = html == 2   ? probe_compare_write_junit(r, f)
                      : html == 1 ? probe_compare_write_html(r, f)
-                                 : probe_compare_write_json(r, f);
+                                 : write_json_recovered(r, f);
     if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
         s = probe_set_error(PROBE_EIO, "close failed");
     if (s != PROBE_OK) {
@@ -824,6 +892,7 @@ int main(int argc, char **argv)
                       : stdout;
     char gate[160];
     gate_label(gate, sizeof gate, &opts);
+    note_recovered((const char *const[2]){argv[optind], argv[optind + 1]});
     if (!quiet) {
         print_runs(human, res);
         print_table(human, res, gate);
@@ -843,5 +912,7 @@ int main(int argc, char **argv)
     probe_component_names_free(axis_names);
     free(axis_values);
     free(axis_ranks);
+    json_decref(recovered_json[0]);
+    json_decref(recovered_json[1]);
     return report(report_fd, rc);
 }
