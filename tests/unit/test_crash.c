@@ -731,3 +731,83 @@ Test(crash, hostile_length_fields)
     probe_file_close(f);
     free(jb);
 }
+
+/* --- the journal's own write fails: disk full --- */
+
+/* Point the descriptor this process has open on `path` at /dev/full, whose
+ * writes fail with ENOSPC: the journal meets a full disk while the capture
+ * file (reserved ahead by fallocate) does not. Returns 0 on success. */
+static int redirect_to_dev_full(const char *path)
+{
+    char link[64], target[2048];
+    for (int fd = 3; fd < 1024; fd++) {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        if (strcmp(target, path) != 0)
+            continue;
+        int full = open("/dev/full", O_WRONLY);
+        if (full < 0)
+            return -1;
+        int r = dup2(full, fd);
+        close(full);
+        return r < 0 ? -1 : 0;
+    }
+    return -1;
+}
+
+Test(crash, journal_disk_full)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/j.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    char real[1100];
+    cr_assert_not_null(realpath(g_dir, real));
+    char jreal[1200];
+    snprintf(jreal, sizeof jreal, "%s/j.h5.journal", real);
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(out, NULL, &w), PROBE_OK, "%s", probe_last_error());
+    float v[4];
+    int64_t shape[1] = {4};
+    char path[64];
+    for (int i = 0; i < 4; i++) {
+        if (i == 3) {
+            if (access("/dev/full", W_OK) != 0)
+                cr_skip_test("no /dev/full");
+            cr_assert_eq(redirect_to_dev_full(jreal), 0, "cannot find the journal's descriptor");
+        }
+        for (int k = 0; k < 4; k++)
+            v[k] = (float)(i * 4 + k);
+        snprintf(path, sizeof path, "/x/%04d/out", i);
+        probe_record rec = {.path = path, .call = i, .step = -1, .cfg_branch = -1, .timestep = NAN,
+                            .seq = (uint64_t)i, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+        probe_status s = probe_writer_put(w, &rec, v, sizeof v);
+        if (i < 3) {
+            cr_assert_eq(s, PROBE_OK, "%s", probe_last_error());
+        } else { /* the BEGIN append fails: like any failed write */
+            cr_assert_eq(s, PROBE_EIO);
+            cr_assert_not_null(strstr(probe_last_error(), j), "%s", probe_last_error());
+            cr_assert_not_null(strstr(probe_last_error(), strerror(ENOSPC)), "%s", probe_last_error());
+        }
+    }
+    probe_record late = {.path = "/x/late/out", .call = -1, .step = -1, .cfg_branch = -1,
+                         .timestep = NAN, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+    cr_assert_eq(probe_writer_put(w, &late, v, sizeof v), PROBE_EIO);
+    cr_assert_not_null(strstr(probe_last_error(), "earlier write failed"), "%s", probe_last_error());
+    probe_record sk = {.path = "/x/skip/out"};
+    probe_writer_skip(w, &sk, "late"); /* in memory only: the writer has failed */
+    cr_assert_eq(probe_writer_close(w), PROBE_EIO);
+    cr_assert_eq(access(j, F_OK), -1, "the journal is left after the close");
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_count(f), 3); /* the puts that returned PROBE_OK */
+    for (size_t i = 0; i < 3; i++) {
+        float got[4];
+        cr_assert_eq(probe_file_read_raw(f, i, got, sizeof got), PROBE_OK);
+        for (int k = 0; k < 4; k++)
+            cr_assert_eq(got[k], (float)(i * 4 + (size_t)k));
+    }
+    probe_file_close(f);
+}
