@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include "probe/capture.h"
 
+/* Internal to libprobe: not exported. */
+#define PROBE_JOURNAL_API __attribute__((visibility("hidden")))
+
 #define PROBE_JOURNAL_MAGIC "PRBJRNL\n"
 #define PROBE_JOURNAL_VERSION 1u
 #define PROBE_JOURNAL_SUFFIX ".journal"
@@ -34,21 +37,21 @@ typedef struct probe_journal probe_journal;
 /* Create (truncate) path + ".journal" and write its header (magic, version,
  * a random run token, the capture file's base name). PROBE_EIO naming the
  * journal on failure; PROBE_ENOMEM. */
-probe_status probe_journal_create(const char *capture_path, probe_journal **out);
+PROBE_JOURNAL_API probe_status probe_journal_create(const char *capture_path, probe_journal **out);
 /* Append one record; PROBE_EIO (naming the journal and errno's text) when
  * the write fails or is short (disk full). */
-probe_status probe_journal_begin(probe_journal *j, const char *path);
-probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
+PROBE_JOURNAL_API probe_status probe_journal_begin(probe_journal *j, const char *path);
+PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
                                   uint64_t nbytes, uint64_t hash);
-probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason);
+PROBE_JOURNAL_API probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason);
 /* manifest_json NULL: the manifest was removed. */
-probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json);
+PROBE_JOURNAL_API probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json);
 /* Close the descriptor; with remove set, unlink the journal first. j may be NULL. */
-void probe_journal_close(probe_journal *j, int remove);
+PROBE_JOURNAL_API void probe_journal_close(probe_journal *j, int remove);
 
 /* 1 when a writer of this process has the file (st_dev, st_ino) open
  * (probe/writer.c). */
-int probe_writer_owns_(uint64_t dev, uint64_t ino);
+PROBE_JOURNAL_API int probe_writer_owns_(uint64_t dev, uint64_t ino);
 
 /* --- reading --- */
 #define PROBE_JOURNAL_NO_OFFSET UINT64_MAX
@@ -77,8 +80,8 @@ typedef struct probe_journal_data {
  * when it is not a probe journal, a record before the last is corrupt, or a
  * length field is out of bounds; a last record cut short or failing its
  * checksum is a torn tail (d->torn), not an error. PROBE_ENOMEM. */
-probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, size_t len,
+PROBE_JOURNAL_API probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, size_t len,
                                  probe_journal_data *d);
-void probe_journal_data_free(probe_journal_data *d);
+PROBE_JOURNAL_API void probe_journal_data_free(probe_journal_data *d);
 
 #endif

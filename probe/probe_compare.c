@@ -613,28 +613,41 @@ static void note_recovered(const char *const paths[2])
     }
 }
 
-/* The compare JSON with the key "recovered" added first (the rest byte for
- * byte as probe_compare_write_json wrote it). */
-static probe_status write_json_recovered(const probe_compare_result *r, FILE *out)
+/* The compare JSON (html 0) or HTML report (html 1) with the key
+ * "recovered" added first in the result object (in the HTML: in its inline
+ * probe-data JSON, so that it stays equal to --json), the rest byte for
+ * byte as the library wrote it. Only when an input was recovered: otherwise
+ * the output is exactly the library's. */
+static probe_status write_with_recovered(const probe_compare_result *r, FILE *out, int html)
 {
+    int any = (recovered_json[0] && !json_is_null(recovered_json[0])) ||
+              (recovered_json[1] && !json_is_null(recovered_json[1]));
+    if (!any)
+        return html ? probe_compare_write_html(r, out) : probe_compare_write_json(r, out);
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
     if (m == NULL)
         return probe_set_error(PROBE_ENOMEM, "out of memory");
-    probe_status s = probe_compare_write_json(r, m);
+    probe_status s = html ? probe_compare_write_html(r, m) : probe_compare_write_json(r, m);
     fclose(m);
     json_t *o = json_pack("{s:O, s:O}", "reference", recovered_json[0] ? recovered_json[0] : json_null(),
                           "candidate", recovered_json[1] ? recovered_json[1] : json_null());
-    char *frag = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *frag = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
-    char *brace = s == PROBE_OK && text != NULL ? strchr(text, '{') : NULL;
+    const char *marker = html ? "id=\"probe-data\">" : "";
+    char *at = s == PROBE_OK && text != NULL ? strstr(text, marker) : NULL;
+    char *brace = at != NULL ? strchr(at, '{') : NULL;
     if (s == PROBE_OK && (brace == NULL || frag == NULL)) {
         s = probe_set_error(PROBE_ENOMEM, "out of memory");
     } else if (s == PROBE_OK) {
         size_t head = (size_t)(brace - text) + 1;
-        if (fwrite(text, 1, head, out) != head || fprintf(out, "\"recovered\": %s, ", frag) < 0 ||
-            fwrite(text + head, 1, len - head, out) != len - head)
+        int ok = fwrite(text, 1, head, out) == head && fputs("\"recovered\": ", out) != EOF;
+        for (const char *p = frag; ok && *p; p++) /* "</" would end an HTML script element */
+            ok = (p[0] == '<' && p[1] == '/' ? fputs("<\\", out) : fputc(*p, out)) != EOF;
+        ok = ok && fputs(html ? "," : ", ", out) != EOF &&
+             fwrite(text + head, 1, len - head, out) == len - head;
+        if (!ok)
             s = probe_set_error(PROBE_EIO, "%s", strerror(errno));
     }
     free(frag);
@@ -650,8 +663,7 @@ static int write_to(const char *path, const probe_compare_result *r, int html)
         return -1;
     }
     probe_status s = html == 2   ? probe_compare_write_junit(r, f)
-                     : html == 1 ? probe_compare_write_html(r, f)
-                                 : write_json_recovered(r, f);
+                                 : write_with_recovered(r, f, html);
     if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
         s = probe_set_error(PROBE_EIO, "close failed");
     if (s != PROBE_OK) {

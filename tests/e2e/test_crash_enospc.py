@@ -97,7 +97,7 @@ def main():
             check(n > 0 and miss > 0, "%d tensors written before the disk filled, %d missing" % (n, miss))
             check(all(t["identical"] for t in res["tensors"]), "every written tensor is bit-identical")
             check(res["missing_in_reference"] == [], "nothing extra")
-            check(res["recovered"] == {"reference": None, "candidate": None}, "not a recovered file")
+            check("recovered" not in res, "not a recovered file: no JSON key \"recovered\"")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failures" % len(FAILURES))
