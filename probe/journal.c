@@ -129,13 +129,19 @@ probe_status probe_journal_create(const char *capture_path, probe_journal **out)
 {
     *out = NULL;
     probe_journal *j = calloc(1, sizeof *j);
-    size_t n = strlen(capture_path);
-    if (j == NULL || (j->path = malloc(n + sizeof PROBE_JOURNAL_SUFFIX)) == NULL) {
+    /* an absolute name: the clean close must remove this file even if the
+     * process has changed its directory since */
+    char cwd[4096] = "";
+    if (capture_path[0] != '/' && getcwd(cwd, sizeof cwd - 1) != NULL)
+        strcat(cwd, "/");
+    size_t c = strlen(cwd), n = strlen(capture_path);
+    if (j == NULL || (j->path = malloc(c + n + sizeof PROBE_JOURNAL_SUFFIX)) == NULL) {
         free(j);
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", capture_path);
     }
-    memcpy(j->path, capture_path, n);
-    memcpy(j->path + n, PROBE_JOURNAL_SUFFIX, sizeof PROBE_JOURNAL_SUFFIX);
+    memcpy(j->path, cwd, c);
+    memcpy(j->path + c, capture_path, n);
+    memcpy(j->path + c + n, PROBE_JOURNAL_SUFFIX, sizeof PROBE_JOURNAL_SUFFIX);
     j->fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (j->fd < 0) {
         probe_status s = probe_set_error(PROBE_EIO, "%s: cannot create the journal: %s", j->path,

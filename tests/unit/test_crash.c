@@ -812,3 +812,18 @@ Test(crash, journal_disk_full)
     }
     probe_file_close(f);
 }
+
+Test(crash, clean_close_removes_the_journal_after_a_chdir)
+{
+    char old[4096], j[1100];
+    cr_assert_not_null(getcwd(old, sizeof old));
+    cr_assert_eq(chdir(g_dir), 0);
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open("rel.h5", NULL, &w), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(access("rel.h5.journal", F_OK), 0, "no journal while writing");
+    cr_assert_eq(chdir("/"), 0);
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+    snprintf(j, sizeof j, "%s/rel.h5.journal", g_dir);
+    cr_assert_eq(access(j, F_OK), -1, "the clean close left %s", j);
+    cr_assert_eq(chdir(old), 0);
+}
