@@ -1,0 +1,134 @@
+/* probe-recover: rewrite a capture whose writer was killed (it has a
+ * journal, docs/file-format.md "Journal") as a clean HDF5 capture that any
+ * HDF5 reader (h5py) opens.
+ *
+ *   probe-recover X.h5 [-o OUT.h5]
+ *
+ * Reads X through its journal (the complete captures only; the partial one
+ * is dropped and named), writes every tensor with its attributes, the skips
+ * and the manifest to OUT, and closes it cleanly. Without -o, X itself is
+ * replaced (a temporary file next to it, renamed over X) and X.journal
+ * removed. Exit 0 on success (also when X has no journal: nothing to do),
+ * 2 on bad arguments or a file that cannot be read or written (one line
+ * `probe-recover: ...` on stderr). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "probe/capture.h"
+
+static int copy_all(probe_file *f, const char *out)
+{
+    probe_writer *w;
+    if (probe_writer_open(out, probe_file_manifest(f), &w) != PROBE_OK) {
+        fprintf(stderr, "probe-recover: %s\n", probe_last_error());
+        return 2;
+    }
+    probe_status s = PROBE_OK;
+    for (size_t i = 0; i < probe_file_count(f) && s == PROBE_OK; i++) {
+        const probe_tensor_info *t = probe_file_tensor(f, i);
+        size_t nb = (size_t)t->n * probe_dtype_size(t->dtype);
+        void *buf = malloc(nb ? nb : 1);
+        if (buf == NULL) {
+            s = probe_set_error(PROBE_ENOMEM, "%s: out of memory (%zu bytes)", t->path, nb);
+            break;
+        }
+        s = probe_file_read_raw(f, i, buf, nb);
+        probe_record rec = {.path = t->path, .component = t->component, .slot = t->slot,
+                            .call = t->call, .step = t->step, .cfg_branch = t->cfg_branch,
+                            .timestep = t->timestep, .scope = t->scope,
+                            .seq = t->seq >= 0 ? (uint64_t)t->seq : (uint64_t)i, .dtype = t->dtype,
+                            .rank = t->rank, .shape = t->shape};
+        if (s == PROBE_OK)
+            s = probe_writer_put(w, &rec, buf, nb);
+        free(buf);
+    }
+    for (size_t i = 0; i < probe_file_skip_count(f) && s == PROBE_OK; i++) {
+        const probe_skip_info *k = probe_file_skip(f, i);
+        probe_record rec = {.path = k->path};
+        s = probe_writer_skip(w, &rec, k->reason);
+    }
+    char msg[1024] = "";
+    if (s != PROBE_OK)
+        snprintf(msg, sizeof msg, "%s", probe_last_error());
+    probe_status c = probe_writer_close(w);
+    if (s == PROBE_OK && c != PROBE_OK)
+        snprintf(msg, sizeof msg, "%s", probe_last_error());
+    if (s != PROBE_OK || c != PROBE_OK) {
+        fprintf(stderr, "probe-recover: %s\n", msg);
+        unlink(out);
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *out = NULL;
+    static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
+                                             {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        if (c == 'o') {
+            out = optarg;
+        } else if (c == 'h') {
+            printf("usage: probe-recover X.h5 [-o OUT.h5]\n"
+                   "Rewrite a capture whose writer was killed (X.h5.journal next to it) as a clean\n"
+                   "HDF5 capture: OUT.h5, or X.h5 itself (its journal removed) without -o.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "usage: probe-recover X.h5 [-o OUT.h5]\n");
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr, "probe-recover: expected one capture file, got %d\n", argc - optind);
+        return 2;
+    }
+    const char *in = argv[optind];
+    probe_file *f;
+    if (probe_file_open(in, &f) != PROBE_OK) {
+        fprintf(stderr, "probe-recover: %s\n", probe_last_error());
+        return 2;
+    }
+    const probe_recovery_info *ri = probe_file_recovery(f);
+    if (!ri->recovered) {
+        fprintf(stderr, "probe-recover: %s was closed by its writer: nothing to recover\n", in);
+        probe_file_close(f);
+        return 0;
+    }
+    char journal[sizeof ri->journal], partial[sizeof ri->partial];
+    snprintf(journal, sizeof journal, "%s", ri->journal);
+    snprintf(partial, sizeof partial, "%s", ri->partial);
+    size_t n = probe_file_count(f);
+    char *tmp = NULL;
+    if (out == NULL) {
+        tmp = malloc(strlen(in) + 32);
+        if (tmp == NULL) {
+            fprintf(stderr, "probe-recover: out of memory\n");
+            return 2;
+        }
+        sprintf(tmp, "%s.recover-%ld.tmp", in, (long)getpid());
+    }
+    int rc = copy_all(f, out != NULL ? out : tmp);
+    probe_file_close(f);
+    if (rc == 0 && tmp != NULL) {
+        if (rename(tmp, in) != 0) {
+            fprintf(stderr, "probe-recover: cannot replace %s: %s\n", in, strerror(errno));
+            unlink(tmp);
+            rc = 2;
+        } else if (unlink(journal) != 0) {
+            fprintf(stderr, "probe-recover: cannot remove %s: %s\n", journal, strerror(errno));
+            rc = 2;
+        }
+    }
+    if (rc == 0)
+        fprintf(stderr, "probe-recover: wrote %s: %zu complete captures from %s%s%s%s\n",
+                out != NULL ? out : in, n, journal, partial[0] ? "; partial capture " : "", partial,
+                partial[0] ? " dropped" : "");
+    free(tmp);
+    return rc;
+}
