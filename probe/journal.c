@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -142,10 +143,20 @@ probe_status probe_journal_create(const char *capture_path, probe_journal **out)
     memcpy(j->path, cwd, c);
     memcpy(j->path + c, capture_path, n);
     memcpy(j->path + c + n, PROBE_JOURNAL_SUFFIX, sizeof PROBE_JOURNAL_SUFFIX);
-    j->fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    /* never through a symlink (a planted link would make the writer
+     * truncate another file); the umask applies, as to the capture */
+    j->fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
+    struct stat st;
+    const char *why = NULL;
+    if (j->fd >= 0 && (fstat(j->fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(j->fd);
+        j->fd = -1;
+        why = "not a regular file";
+    } else if (j->fd < 0) {
+        why = errno == ELOOP ? "it is a symbolic link" : strerror(errno);
+    }
     if (j->fd < 0) {
-        probe_status s = probe_set_error(PROBE_EIO, "%s: cannot create the journal: %s", j->path,
-                                         strerror(errno));
+        probe_status s = probe_set_error(PROBE_EIO, "%s: cannot create the journal: %s", j->path, why);
         free(j->path);
         free(j);
         return s;

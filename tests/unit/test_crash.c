@@ -827,3 +827,22 @@ Test(crash, clean_close_removes_the_journal_after_a_chdir)
     cr_assert_eq(access(j, F_OK), -1, "the clean close left %s", j);
     cr_assert_eq(chdir(old), 0);
 }
+
+Test(crash, journal_never_written_through_a_symlink)
+{
+    char out[1024], j[1100], victim[1100];
+    snprintf(out, sizeof out, "%s/s.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    snprintf(victim, sizeof victim, "%s/victim.txt", g_dir);
+    spit(victim, "keep me", 7);
+    cr_assert_eq(symlink(victim, j), 0);
+    probe_writer *w = NULL;
+    cr_assert_eq(probe_writer_open(out, NULL, &w), PROBE_EIO);
+    cr_assert_null(w);
+    cr_assert_not_null(strstr(probe_last_error(), "symbolic link"), "%s", probe_last_error());
+    size_t len;
+    unsigned char *b = slurp(victim, &len);
+    cr_assert(len == 7 && memcmp(b, "keep me", 7) == 0, "the link's target was changed");
+    free(b);
+    cr_assert_eq(access(out, F_OK), -1, "a capture was created without its journal");
+}
