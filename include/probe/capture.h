@@ -52,9 +52,13 @@ typedef struct probe_record {
 typedef struct probe_writer probe_writer;
 
 /* Create (truncate) the capture file at path with the run manifest (JSON
- * text, may be NULL). Errors: PROBE_EIO with the OS/HDF5 reason (missing
- * directory, permission, disk full), PROBE_EINVAL for NULL path/out. Not
- * thread-safe: one thread uses one writer. */
+ * text, may be NULL), and its journal path + ".journal" (first; never
+ * through a symlink), to which every completed put, skip and manifest
+ * change is appended and which a clean probe_writer_close removes
+ * (docs/file-format.md "Journal"). Errors: PROBE_EIO with the OS/HDF5
+ * reason (missing directory, permission, disk full, a symlinked journal),
+ * PROBE_EINVAL for NULL path/out. Not thread-safe: one thread uses one
+ * writer. */
 probe_status probe_writer_open(const char *path, const char *manifest_json, probe_writer **out);
 
 /* probe_writer_open with flags. PROBE_WRITER_CALLER_LOCKED: the caller
@@ -85,7 +89,9 @@ probe_status probe_writer_set_manifest(probe_writer *w, const char *manifest_jso
 probe_status probe_writer_flush(probe_writer *w);
 
 /* Write pending attributes, close and free. w may be NULL. Returns the first
- * error seen while closing. */
+ * error seen while closing. Removes the journal once HDF5 closed the file
+ * (also after a failed write: the file then holds what the last successful
+ * flush wrote); a process that never gets here leaves it for the reader. */
 probe_status probe_writer_close(probe_writer *w);
 
 /* xxh64 (seed 0) of n bytes, the content hash stored in probe.hash. */
