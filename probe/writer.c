@@ -844,6 +844,11 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
         return s;
     if ((s = preflight(w, rec->path, sizeof *sum, SLACK_TENSOR)) != PROBE_OK)
         return s;
+    /* The journal records full tensors only (docs/file-format.md "Journal"):
+     * a file with stats-only records has none, and is read through HDF5 as
+     * before (flushed after every record). */
+    probe_journal_close(w->journal, 1);
+    w->journal = NULL;
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
 

@@ -846,3 +846,37 @@ Test(crash, journal_never_written_through_a_symlink)
     free(b);
     cr_assert_eq(access(out, F_OK), -1, "a capture was created without its journal");
 }
+
+/* Stats-only records are not journaled: the first one removes the journal
+ * and the file is read through HDF5, as before the journal existed. */
+Test(crash, stats_only_record_drops_the_journal)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/s.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(out, NULL, &w), PROBE_OK);
+    float v[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    probe_record a = {.path = "/a/0000/out", .call = -1, .step = -1, .cfg_branch = -1,
+                      .timestep = NAN, .seq = 0, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+    cr_assert_eq(probe_writer_put(w, &a, v, sizeof v), PROBE_OK);
+    cr_assert_eq(access(j, F_OK), 0);
+    probe_summary sum = {.n = 4, .n_finite = 4, .min = 1, .max = 4, .abs_max = 4, .sum = 10, .sum_sq = 30};
+    probe_record b = a;
+    b.path = "/b/0000/out";
+    b.seq = 1;
+    cr_assert_eq(probe_writer_put_summary(w, &b, &sum, XXH64(v, sizeof v, 0)), PROBE_OK, "%s",
+                 probe_last_error());
+    cr_assert_eq(access(j, F_OK), -1, "the journal is kept after a stats-only record");
+    cr_assert_eq(probe_writer_put(w, &(probe_record){.path = "/c/0000/out", .call = -1, .step = -1,
+                                                     .cfg_branch = -1, .timestep = NAN, .seq = 2,
+                                                     .dtype = PROBE_DTYPE_FLOAT32, .rank = 1,
+                                                     .shape = shape}, v, sizeof v), PROBE_OK);
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_count(f), 3);
+    cr_assert_eq(probe_file_recovery(f)->recovered, 0);
+    probe_file_close(f);
+}
