@@ -377,7 +377,8 @@ Test(crash, kill_loop)
     fprintf(stderr, "  HDF5 alone (journal hidden, main's reader) could not read %d of %d non-empty "
             "killed files (%.1f%%); with the journal: 0\n", hdf5_bad, hdf5_checked,
             hdf5_checked ? 100.0 * hdf5_bad / hdf5_checked : 0.0);
-    cr_assert_gt(in_phase[PH_PUT], kills / 4, "too few kills landed inside a put (%d)", in_phase[PH_PUT]);
+    /* about 40% land inside a put (35% under ASan); fewer means the delays miss the pattern */
+    cr_assert_gt(in_phase[PH_PUT], kills / 8, "too few kills landed inside a put (%d)", in_phase[PH_PUT]);
     munmap(pg, sizeof *pg);
     free(buf);
     free(got);
