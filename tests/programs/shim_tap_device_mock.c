@@ -115,6 +115,7 @@ static void fill(unsigned char *p, size_t n, int dt)
 static void describe(const char *path, int dt, const char *bin, size_t offset, int rank,
                      const int64_t *shape, const int64_t *strides, int device)
 {
+    flockfile(cases); /* one whole line per case: threads describe concurrently */
     fprintf(cases, "{\"path\":\"%s\",\"dtype\":%d,\"bin\":\"%s\",\"offset\":%zu,\"device\":%d,\"shape\":[",
             path, dt, bin, offset, device);
     for (int k = 0; k < rank; ++k)
@@ -129,6 +130,7 @@ static void describe(const char *path, int dt, const char *bin, size_t offset, i
         fprintf(cases, "null}\n");
     }
     fflush(cases);
+    funlockfile(cases);
 }
 
 static void save(const char *bin, const void *p, size_t n)
