@@ -19,11 +19,13 @@ and the capture benchmark (docs/observer.md):
                               (the first ones warm up; the last is timed and saved)
   --json FILE                 timings of the last run: pipeline seconds (the
                               device synchronized), flush seconds (probe's
-                              queue drained, when probe is preloaded)
+                              queue drained, when probe is preloaded), the
+                              hooks' bytes and the video's SHA-256
 Needs torch >= 2.6, transformers and diffusers (the GPU machine has all but
 diffusers, which is carried as a wheel)."""
 import argparse
 import ctypes
+import hashlib
 import json
 import os
 import sys
@@ -85,6 +87,13 @@ def sync():
         torch.cuda.synchronize()
 
 
+# probe's flush (preloaded shim): waits until every capture so far is in the
+# file. Called after each repetition, untimed, so that a timed repetition
+# does not share the machine with the previous one's writing; its time after
+# the last one is the part of the capture that did not overlap the pipeline.
+flush = getattr(ctypes.CDLL(None), "probe_tap_flush_v1", None) if os.environ.get("PROBE_OUT") else None
+flush_rc = t_flush = None
+times = []
 for i in range(args.repeat):
     sync()
     t0 = time.perf_counter()
@@ -93,20 +102,21 @@ for i in range(args.repeat):
                              args.steps, args.frames, height, width)
     sync()
     t_pipe = time.perf_counter() - t0
-
-# probe's queue drained (device copies done, everything written): the part of
-# the capture that does not overlap the pipeline.
-t0 = time.perf_counter()
-flush = getattr(ctypes.CDLL(None), "probe_tap_flush_v1", None) if os.environ.get("PROBE_OUT") else None
-flush_rc = flush() if flush is not None else None
-t_flush = time.perf_counter() - t0
+    times.append(t_pipe)
+    if flush is not None:
+        t0 = time.perf_counter()
+        flush_rc = flush()
+        t_flush = time.perf_counter() - t0
 print("wan_run: dtype=%s attn=%s seed=%d video %s%s" % (
     args.dtype, args.attn, args.seed, tuple(video.shape), "" if args.no_time else " %.3f s" % t_pipe))
 if args.out:
     np.save(args.out, video)
 if args.json:
     with open(args.json, "w") as f:
-        json.dump({"pipeline_s": t_pipe, "flush_s": t_flush if flush is not None else None,
+        json.dump({"pipeline_s": t_pipe, "pipeline_s_all": times, "repeat": args.repeat,
+                   "flush_s": t_flush,
                    "flush_rc": flush_rc, "hook_bytes": hooks.bytes if hooks else None,
                    "hook_files": hooks.files if hooks else None,
-                   "video_shape": list(video.shape)}, f)
+                   "video_shape": list(video.shape),
+                   "video_sha256": hashlib.sha256(np.ascontiguousarray(video).tobytes()).hexdigest()},
+                  f)
