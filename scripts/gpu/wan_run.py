@@ -15,6 +15,9 @@ and the capture benchmark (docs/observer.md):
   --hooks DIR                 the capture users write today: forward hooks /
                               wrappers that .cpu() and torch.save every
                               component input and output (wan_pipe.SaveHooks)
+  --compile MODE              torch.compile the transformer (e.g. reduce-overhead)
+  --clone-dit FILE            clone the transformer's output after each call
+                              (a forward hook) and torch.save the clones
   --repeat N                  run the pipeline N times in this process
                               (the first ones warm up; the last is timed and saved)
   --json FILE                 timings of the last run: pipeline seconds (the
@@ -54,6 +57,9 @@ ap.add_argument("--threads", type=int, default=None, help="CPU intra-op threads"
 ap.add_argument("--compile", default=None, metavar="MODE",
                 help="torch.compile the transformer with this mode (e.g. reduce-overhead)")
 ap.add_argument("--hooks", default=None, metavar="DIR", help="save component I/O with hooks")
+ap.add_argument("--clone-dit", default=None, metavar="FILE",
+                help="a forward hook on the (compiled) transformer clones its output right after "
+                     "each call; the clones are torch.save'd to FILE (host copies, a list)")
 ap.add_argument("--repeat", type=int, default=1)
 ap.add_argument("--no-time", action="store_true",
                 help="leave the time out of the stdout line (stdout then depends only on the run)")
@@ -78,6 +84,12 @@ pipe, text_encoder, cfg = wan_pipe.build(args.config, dev, args.dtype)
 if args.compile:
     pipe.transformer = torch.compile(pipe.transformer, mode=args.compile)
 hooks = wan_pipe.SaveHooks(pipe, args.hooks) if args.hooks else None
+dit_clones = []
+if args.clone_dit:
+    def clone_output(module, inputs, output):
+        out = output[0] if isinstance(output, (tuple, list)) else getattr(output, "sample", output)
+        dit_clones.append(out.detach().clone())
+    pipe.transformer.register_forward_hook(clone_output)
 ids, neg_ids, latents = wan_pipe.make_inputs(cfg, args.seed, args.frames, height, width, dev)
 prompt_embeds, negative_prompt_embeds = wan_pipe.encode(text_encoder, ids, neg_ids)
 
@@ -111,6 +123,8 @@ print("wan_run: dtype=%s attn=%s seed=%d video %s%s" % (
     args.dtype, args.attn, args.seed, tuple(video.shape), "" if args.no_time else " %.3f s" % t_pipe))
 if args.out:
     np.save(args.out, video)
+if args.clone_dit:
+    torch.save([c.cpu() for c in dit_clones], args.clone_dit)
 if args.json:
     with open(args.json, "w") as f:
         json.dump({"pipeline_s": t_pipe, "pipeline_s_all": times, "repeat": args.repeat,
