@@ -60,7 +60,7 @@ def reexec_in_venv():
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if chk.returncode != 0:
         print("SKIP: the venv at %s lacks torch/diffusers/transformers/numpy/h5py: %s"
-              % (py, chk.stdout.strip().splitlines()[-1:] or ""))
+              % (py, (chk.stdout.strip().splitlines() or ["(no output)"])[-1]))
         sys.exit(77)
     env = dict(os.environ, PROBE_OBSERVER_IN_VENV="1")
     os.execve(py, [py, os.path.abspath(__file__)], env)
