@@ -60,7 +60,8 @@ ap.add_argument("--inproc-repeat", type=int, default=2, help="pipeline calls per
 ap.add_argument("--variants", default="ABCD")
 ap.add_argument("--threads", type=int, default=8, help="CPU intra-op threads of each run")
 ap.add_argument("--budget-s", type=float, default=420.0,
-                help="start no new round after this many seconds (the rounds done are reported)")
+                help="start no round that would end (at the last round's duration) past this many "
+                     "seconds; the rounds done are reported")
 ap.add_argument("--logs", default=None, help="folder for each run's log (default OUT/logs)")
 ap.add_argument("--scratch", default=None, help="folder for capture files and hook output")
 args = ap.parse_args()
@@ -94,8 +95,10 @@ def captured_bytes(h5):
                 total += obj.id.get_type().get_size() * obj.size
                 n += 1
         f.visititems(visit)
-        skips = f.attrs.get("probe.skips")
-    return total, n, skips
+        skips = f.attrs.get("probe.skips", "[]")
+    if isinstance(skips, bytes):
+        skips = skips.decode()
+    return total, n, json.loads(skips)
 
 
 def run_one(v, tag):
@@ -123,9 +126,8 @@ def run_one(v, tag):
     if h5 and os.path.exists(h5):
         try:
             b, n, skips = captured_bytes(h5)
-            rec.update(captured_bytes=b, datasets=n,
-                       skips=skips.decode() if isinstance(skips, bytes) else (
-                           str(skips) if skips is not None else None))
+            rec.update(captured_bytes=b, datasets=n, skips=len(skips),
+                       skip_reasons=sorted({s.get("reason", "?") for s in skips}))
         except Exception as e:  # an unreadable capture is a result too
             rec["capture_error"] = "%s: %s" % (type(e).__name__, e)
         os.remove(h5)
@@ -143,12 +145,17 @@ print("capture_wan: %s %s %dx%d, %d frames, %d steps, device %s; rounds of %s x 
          args.variants, args.reps), flush=True)
 records = [dict(run_one("A", "warm"), warmup=True)]
 rounds = 0
+last_round_s = 0.0
 for r in range(args.reps):
-    if r > 0 and time.perf_counter() - t_start > args.budget_s:
-        print("  budget of %.0f s reached after %d rounds" % (args.budget_s, rounds))
+    elapsed = time.perf_counter() - t_start
+    if r > 0 and elapsed + last_round_s > args.budget_s:
+        print("  stopping after %d rounds: another round (%.0f s) would end past the budget of %.0f s"
+              % (rounds, last_round_s, args.budget_s))
         break
+    t_round = time.perf_counter()
     for v in args.variants:
         records.append(run_one(v, "%s%d" % (v, r)))
+    last_round_s = time.perf_counter() - t_round
     rounds += 1
 shutil.rmtree(scratch, ignore_errors=True)
 
@@ -180,6 +187,9 @@ allowed = bytes_per_call / (LINK_GBPS * 1e9) if bytes_per_call else None
 hashes = {v: sorted({x.get("video_sha256") for x in ok.get(v, [])}) for v in args.variants}
 all_abc = [h for v in "ABC" if v in hashes for h in hashes[v]]
 identical_abc = len(set(all_abc)) == 1 if all_abc else None
+# The determinism floor: repeated runs without probe agree among themselves.
+a_hashes = [x.get("video_sha256") for x in ok.get("A", [])] + [records[0].get("video_sha256")]
+a_repeatable = len(set(h for h in a_hashes if h)) == 1 if any(a_hashes) else None
 result = {
     "format": "probe-bench-capture-wan", "version": 1,
     "config": vars(args), "rounds": rounds, "elapsed_s": time.perf_counter() - t_start,
@@ -191,8 +201,9 @@ result = {
     "captured_bytes_per_call": bytes_per_call, "hook_bytes_per_call": statistics.median(hb) if hb else None,
     "stall_estimate_s": stall, "stall_allowed_s": allowed,
     "video_sha256": hashes, "video_identical_ABC": identical_abc,
+    "video_repeatable_A": a_repeatable,
     "video_identical_D": (hashes.get("D") == hashes.get("A")) if "D" in hashes and "A" in hashes else None,
-    "capture_skips": sorted({x.get("skips") for x in ok.get("C", []) if x.get("skips")}),
+    "capture_skips": sorted({r for x in ok.get("C", []) for r in x.get("skip_reasons", [])}),
     "runs": records,
 }
 with open(os.path.join(args.out, "capture_wan.json"), "w") as f:
@@ -218,8 +229,9 @@ print("captured per pipeline call: %s MB (probe), %s MB (hooks)" % (
     fmt(result["hook_bytes_per_call"] and result["hook_bytes_per_call"] / 1e6, "%.1f")))
 print("producer stall estimate (median C - median A): %s s; allowed (bytes / 40 GB/s): %s s" % (
     fmt(stall, "%.4f"), fmt(allowed, "%.4f")))
-print("decoded video identical in A, B, C: %s; D: %s; capture skips: %s" % (
-    identical_abc, result["video_identical_D"], result["capture_skips"] or "none"))
+print("decoded video identical in A, B, C: %s; D: %s; the runs without probe among themselves "
+      "(determinism floor): %s; capture skips: %s" % (
+          identical_abc, result["video_identical_D"], a_repeatable, result["capture_skips"] or "none"))
 failed = [x["tag"] for x in records if x["exit"] != 0]
 if failed:
     print("failed runs (logs in %s): %s" % (logs, " ".join(failed)))
