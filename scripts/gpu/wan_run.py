@@ -83,6 +83,21 @@ else:
 pipe, text_encoder, cfg = wan_pipe.build(args.config, dev, args.dtype)
 if args.compile:
     pipe.transformer = torch.compile(pipe.transformer, mode=args.compile)
+    if args.compile == "reduce-overhead":
+        # What a user must add for CUDA graphs under CFG (two transformer
+        # calls per step): outputs of a graph replay live in the graph's
+        # memory and the next replay overwrites them, so mark each call as a
+        # new step and clone its output (torch's own advice in the error it
+        # raises otherwise).
+        def new_step(module, inputs):
+            torch.compiler.cudagraph_mark_step_begin()
+
+        def keep_output(module, inputs, output):
+            return type(output)(o.clone() if torch.is_tensor(o) else o for o in output) \
+                if isinstance(output, (tuple, list)) else output
+
+        pipe.transformer.register_forward_pre_hook(new_step)
+        pipe.transformer.register_forward_hook(keep_output)
 hooks = wan_pipe.SaveHooks(pipe, args.hooks) if args.hooks else None
 dit_clones = []
 if args.clone_dit:
