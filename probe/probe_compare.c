@@ -229,7 +229,8 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         {"fp32 matmul", "dtypes.float32_matmul_precision"},
         {"TF32 matmul", "dtypes.cuda_matmul_allow_tf32"},
         {"output dtypes", "dtypes.outputs"}, {"scheduler", "scheduler"},
-        {"capture", "capture"}, {"taps", "taps"}, {"inject", ""}, {"skips", ""}};
+        {"capture", "capture"}, {"taps", "taps"}, {"staging waits", "staging.waits"},
+        {"staging wait s", "staging.wait_s"}, {"inject", ""}, {"skips", ""}};
     char v[2][1024];
     int w = 30;
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
