@@ -686,6 +686,48 @@ static probe_status journal_put(probe_writer *w, const probe_record *rec, uint64
     return s != PROBE_OK ? mark_failed(w, s) : PROBE_OK;
 }
 
+/* Create the dataset rec->path (file type ftype, dataspace space), write
+ * data (memory type mtype; NULL: nothing to write), its probe.* attributes
+ * with hash (and probe.stats_only = 1 when stats_only), and close it; on any
+ * failure the half-made dataset is unlinked. With offset non-NULL and data
+ * written, *offset is the raw data's file address (contiguous: fixed from
+ * then on). Call inside H5E_BEGIN_TRY. */
+static probe_status write_dataset(probe_writer *w, const probe_record *rec, hid_t ftype, hid_t mtype,
+                                  hid_t space, const void *data, const char *hash, int stats_only,
+                                  uint64_t *offset)
+{
+    static const int32_t one = 1;
+    probe_status s = PROBE_OK;
+    hid_t d = H5I_INVALID_HID, lcpl = H5Pcreate(H5P_LINK_CREATE);
+    if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0)
+        s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
+    if (s == PROBE_OK) {
+        d = H5Dcreate2(w->file, rec->path, ftype, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        if (d < 0)
+            s = h5_fail(w, "cannot create dataset", rec->path);
+    }
+    if (s == PROBE_OK && data != NULL && H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        s = h5_fail(w, "cannot write dataset", rec->path);
+    if (s == PROBE_OK && data != NULL && offset != NULL) {
+        haddr_t a = H5Dget_offset(d);
+        if (a == HADDR_UNDEF)
+            s = h5_fail(w, "cannot find the raw data's offset", rec->path);
+        else
+            *offset = (uint64_t)a;
+    }
+    if (s == PROBE_OK && (write_attrs(d, rec, hash) < 0 ||
+                          (stats_only && attr_write_scalar(d, "probe.stats_only", H5T_STD_I32LE,
+                                                           H5T_NATIVE_INT32, &one) < 0)))
+        s = h5_fail(w, "cannot write attributes", rec->path);
+    if (d >= 0 && H5Dclose(d) < 0 && s == PROBE_OK)
+        s = h5_fail(w, "cannot close dataset", rec->path);
+    if (d >= 0 && s != PROBE_OK)
+        H5Ldelete(w->file, rec->path, H5P_DEFAULT); /* do not leave half a tensor */
+    if (lcpl >= 0)
+        H5Pclose(lcpl);
+    return s;
+}
+
 probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
                               size_t nbytes)
 {
@@ -730,35 +772,14 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
     }
     uint64_t offset = PROBE_JOURNAL_NO_OFFSET;
 
-    hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID, lcpl = H5I_INVALID_HID, d = H5I_INVALID_HID;
+    hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID;
     H5E_BEGIN_TRY {
         type = probe_h5_type_create(rec->dtype);
         space = rec->rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rec->rank, dims, NULL);
-        lcpl = H5Pcreate(H5P_LINK_CREATE);
-        if (type < 0 || space < 0 || lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0)
+        if (type < 0 || space < 0)
             s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
-        if (s == PROBE_OK) {
-            d = H5Dcreate2(w->file, rec->path, type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-            if (d < 0)
-                s = h5_fail(w, "cannot create dataset", rec->path);
-        }
-        if (s == PROBE_OK && nbytes > 0 && H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-            s = h5_fail(w, "cannot write dataset", rec->path);
-        if (s == PROBE_OK && nbytes > 0) {
-            haddr_t a = H5Dget_offset(d); /* contiguous: the bytes' place, fixed from now on */
-            if (a == HADDR_UNDEF)
-                s = h5_fail(w, "cannot find the raw data's offset", rec->path);
-            else
-                offset = (uint64_t)a;
-        }
-        if (s == PROBE_OK && write_attrs(d, rec, hash) < 0)
-            s = h5_fail(w, "cannot write attributes", rec->path);
-        if (d >= 0 && H5Dclose(d) < 0 && s == PROBE_OK)
-            s = h5_fail(w, "cannot close dataset", rec->path);
-        if (d >= 0 && s != PROBE_OK)
-            H5Ldelete(w->file, rec->path, H5P_DEFAULT); /* do not leave half a tensor */
-        if (lcpl >= 0)
-            H5Pclose(lcpl);
+        else
+            s = write_dataset(w, rec, type, type, space, nbytes > 0 ? data : NULL, hash, 0, &offset);
         if (type >= 0)
             H5Tclose(type);
         if (space >= 0)
@@ -853,32 +874,14 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
 
     hid_t ft = H5I_INVALID_HID, mt = H5I_INVALID_HID, space = H5I_INVALID_HID;
-    hid_t lcpl = H5I_INVALID_HID, d = H5I_INVALID_HID;
-    static const int32_t one = 1;
     H5E_BEGIN_TRY {
         ft = summary_type(1);
         mt = summary_type(0);
         space = H5Screate(H5S_SCALAR);
-        lcpl = H5Pcreate(H5P_LINK_CREATE);
-        if (ft < 0 || mt < 0 || space < 0 || lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0)
+        if (ft < 0 || mt < 0 || space < 0)
             s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
-        if (s == PROBE_OK) {
-            d = H5Dcreate2(w->file, rec->path, ft, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-            if (d < 0)
-                s = h5_fail(w, "cannot create dataset", rec->path);
-        }
-        if (s == PROBE_OK && H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, sum) < 0)
-            s = h5_fail(w, "cannot write dataset", rec->path);
-        if (s == PROBE_OK && (write_attrs(d, rec, hex) < 0 ||
-                              attr_write_scalar(d, "probe.stats_only", H5T_STD_I32LE,
-                                                H5T_NATIVE_INT32, &one) < 0))
-            s = h5_fail(w, "cannot write attributes", rec->path);
-        if (d >= 0 && H5Dclose(d) < 0 && s == PROBE_OK)
-            s = h5_fail(w, "cannot close dataset", rec->path);
-        if (d >= 0 && s != PROBE_OK)
-            H5Ldelete(w->file, rec->path, H5P_DEFAULT); /* do not leave half a record */
-        if (lcpl >= 0)
-            H5Pclose(lcpl);
+        else
+            s = write_dataset(w, rec, ft, mt, space, sum, hex, 1, NULL);
         if (ft >= 0)
             H5Tclose(ft);
         if (mt >= 0)
