@@ -27,6 +27,7 @@
 
 struct range {
     const void *domain; /* NULL: default domain */
+    unsigned scope;     /* token of the component scope it opened (scope.c), 0 none */
     char name[NVTX_NAME_MAX];
 };
 
@@ -160,6 +161,7 @@ static int push(const void *domain, const char *name)
     }
     s->r[s->depth].domain = domain;
     copy_utf8(s->r[s->depth].name, NVTX_NAME_MAX, name ? name : "");
+    s->r[s->depth].scope = shim_scope_nvtx_enter(s->r[s->depth].name);
     return s->depth++;
 }
 
@@ -174,6 +176,7 @@ static int pop(const void *domain)
     }
     for (int i = s->depth - 1; i >= 0; --i) {
         if (s->r[i].domain == domain) {
+            shim_scope_nvtx_exit(s->r[i].scope);
             memmove(&s->r[i], &s->r[i + 1], (size_t)(s->depth - 1 - i) * sizeof s->r[0]);
             --s->depth;
             return s->depth;

@@ -546,6 +546,7 @@ __attribute__((constructor)) static void shim_init(void)
     shim_cfg.capture_spec = xstrdup(spec && *spec ? spec : "*");
     shim_capture_config(shim_cfg.capture_spec ? shim_cfg.capture_spec : "*"); /* tap.c */
     shim_stats_config();                                                       /* stats.c */
+    shim_scope_config();                                                       /* scope.c */
     const char *lp = getenv("PROBE_LIBPROBE");
     shim_cfg.libprobe_path = lp && *lp ? xstrdup(lp) : NULL;
     shim_cfg.queue_max_bytes = parse_queue_mb(getenv("PROBE_QUEUE_MB"));

@@ -17,6 +17,7 @@
  *   libprobe.c  dlopen of libprobe.so (the HDF5 writer and reader)
  *   inject.c    probe_inject_v1: reference file, inject globs, checks, manifest record
  *   stats.c     stats-only capture: summary + hash instead of the bytes
+ *   scope.c     component scopes (adapter calls, NVTX ranges) of interposed calls
  */
 #ifndef PROBE_INTERCEPT_SHIM_H
 #define PROBE_INTERCEPT_SHIM_H
@@ -477,6 +478,40 @@ void shim_inject_init(void);
 void shim_inject_finish(void);
 /* Append ,"inject":{...} to the manifest being built when injection is configured. */
 void shim_inject_json(struct shim_json *b);
+
+/* ---- scope.c: component scopes of interposed library calls ---------------- */
+
+/* Counters kept per scope instance (shim_scope_next). */
+enum { SHIM_COUNT_GEMM = 0, SHIM_COUNT_NCCL = 1, SHIM_COUNT_KINDS = 4 };
+
+struct shim_scope {
+    char component[SHIM_NAME_MAX]; /* "" outside any scope */
+    int64_t call, step;            /* -1 unknown */
+    int32_t cfg_branch;            /* -1 unknown */
+};
+
+/* Read PROBE_NVTX_SCOPES (constructor): COMPONENT=GLOB items, comma-
+ * separated; unset: TensorRT-LLM VisualGen's ranges; "" or "0": none. A bad
+ * spec: one `probe:` line and no NVTX range becomes a scope. */
+void shim_scope_config(void);
+/* The calling thread's innermost scope: a component call announced by the
+ * adapter (probe_scope_enter_v1/exit_v1) or an NVTX range mapped to a
+ * component. Returns 1 and fills out; 0 outside any (out->component "",
+ * call/step/cfg_branch -1). */
+int shim_scope_current(struct shim_scope *out);
+/* Next index (0, 1, ...) of counter `kind` (SHIM_COUNT_*) inside the calling
+ * thread's innermost scope instance; outside any scope a process-wide
+ * counter per kind. -1 for a bad kind. */
+int64_t shim_scope_next(int kind);
+/* nvtx.c: a push/pop range named range_name opened on this thread. Returns
+ * a token (!= 0) when it matches PROBE_NVTX_SCOPES and a scope was opened
+ * (component from the item; call = that component's count of such ranges;
+ * step = the name's trailing number, else -1), else 0. */
+unsigned shim_scope_nvtx_enter(const char *range_name);
+/* nvtx.c: the range that returned token closed (0: nothing to do). */
+void shim_scope_nvtx_exit(unsigned token);
+/* Append ,"nvtx_scopes":{spec, error, calls per component} to the manifest. */
+void shim_scope_json(struct shim_json *b);
 
 /* ---- nvtx.c -------------------------------------------------------------- */
 

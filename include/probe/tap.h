@@ -112,6 +112,35 @@ int probe_tap_flush_v1(void);
  * records the injected value. */
 int probe_inject_v1(const probe_tap_tensor_v1 *t);
 
+/* ---- component scopes (appended in 0.x; ABI version 1) -----------------
+ *
+ * The preloaded library also sees calls the pipeline makes into the GPU
+ * libraries (GEMMs, collectives, kernel launches: docs/gemm.md, nccl.md,
+ * kernels.md). It attributes each one to the innermost component scope of
+ * the calling thread. An adapter announces each component call it wraps
+ * with the same component, call index, step and CFG branch its taps carry,
+ * so a GEMM inside the DiT's 4th call is /dit.step/0003/gemm.<k>.<operand>.
+ * NVTX ranges mapped by PROBE_NVTX_SCOPES open scopes too (docs/intercept.md
+ * "Scopes"). */
+typedef struct probe_scope_v1 {
+    uint32_t struct_size;    /* sizeof(probe_scope_v1) as the caller compiled it */
+    uint32_t abi_version;    /* PROBE_TAP_ABI_VERSION */
+    const char *component;   /* as probe_tap_tensor_v1.component; required */
+    int64_t call;            /* call index of the component, >= 0 */
+    int64_t step;            /* denoising step, -1 unknown */
+    int32_t cfg_branch;      /* CFG branch, -1 unknown */
+} probe_scope_v1;
+
+/* Open a scope on the calling thread (scopes nest; at most 32 are kept per
+ * thread, deeper ones are counted and closed in order). PROBE_OK (also when
+ * this process does not capture: nothing is recorded), PROBE_EINVAL for a
+ * bad descriptor (nothing opened). */
+int probe_scope_enter_v1(const probe_scope_v1 *s);
+
+/* Close the calling thread's innermost scope opened by probe_scope_enter_v1.
+ * PROBE_OK, or PROBE_ESTATE when none is open. */
+int probe_scope_exit_v1(void);
+
 #ifdef __cplusplus
 }
 #endif

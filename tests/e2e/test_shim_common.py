@@ -25,6 +25,8 @@ EXPORTS = {
     "probe_tap_flush_v1",
     "InitializeInjectionNvtx2",
     "probe_inject_v1",
+    "probe_scope_enter_v1",
+    "probe_scope_exit_v1",
     # CUDA graph calls interposed to record replays of graphs with skipped taps (graphs.c)
     "cudaStreamEndCapture",
     "cudaGraphInstantiate",

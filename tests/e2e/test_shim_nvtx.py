@@ -16,6 +16,8 @@ from test_shim_common import attr_str, check, finish, need_build, preload_env, p
 
 import h5py  # noqa: E402
 
+EINVAL, ESTATE = 1, 8  # include/probe/status.h
+
 WIDE = "wide \u00e9\U0001F600"
 EXPECTED = {
     0: "",
@@ -57,6 +59,34 @@ def main():
             check(list(f[p][()]) == [float(i), float(-i)], "%s values" % p)
         m = json.loads(attr_str(f, "probe.manifest"))
         check(m["nvtx"] == "injected (1 module initialized)", "manifest nvtx: %s" % m["nvtx"])
+        # "denoise_step 3" (tap 2's range) and "denoise_step 7"/"8" open
+        # denoise.step scopes under the default PROBE_NVTX_SCOPES
+        sc = m.get("nvtx_scopes", {})
+        check(sc.get("calls") == {"denoise.step": 3} and sc.get("set") is False,
+              "manifest nvtx_scopes counts 3 denoise.step ranges: %r" % sc)
+    # status values: include/probe/status.h
+    check("scope rc ok=0 exit=0 stray=%d null=%d slash=%d call=%d size=%d"
+          % (ESTATE, EINVAL, EINVAL, EINVAL, EINVAL) in r.stdout,
+          "scope ABI: enter/exit 0, stray exit ESTATE, bad descriptors EINVAL: %s"
+          % [l for l in r.stdout.splitlines() if l.startswith("scope")])
+
+    # a mapping of our own; and a bad one (one warning, no scopes, reason in the manifest)
+    out3 = os.path.join(d, "mapped.h5")
+    r = run([program("shim_tap_nvtx")], preload_env(out3, PROBE_NVTX_SCOPES="outer.c=outer, steps=denoise_step [0-7]"))
+    check(r.returncode == 0, "run with PROBE_NVTX_SCOPES set exits 0")
+    with h5py.File(out3, "r") as f:
+        sc = json.loads(attr_str(f, "probe.manifest")).get("nvtx_scopes", {})
+        check(sc.get("calls") == {"outer.c": 1, "steps": 2} and sc.get("set") is True,
+              "PROBE_NVTX_SCOPES maps 'outer' once and 'denoise_step [0-7]' twice: %r" % sc)
+    out4 = os.path.join(d, "badmap.h5")
+    r = run([program("shim_tap_nvtx")], preload_env(out4, PROBE_NVTX_SCOPES="denoise_step *"))
+    warn = [l for l in r.stderr.splitlines() if "PROBE_NVTX_SCOPES" in l]
+    check(r.returncode == 0 and len(warn) == 1 and "not COMPONENT=GLOB" in warn[0],
+          "a bad PROBE_NVTX_SCOPES: one warning line, the run goes on: %r" % warn)
+    with h5py.File(out4, "r") as f:
+        sc = json.loads(attr_str(f, "probe.manifest")).get("nvtx_scopes", {})
+        check(sc.get("calls") == {} and "not COMPONENT=GLOB" in sc.get("error", ""),
+              "no scope is opened and the manifest says why: %r" % sc)
 
     out2 = os.path.join(d, "other.h5")
     other = os.path.join(d, "libsome-other-tool.so")

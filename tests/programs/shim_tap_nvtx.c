@@ -137,6 +137,33 @@ int main(void)
     tap_i(16);
     nvtxRangePop();
     tap_i(17);
+    /* two more mapped ranges: PROBE_NVTX_SCOPES' default maps "denoise_step *" */
+    nvtxRangePushA("denoise_step 7");
+    nvtxRangePop();
+    nvtxRangePushA("denoise_step 8");
+    nvtxRangePop();
+
+    /* the scope ABI: bad descriptors are refused, a stray exit is an error */
+    typedef int (*enter_fn)(const probe_scope_v1 *);
+    typedef int (*exit_fn)(void);
+    enter_fn enter = (enter_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "probe_scope_enter_v1");
+    exit_fn leave = (exit_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "probe_scope_exit_v1");
+    if (!enter || !leave) {
+        fprintf(stderr, "probe_scope_enter_v1/exit_v1 not exported\n");
+        return 2;
+    }
+    probe_scope_v1 sc = {sizeof sc, PROBE_TAP_ABI_VERSION, "dit.step", 3, 1, 0};
+    int rc_ok = enter(&sc), rc_exit = leave(), rc_stray = leave(), rc_null = enter(NULL);
+    sc.component = "a/b";
+    int rc_slash = enter(&sc);
+    sc.component = "dit.step";
+    sc.call = -1;
+    int rc_call = enter(&sc);
+    sc.call = 0;
+    sc.struct_size = 8;
+    int rc_size = enter(&sc);
+    printf("scope rc ok=%d exit=%d stray=%d null=%d slash=%d call=%d size=%d\n", rc_ok, rc_exit,
+           rc_stray, rc_null, rc_slash, rc_call, rc_size);
     printf("nvtx taps done, failures=%d\n", failures);
     return failures ? 1 : 0;
 }

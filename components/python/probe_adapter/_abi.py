@@ -36,6 +36,19 @@ class ProbeTapTensorV1(ctypes.Structure):
     ]
 
 
+class ProbeScopeV1(ctypes.Structure):
+    """Mirror of struct probe_scope_v1 (tap.h): 40 bytes on LP64."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("abi_version", ctypes.c_uint32),
+        ("component", ctypes.c_char_p),
+        ("call", ctypes.c_int64),
+        ("step", ctypes.c_int64),
+        ("cfg_branch", ctypes.c_int32),
+    ]
+
+
 PROBE_INJECT_NONE = 0
 PROBE_INJECT_DONE = 1
 PROBE_INJECT_ERROR = -1
@@ -67,6 +80,15 @@ class TapLibrary:
             self.inject.restype = ctypes.c_int
         except AttributeError:
             self.inject = None
+        try:
+            self.scope_enter = handle.probe_scope_enter_v1
+            self.scope_enter.argtypes = [ctypes.POINTER(ProbeScopeV1)]
+            self.scope_enter.restype = ctypes.c_int
+            self.scope_exit = handle.probe_scope_exit_v1
+            self.scope_exit.argtypes = []
+            self.scope_exit.restype = ctypes.c_int
+        except AttributeError:
+            self.scope_enter = self.scope_exit = None
 
 
 def load():

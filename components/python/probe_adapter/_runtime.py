@@ -370,6 +370,7 @@ class Runtime:
             if component in active:
                 return func(*args, **kwargs)
             active.add(component)
+            scoped = False
             try:
                 ctx = rt._begin(component)
                 try:
@@ -377,8 +378,11 @@ class Runtime:
                 except Exception as e:
                     rt.note("internal-in", "adapter error while tapping inputs of %s: %s: %s"
                             % (component, type(e).__name__, e))
+                scoped = rt._scope_enter(ctx)
                 result = func(*args, **kwargs)
             finally:
+                if scoped:
+                    rt._scope_exit()
                 active.discard(component)
             rt._end(component)
             try:
@@ -415,6 +419,30 @@ class Runtime:
                 step, cfg = -1, -1
         return {"component": component, "call": call, "step": step, "cfg": cfg,
                 "timestep": math.nan}
+
+    def _scope_enter(self, ctx):
+        """Announce the component call to the shim (probe_scope_enter_v1), so
+        the GEMMs, collectives and kernels it issues on this thread are
+        attributed to /<component>/<call>. True when a scope was opened."""
+        enter = self.lib.scope_enter
+        if enter is None:
+            return False
+        desc = _abi.ProbeScopeV1(
+            struct_size=ctypes.sizeof(_abi.ProbeScopeV1),
+            abi_version=_abi.PROBE_TAP_ABI_VERSION,
+            component=ctx["component"].encode(),
+            call=ctx["call"], step=ctx["step"], cfg_branch=ctx["cfg"])
+        rc = enter(ctypes.byref(desc))
+        if rc != 0:
+            self.note("scope-%d" % rc, "probe_scope_enter_v1 refused %s with status %d"
+                      % (ctx["component"], rc))
+            return False
+        return True
+
+    def _scope_exit(self):
+        rc = self.lib.scope_exit()
+        if rc != 0:
+            self.note("scope-exit-%d" % rc, "probe_scope_exit_v1 failed with status %d" % rc)
 
     def _end(self, component):
         if component == "scheduler.step":
