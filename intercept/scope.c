@@ -17,6 +17,7 @@
  * kind, which gives the stable index k of `gemm.<k>` / `nccl.<k>` paths.
  * Outside any scope the counters are process-wide. */
 #include <fnmatch.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -220,6 +221,32 @@ void shim_scope_nvtx_exit(unsigned token)
         }
 }
 
+/* Adapter scopes opened per component (manifest "nvtx_scopes" sibling
+ * "scopes"): a small table under a lock, taken once per component call. */
+#define ADAPTER_NAMES_MAX 64
+static struct {
+    char name[SHIM_NAME_MAX];
+    long long n;
+} adapter_counts[ADAPTER_NAMES_MAX];
+static size_t nadapter;
+static long long adapter_overflow;
+static pthread_mutex_t adapter_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void count_adapter_scope(const char *component)
+{
+    pthread_mutex_lock(&adapter_lock);
+    size_t i = 0;
+    while (i < nadapter && strcmp(adapter_counts[i].name, component) != 0)
+        ++i;
+    if (i == nadapter && nadapter < ADAPTER_NAMES_MAX)
+        snprintf(adapter_counts[nadapter++].name, SHIM_NAME_MAX, "%s", component);
+    if (i < nadapter)
+        ++adapter_counts[i].n;
+    else
+        ++adapter_overflow;
+    pthread_mutex_unlock(&adapter_lock);
+}
+
 /* Announce a component call on the calling thread (probe/tap.h). */
 SHIM_EXPORT int probe_scope_enter_v1(const probe_scope_v1 *s)
 {
@@ -235,6 +262,7 @@ SHIM_EXPORT int probe_scope_enter_v1(const probe_scope_v1 *s)
         return probe_set_error(PROBE_EINVAL, "scope: call must be >= 0");
     if (shim_cfg.mode != SHIM_OWNER)
         return PROBE_OK;
+    count_adapter_scope(s->component);
     struct frame *f = push_frame(FRAME_ADAPTER);
     if (!f) {
         ++tls_scopes.overflow;
@@ -244,6 +272,15 @@ SHIM_EXPORT int probe_scope_enter_v1(const probe_scope_v1 *s)
     f->s.call = s->call;
     f->s.step = s->step < 0 ? -1 : s->step;
     f->s.cfg_branch = s->cfg_branch < 0 ? -1 : s->cfg_branch;
+    /* a scope that does not know its step (a DiT block inside a DiT call)
+     * takes the enclosing scope's step and branch */
+    if (tls_scopes.depth >= 2) {
+        const struct shim_scope *up = &tls_scopes.f[tls_scopes.depth - 2].s;
+        if (f->s.step < 0)
+            f->s.step = up->step;
+        if (f->s.cfg_branch < 0)
+            f->s.cfg_branch = up->cfg_branch;
+    }
     return PROBE_OK;
 }
 
@@ -312,4 +349,17 @@ void shim_scope_json(struct shim_json *b)
         shim_json_printf(b, ":%lld", n);
     }
     shim_json_raw(b, "}}");
+    /* component calls announced by the adapter (probe_scope_enter_v1) */
+    shim_json_raw(b, ",\"scopes\":{");
+    pthread_mutex_lock(&adapter_lock);
+    for (size_t i = 0; i < nadapter; ++i) {
+        if (i)
+            shim_json_raw(b, ",");
+        shim_json_string(b, adapter_counts[i].name);
+        shim_json_printf(b, ":%lld", adapter_counts[i].n);
+    }
+    if (adapter_overflow)
+        shim_json_printf(b, "%s\"(other)\":%lld", nadapter ? "," : "", adapter_overflow);
+    pthread_mutex_unlock(&adapter_lock);
+    shim_json_raw(b, "}");
 }

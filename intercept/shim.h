@@ -510,7 +510,8 @@ int64_t shim_scope_next(int kind);
 unsigned shim_scope_nvtx_enter(const char *range_name);
 /* nvtx.c: the range that returned token closed (0: nothing to do). */
 void shim_scope_nvtx_exit(unsigned token);
-/* Append ,"nvtx_scopes":{spec, error, calls per component} to the manifest. */
+/* Append ,"nvtx_scopes":{spec, error, calls per component} and
+ * ,"scopes":{component: adapter scopes opened} to the manifest. */
 void shim_scope_json(struct shim_json *b);
 
 /* ---- nvtx.c -------------------------------------------------------------- */

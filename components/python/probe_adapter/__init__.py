@@ -9,6 +9,8 @@ probe_tap_enabled_v1() returns 1. It never imports torch itself.
 Environment (set by probe-run, docs/probe-run.md):
   PROBE_COMPONENTS  path of components.json (default: next to this package)
   PROBE_TAPS        extra taps, lines NAME=[module-glob:]Class-glob.method
+  PROBE_SCOPES      scope-only components, same lines: calls open a scope for
+                    the library calls they make, no tensor is tapped
 """
 
 import atexit
@@ -77,6 +79,15 @@ def activate():
             continue
         try:
             table.add_tap(name, pat)
+        except _table.TableError as e:
+            _note("%s: ignored" % e)
+
+    for name, pat in _table.parse_taps(os.environ.get("PROBE_SCOPES", "")):
+        if pat is None:
+            _note("malformed PROBE_SCOPES line %r (expected NAME=PATTERN): ignored" % name)
+            continue
+        try:
+            table.add_scope(name, pat)
         except _table.TableError as e:
             _note("%s: ignored" % e)
 

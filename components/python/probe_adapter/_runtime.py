@@ -360,10 +360,24 @@ class Runtime:
                     sig_cache.append(None)
             return sig_cache[0]
 
+        scope_only = component in self.table.scope_only
+
         @functools.wraps(func)
         def probe_wrapper(*args, **kwargs):
             if not rt.enabled:
                 return func(*args, **kwargs)
+            if scope_only:
+                try:
+                    scoped = rt._scope_enter(rt._begin(component))
+                except Exception as e:
+                    scoped = False
+                    rt.note("internal-scope", "adapter error while opening scope %s: %s: %s"
+                            % (component, type(e).__name__, e))
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    if scoped:
+                        rt._scope_exit()
             active = getattr(rt._tls, "active", None)
             if active is None:
                 active = rt._tls.active = set()
@@ -408,7 +422,7 @@ class Runtime:
     # -- per call bookkeeping ----------------------------------------------
     def _begin(self, component):
         with self._lock:
-            call = self._calls[component]
+            call = self._calls.get(component, 0)
             self._calls[component] = call + 1
             if component == "dit.step":
                 step, cfg = self._steps_done, self._dit_in_step
@@ -427,12 +441,17 @@ class Runtime:
         enter = self.lib.scope_enter
         if enter is None:
             return False
-        desc = _abi.ProbeScopeV1(
-            struct_size=ctypes.sizeof(_abi.ProbeScopeV1),
-            abi_version=_abi.PROBE_TAP_ABI_VERSION,
-            component=ctx["component"].encode(),
-            call=ctx["call"], step=ctx["step"], cfg_branch=ctx["cfg"])
-        rc = enter(ctypes.byref(desc))
+        try:
+            desc = _abi.ProbeScopeV1(
+                struct_size=ctypes.sizeof(_abi.ProbeScopeV1),
+                abi_version=_abi.PROBE_TAP_ABI_VERSION,
+                component=ctx["component"].encode(),
+                call=ctx["call"], step=ctx["step"], cfg_branch=ctx["cfg"])
+            rc = enter(ctypes.byref(desc))
+        except Exception as e:
+            self.note("internal-scope", "adapter error while opening scope %s: %s: %s"
+                      % (ctx.get("component"), type(e).__name__, e))
+            return False
         if rc != 0:
             self.note("scope-%d" % rc, "probe_scope_enter_v1 refused %s with status %d"
                       % (ctx["component"], rc))

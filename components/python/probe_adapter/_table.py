@@ -91,6 +91,8 @@ class Table:
             raise TableError("component table %s: \"exclude_modules\" is not a list of strings" % path)
         self.exclude_modules = list(excl)
         self._extra = []
+        self._scopes = []
+        self.scope_only = set()
         self._compile()
 
     def add_tap(self, name, text):
@@ -102,10 +104,25 @@ class Table:
         self._extra.append(Pattern(name, text, False))
         self._compile()
 
+    def add_scope(self, name, text):
+        """Add a scope-only component (probe-run --scope NAME=PATTERN): each
+        call of the method opens a component scope NAME in the shim
+        (probe_scope_enter_v1), so the library calls it makes (GEMMs,
+        collectives, kernels) are named /NAME/<call>/..., but none of its
+        tensors is tapped. NAME is any component name (1..127 bytes, no '/').
+        Raises TableError for a bad name or a malformed pattern."""
+        if not isinstance(name, str) or not name or "/" in name or len(name.encode()) > 127 \
+                or name in (".", "..") or any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
+            raise TableError("--scope %s=%s: %r is not a valid component name (1..127 bytes, "
+                             "no '/', no control characters)" % (name, text, name))
+        self._scopes.append(Pattern(name, text, False))
+        self.scope_only.add(name)
+        self._compile()
+
     def _compile(self):
         # Extra taps first: an explicit --tap decides a method that a table
-        # pattern would give to another component.
-        self._all = self._extra + self.patterns
+        # pattern would give to another component; then --scope patterns.
+        self._all = self._extra + self._scopes + self.patterns
         globs = sorted({p.class_glob for p in self._all})
         self._quick = re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
 
