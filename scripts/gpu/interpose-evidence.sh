@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Library-call interception and parallel captures on the GPU machine (issues
+# 5 and 8; docs/evidence/), run from the repo root with .debs and .whl carried:
+#   bash scripts/gpu/interpose-evidence.sh [SECTION...]
+# Sections (default: all that apply; "parallel" and "nccl" need 2 GPUs):
+#   checks    scripts/gpu/gemm_check.py and kernels_check.py under probe-run
+#   wan       the diffusers Wan pipeline (tiny config, bf16) with GEMM capture
+#             on the first DiT block (--scope dit.block=WanTransformerBlock.forward)
+#             then probe-oracle on it; and the kernel log of SDPA math vs flash
+#             (probe-compare --kernels)
+#   bench     bench/interpose_overhead and bench/launch_overhead, if built
+#   nccl      scripts/gpu/nccl-check.sh (torchrun, 2 ranks)
+#   parallel  scripts/gpu/parallel-check.sh (2-way sequence-parallel block vs 1 GPU)
+# Everything is logged under $OUT/interpose (default ./gpu-out/interpose); the
+# summary table is printed last. Exit 0 when every section passed.
+set -uo pipefail
+PY=${PYTHON:-python3}
+OUT=${OUT:-$PWD/gpu-out}
+BUILD=${BUILD:-build}
+LOG=$OUT/interpose
+mkdir -p "$LOG"
+sections=("$@")
+[ ${#sections[@]} -gt 0 ] || sections=(checks wan bench nccl parallel)
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+. scripts/gpu/debs-env.sh && probe_debs_env .
+if ls .whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+{
+  echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1) x $ngpu; $(date -u +%FT%TZ)"
+  echo "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>&1 | tail -1); diffusers $("$PY" -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+} | tee "$LOG/summary.txt"
+if [ ! -x "$BUILD/bin/probe-run" ]; then
+  echo "building probe into $BUILD"
+  cmake -S . -B "$BUILD" -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v "$PY")" \
+    > "$LOG/build.log" 2>&1 && cmake --build "$BUILD" >> "$LOG/build.log" 2>&1 ||
+    { tail -30 "$LOG/build.log"; exit 2; }
+fi
+BIN=$(cd "$BUILD/bin" && pwd)
+results=()
+record() { results+=("$1: $2"); echo "== $1: $2" | tee -a "$LOG/summary.txt"; }
+run_section() { # NAME COMMAND... : run, log, record pass/fail by exit status
+  local name=$1; shift
+  echo "== $name: $*" >> "$LOG/summary.txt"
+  "$@" > "$LOG/$name.log" 2>&1
+  local rc=$?
+  tail -40 "$LOG/$name.log"
+  if [ $rc -eq 0 ]; then record "$name" "PASS"; else record "$name" "FAIL (exit $rc)"; fi
+}
+want() { local s; for s in "${sections[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+if want checks; then
+  [ -f scripts/gpu/gemm_check.py ] && run_section gemm_check "$PY" scripts/gpu/gemm_check.py --build-dir "$BUILD"
+  [ -f scripts/gpu/kernels_check.py ] && run_section kernels_check "$PY" scripts/gpu/kernels_check.py --build-dir "$BUILD"
+fi
+
+if want wan; then
+  W=$LOG/wan
+  mkdir -p "$W"
+  wan=(scripts/gpu/wan_run.py --config tiny --dtype bf16 --steps 4 --no-time)
+  # GEMM capture on the first DiT block of the first DiT call; all component I/O too
+  run_section wan_gemm_capture "$BIN/probe-run" --force --out "$W/gemm.h5" --label gemm \
+    --scope dit.block=WanTransformerBlock.forward --capture '*' --capture 'dit.block/0000/gemm.*' \
+    -- "$PY" "${wan[@]}" --attn math --out "$W/video_gemm.npy"
+  run_section wan_oracle "$BIN/probe-oracle" "$W/gemm.h5" --json "$W/oracle.json"
+  # kernel log: SDPA math vs flash (same weights, same inputs)
+  run_section wan_math "$BIN/probe-run" --force --out "$W/math.h5" --label math \
+    --scope dit.block=WanTransformerBlock.forward -- "$PY" "${wan[@]}" --attn math
+  run_section wan_flash "$BIN/probe-run" --force --out "$W/flash.h5" --label flash \
+    --scope dit.block=WanTransformerBlock.forward -- "$PY" "${wan[@]}" --attn flash
+  "$BIN/probe-compare" "$W/math.h5" "$W/flash.h5" --gate T1 --kernels --json "$W/math_flash.json" \
+    > "$LOG/wan_kernels.log" 2>&1
+  echo "probe-compare math vs flash: exit $?" >> "$LOG/wan_kernels.log"
+  "$PY" scripts/gpu/kernel_diff.py "$W/math_flash.json" >> "$LOG/wan_kernels.log" 2>&1
+  krc=$?
+  tail -60 "$LOG/wan_kernels.log"
+  if [ $krc -eq 0 ]; then record wan_kernels PASS; else record wan_kernels "FAIL (exit $krc)"; fi
+fi
+
+if want bench; then
+  for b in interpose_overhead launch_overhead; do
+    exe=$(find "$BUILD" -name "$b" -type f -perm -u+x 2>/dev/null | head -1)
+    [ -n "$exe" ] && run_section "bench_$b" "$exe"
+  done
+fi
+
+if [ "$ngpu" -ge 2 ]; then
+  want nccl && [ -f scripts/gpu/nccl-check.sh ] && run_section nccl_check bash scripts/gpu/nccl-check.sh
+  want parallel && [ -f scripts/gpu/parallel-check.sh ] && run_section parallel_check bash scripts/gpu/parallel-check.sh
+else
+  { want nccl || want parallel; } && record "nccl/parallel" "not run: $ngpu GPU(s)"
+fi
+
+echo "---- summary ($(date -u +%FT%TZ))" | tee -a "$LOG/summary.txt"
+bad=0
+for r in "${results[@]}"; do echo "$r" | tee -a "$LOG/summary.txt"; case $r in *FAIL*) bad=1 ;; esac; done
+exit $bad
