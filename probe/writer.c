@@ -656,14 +656,16 @@ static herr_t write_attrs(hid_t d, const probe_record *rec, const char *hash)
         r = attr_write_scalar(d, "probe.seq", H5T_STD_U64LE, H5T_NATIVE_UINT64, &rec->seq);
     if (r >= 0)
         r = attr_write_str(d, "probe.hash", hash);
+    if (r >= 0 && rec->op != NULL)
+        r = attr_write_str(d, "probe.op", rec->op);
     return r;
 }
 
 /* Strings that are not valid UTF-8 would make h5py fail to decode them. */
 static const char *bad_utf8_field(const probe_record *rec)
 {
-    const char *names[] = {"component", "slot", "scope", "device", "path"};
-    const char *vals[] = {rec->component, rec->slot, rec->scope, rec->device, rec->path};
+    const char *names[] = {"component", "slot", "scope", "device", "path", "op"};
+    const char *vals[] = {rec->component, rec->slot, rec->scope, rec->device, rec->path, rec->op};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         if (vals[i] == NULL)
             continue;

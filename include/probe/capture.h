@@ -46,6 +46,11 @@ typedef struct probe_record {
     probe_dtype dtype;
     int rank;                /* 0..PROBE_MAX_RANK */
     const int64_t *shape;    /* rank entries, each >= 0 */
+    /* (additive) JSON text describing the library call this tensor is an
+     * operand of (docs/gemm.md "probe.op"), written as the dataset's string
+     * attribute probe.op; NULL: no attribute. Must be valid UTF-8. Not kept
+     * in the journal: a recovered file has no probe.op. */
+    const char *op;
 } probe_record;
 
 /* --- writer --- */
