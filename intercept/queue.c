@@ -55,6 +55,7 @@ void shim_job_record(const struct shim_job *j, probe_record *rec)
     rec->dtype = j->dtype;
     rec->rank = j->rank;
     rec->shape = j->shape;
+    rec->op = j->op;
 }
 
 /* caller holds qlock */
@@ -116,7 +117,11 @@ static void process(struct shim_job *j)
     case SHIM_JOB_DEVICE: {
         char reason[SHIM_REASON_MAX] = "";
         const void *src = NULL;
-        if (shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK) {
+        if (j->hash_only) { /* weight fingerprint (weights.c): no dataset */
+            int ok = shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK &&
+                     shim_lp.capture_hash;
+            shim_weights_hashed(j->hash_slot, ok ? shim_lp.capture_hash(src, j->nbytes) : 0, ok);
+        } else if (shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK) {
             if (live)
                 put_record(w, j, src, j->nbytes);
         } else if (live) {
@@ -182,6 +187,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&qlock);
         if (stop)
             break;
+        free(j->op);
         free(j);
     }
     pthread_mutex_lock(&qlock);

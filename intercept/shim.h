@@ -330,6 +330,11 @@ struct shim_job {
     struct shim_device_copy dev; /* SHIM_JOB_DEVICE */
     char reason[SHIM_REASON_MAX]; /* SHIM_JOB_SKIP */
     uint64_t ticket;    /* SHIM_JOB_FLUSH */
+    /* (additive) interposed library calls (gemm.c) */
+    char *op;           /* malloc'd probe.op JSON text or NULL; freed with the job */
+    int hash_only;      /* 1: compute the XXH64 of the bytes and hand it to
+                           shim_weights_hashed(hash_slot, ...); no dataset */
+    size_t hash_slot;
 };
 
 /* Fill a probe_record that points into job's fields. */
@@ -439,6 +444,26 @@ int shim_tap_process_captures(void);
 /* Validate a tap descriptor and compute its extent (PROBE_EINVAL naming the field). */
 probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext);
 
+/* Capture one tensor as probe_tap_v1 does (validation, selection by
+ * PROBE_CAPTURE unless the caller selected it already, path taken once,
+ * host gather or device copy) and attach op_json (NULL: none; copied) as
+ * the dataset's probe.op attribute. select: 1 apply the glob selection,
+ * 0 the caller already decided (interposed calls: shim_tap_selected_interposed).
+ * Returns as probe_tap_v1. */
+probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json, int select);
+
+/* Like shim_tap_capture for a device tensor whose bytes are only hashed
+ * (XXH64 on the writer thread, handed to shim_weights_hashed(slot, ...));
+ * nothing is written and no path is taken. PROBE_OK when queued. */
+probe_status shim_tap_hash_device(const probe_tap_tensor_v1 *t, size_t slot);
+
+/* Selection of a tensor of an interposed library call (docs/gemm.md
+ * "Selection"): 1 if an item of PROBE_CAPTURE whose glob contains the text
+ * `family` ("gemm" or "nccl") matches path with its step/branch selectors,
+ * else 0. The default "*" therefore never selects library-call operands. */
+int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
+                                 const char *family);
+
 /* Record path as skipped with reason (no tensor; graphs.c). */
 void shim_tap_skip_path(const char *path, const char *reason);
 
@@ -468,6 +493,13 @@ probe_status shim_stats_put(probe_writer *w, const probe_record *rec, const void
 /* Append ,"stats_only":true and ,"capture_error":"..." to the manifest
  * being built, when they apply. */
 void shim_stats_json(struct shim_json *b);
+
+/* ---- gemm.c / weights.c: interposed cuBLAS / cuBLASLt ---------------------- */
+
+/* Writer thread: the XXH64 of the weight operand registered as slot. */
+void shim_weights_hashed(size_t slot, uint64_t hash, int ok);
+/* Append ,"gemm":{...} and ,"weights":{...} to the manifest being built. */
+void shim_gemm_json(struct shim_json *b);
 
 /* ---- inject.c ------------------------------------------------------------- */
 

@@ -287,6 +287,65 @@ static void fill_record(struct shim_job *j, const probe_tap_tensor_v1 *t, const 
  * returning; device data is copied asynchronously (cuda.c). */
 SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
 {
+    return shim_tap_capture(t, NULL, 1);
+}
+
+int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
+                                 const char *family)
+{
+    for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
+        const char *g = shim_cfg.globs[i];
+        const struct shim_select *s = &shim_cfg.sel[i];
+        if (!strstr(g, family))
+            continue;
+        if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
+            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch))
+            return 1;
+    }
+    return 0;
+}
+
+probe_status shim_tap_hash_device(const probe_tap_tensor_v1 *t, size_t slot)
+{
+    if (!this_process_captures())
+        return PROBE_ESTATE;
+    struct shim_extent ext;
+    probe_status st = shim_tap_validate(t, &ext);
+    if (st != PROBE_OK)
+        return st;
+    if (t->device < 0 || ext.n == 0)
+        return probe_set_error(PROBE_EINVAL, "tap: hash-only capture needs a non-empty device tensor");
+    if (shim_closed() || shim_disabled())
+        return probe_set_error(PROBE_ESTATE, "tap: capture is closed or disabled");
+    if ((st = shim_file_open()) != PROBE_OK)
+        return st;
+    struct shim_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return probe_set_error(PROBE_ENOMEM, "tap: out of memory");
+    char path[SHIM_PATH_MAX];
+    snprintf(path, sizeof path, "/%s/%04lld/%s", t->component, (long long)t->call, t->slot);
+    fill_record(j, t, path);
+    j->nbytes = ext.nbytes;
+    j->hash_only = 1;
+    j->hash_slot = slot;
+    j->dev.has_strides = t->strides && !ext.contiguous;
+    for (int k = 0; j->dev.has_strides && k < t->rank; ++k)
+        j->dev.strides[k] = t->strides[k];
+    if (atomic_exchange(&cuda_info_taken, 1) == 0) {
+        shim_cuda_info_refresh();
+        shim_exit_after_cuda();
+    }
+    int queued = 0;
+    st = shim_cuda_capture(j, t->data, ext.span_bytes, t->device, t->stream, &queued);
+    if (queued)
+        return PROBE_OK;
+    free(j->dev.pieces);
+    free(j);
+    return st != PROBE_OK ? st : probe_set_error(PROBE_ESTATE, "tap: hash-only capture skipped");
+}
+
+probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json, int select)
+{
     if (!this_process_captures())
         return PROBE_OK;
     struct shim_extent ext;
@@ -302,7 +361,7 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
 
     char path[SHIM_PATH_MAX];
     snprintf(path, sizeof path, "/%s/%04lld/%s", t->component, (long long)t->call, t->slot);
-    if (!selected(path, t->step, t->cfg_branch)) {
+    if (select && !selected(path, t->step, t->cfg_branch)) {
         atomic_fetch_add(&shim_stats.filtered, 1);
         return PROBE_OK;
     }
@@ -319,6 +378,10 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
     }
     fill_record(j, t, path);
     j->nbytes = ext.nbytes;
+    if (op_json && !(j->op = strdup(op_json))) {
+        st = probe_set_error(PROBE_ENOMEM, "tap: out of memory");
+        goto fail;
+    }
 
     if (ext.n == 0 || t->device < 0) {
         j->kind = SHIM_JOB_HOST;
@@ -370,6 +433,7 @@ fail:
     if (j->reserved)
         shim_queue_unreserve(j->reserved);
     free(j->data);
+    free(j->op);
     free(j);
     shim_pathset_remove(path);
     return st;

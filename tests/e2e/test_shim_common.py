@@ -35,6 +35,15 @@ EXPORTS = {
     "cudaGraphLaunch",
     "cudaGraphExecDestroy",
     "cudaGraphDestroy",
+    # cuBLAS / cuBLASLt GEMMs interposed for operand capture (gemm.c, docs/gemm.md)
+    "cublasGemmEx",
+    "cublasGemmStridedBatchedEx",
+    "cublasSgemm_v2",
+    "cublasDgemm_v2",
+    "cublasHgemm",
+    "cublasSgemmStridedBatched",
+    "cublasHgemmStridedBatched",
+    "cublasLtMatmul",
 }
 
 # probe_dtype values (include/probe/dtype.h) -> name, element size

@@ -1,0 +1,218 @@
+"""The shim's cuBLAS / cuBLASLt GEMM hooks (intercept/gemm.c) on a CPU.
+
+tests/gpu/fake_cublas.c and fake_cublaslt.c are built here as
+libcublas.so.13 / libcublasLt.so.13 (real sonames; loaded RTLD_LOCAL by
+tests/programs/shim_gemm, as torch loads them, so the shim finds them with
+RTLD_NOLOAD), and tests/gpu/mock_cudart.c as libcudart.so.13 for the device
+copies. The program's GEMMs (bf16 cublasGemmEx with transa=T and ldb > rows,
+fp32 cublasSgemm_v2 with beta != 0, fp16 strided batched Ex, cublasLtMatmul
+with the BIAS epilogue, with FP8 A/B and scale pointers, with BATCH_COUNT,
+fp64 Dgemm, strided batched Sgemm, an in-place call whose output overwrites
+A, a call the library rejects, and two cublasLtMatmul with ORDER_ROW
+layouts) run outside any scope, so GEMM k is stored under /gemm/<k:04>/.
+Checked:
+- PROBE_CAPTURE unset ('*'): no operand is captured; the manifest's "gemm"
+  counts all 12 calls by signature (the two ORDER_ROW calls under one
+  signature with count 2); one `probe:` warning for the ORDER_ROW layouts;
+- '*gemm*': every operand of the 9 decodable calls is in the file with its
+  logical row-major shape and bit-exact bytes (numpy as_strided over the
+  buffer the program saved: inputs before the call, out after it, C before
+  it); the probe.op JSON is identical on every operand of a call and names
+  exactly the captured slots; and the row-major formula of docs/gemm.md
+  applied in float64 to the captured a/b/c/bias/scales reproduces out within
+  the output type's rounding;
+- the in-place call's A is the value before the call (captured first);
+- the rejected call returned the library's status (7) and captured nothing;
+  every hook passed its arguments through unchanged (the fake records them);
+- selection by path: '/gemm/0001/*,/gemm/0003/out' captures exactly those;
+- a forked child's GEMM is forwarded, the child captures nothing.
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import (SOURCE, check, expected_bytes, finish, need_build,  # noqa: E402
+                              preload_env, probe_lines, program, read_raw, run, tmpdir)
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def build(d):
+    cc = os.environ.get("CC", "cc")
+    gpu = os.path.join(SOURCE, "tests", "gpu")
+    libs = {}
+    for src, so in (("mock_cudart.c", "libcudart.so.13"), ("fake_cublaslt.c", "libcublasLt.so.13"),
+                    ("fake_cublas.c", "libcublas.so.13")):
+        out = os.path.join(d, so)
+        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror",
+                        "-I", gpu, "-Wl,-soname," + so, "-o", out, os.path.join(gpu, src),
+                        "-lpthread", "-lm", "-ldl"], check=True)
+        libs[so] = out
+    return libs
+
+
+def e4m3_to_f64(u8):
+    u = u8.astype(np.int64)
+    s = np.where(u >> 7, -1.0, 1.0)
+    e = (u >> 3) & 15
+    m = u & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (m + 8) * np.exp2(e - 10.0))
+    v = np.where((e == 15) & (m == 7), np.nan, v)
+    return s * v
+
+
+def as_f64(ds):
+    dt = ds.attrs["probe.dtype"]
+    dt = dt.decode() if isinstance(dt, bytes) else dt
+    if dt == "float8_e4m3fn":
+        return e4m3_to_f64(ds[()]).reshape(ds.shape)
+    return ds[()].astype(np.float64)
+
+
+RTOL = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10, "float32": 1e-6, "float64": 1e-12}
+
+
+def formula_check(f, k, op):
+    """out[b][j][i] = alpha*sa*sb*sum_l opA(i,l) opB(l,j) + beta*c[b][j][i] + bias[i]."""
+    g = f["/gemm/%04d" % k]
+    a, b, out = as_f64(g["a"]), as_f64(g["b"]), as_f64(g["out"])
+    batched = out.ndim == 3
+    if not batched:
+        a, b, out = a[None], b[None], out[None]
+    opA = a if op["transa"] == "T" else np.swapaxes(a, 1, 2)  # [B, m, k]
+    opB = b if op["transb"] == "T" else np.swapaxes(b, 1, 2)  # [B, k, n]
+    scale = 1.0
+    for s in ("scale_a", "scale_b"):
+        if s in g:
+            scale *= float(as_f64(g[s])[0])
+    ref = op["alpha"] * scale * np.swapaxes(opA @ opB, 1, 2)  # [B, n, m]
+    if "c" in g:
+        c = as_f64(g["c"])
+        ref = ref + op["beta"] * (c if batched else c[None])
+    if "bias" in g:
+        ref = ref + as_f64(g["bias"])[None, None, :]
+    dt = g["out"].attrs["probe.dtype"]
+    dt = dt.decode() if isinstance(dt, bytes) else dt
+    err = np.max(np.abs(ref - out) / np.maximum(np.abs(ref), 1.0))
+    return err <= RTOL[dt], err
+
+
+def manifest(path):
+    with h5py.File(path, "r") as f:
+        m = f.attrs["probe.manifest"]
+    return json.loads(m.decode() if isinstance(m, bytes) else m)
+
+
+def main():
+    need_build()
+    d = tmpdir("probe-gemm-mock-")
+    libs = build(d)
+    args = [program("shim_gemm"), libs["libcudart.so.13"], libs["libcublasLt.so.13"],
+            libs["libcublas.so.13"], d]
+
+    # 1. default selection: nothing captured, every call counted
+    out1 = os.path.join(d, "default.h5")
+    r = run(args + ["main"], preload_env(out1, leaks=False))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, "default run: every hook returned the library's status and forwarded "
+          "its arguments unchanged (rc=%d)" % r.returncode)
+    warn = probe_lines(r.stderr)
+    check(len(warn) == 1 and "ORDER" in warn[0], "exactly one probe: warning, for the ORDER_ROW layout "
+          "(got %s)" % warn)
+    if check(os.path.exists(out1), "default run wrote a capture file"):
+        with h5py.File(out1, "r") as f:
+            check("gemm" not in f, "PROBE_CAPTURE='*' captures no GEMM operand")
+        g = manifest(out1).get("gemm")
+        if check(g is not None, "manifest has the \"gemm\" key"):
+            check(g["total"] == 12 and g["overflow"] == 0, "gemm.total == 12 calls (got %s)" % g["total"])
+            sigs = g["components"].get("gemm", [])
+            check(sum(s["count"] for s in sigs) == 12, "signature counts add up to 12")
+            row = [s for s in sigs if s["api"] == "cublasLtMatmul" and s["m"] == 2]
+            check(len(row) == 1 and row[0]["count"] == 2 and row[0]["first_k"] == 10,
+                  "the two ORDER_ROW calls share one signature, count 2, first_k 10 (%s)" % row)
+            lin = [s for s in sigs if s["first_k"] == 3]
+            check(len(lin) == 1 and lin[0]["epilogue"] == "BIAS" and lin[0]["transa"] == "T"
+                  and (lin[0]["m"], lin[0]["n"], lin[0]["k"]) == (6, 3, 4) and lin[0]["a"] == "16BF",
+                  "cublasLtMatmul with bias: signature m=6 n=3 k=4 T/N BIAS 16BF (%s)" % lin)
+            sb = [s for s in sigs if s["first_k"] == 2]
+            check(len(sb) == 1 and sb[0]["batch"] == 3 and sb[0]["api"] == "cublasGemmStridedBatchedEx",
+                  "strided batched Ex: batch 3")
+
+    # 2. every GEMM operand
+    out2 = os.path.join(d, "all.h5")
+    r = run(args + ["main"], preload_env(out2, leaks=False, PROBE_CAPTURE="*gemm*"))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, "'*gemm*' run: hooks returned the library's status, arguments unchanged")
+    check(len(probe_lines(r.stderr)) == 1, "'*gemm*' run: only the ORDER_ROW warning")
+    cases = [json.loads(l) for l in open(os.path.join(d, "cases.jsonl"))]
+    ops = [c for c in cases if "path" in c]
+    with h5py.File(out2, "r") as f:
+        for c in ops:
+            p = c["path"]
+            if not check(p in f, "%s present" % p):
+                continue
+            ds = f[p]
+            check(tuple(ds.shape) == tuple(c["shape"]), "%s shape %s" % (p, c["shape"]))
+            check(read_raw(ds).tobytes() == expected_bytes(c, d), "%s bit-exact" % p)
+        expected_paths = {c["path"] for c in ops}
+        got = set()
+        f["gemm"].visititems(lambda n, o: got.add("/gemm/" + n) if isinstance(o, h5py.Dataset) else None)
+        check(got == expected_paths, "exactly the decodable calls' operands are captured "
+              "(extra %s, missing %s)" % (sorted(got - expected_paths), sorted(expected_paths - got)))
+        check("/gemm/0009" not in f and "/gemm/0010" not in f and "/gemm/0011" not in f,
+              "rejected call and ORDER_ROW calls: nothing captured")
+        for k in sorted({c["k"] for c in ops}):
+            g = f["/gemm/%04d" % k]
+            texts = {g[n].attrs["probe.op"] for n in g}
+            if not check(len(texts) == 1, "gemm %d: one probe.op text on all operands" % k):
+                continue
+            t = texts.pop()
+            op = json.loads(t.decode() if isinstance(t, bytes) else t)
+            check(set(op["operands"]) == set(g.keys()) and
+                  all(op["operands"][n] == n for n in g), "gemm %d: probe.op operands %s" % (k, op["operands"]))
+            ok, err = formula_check(f, k, op)
+            check(ok, "gemm %d (%s %s%s): row-major formula reproduces out (max rel err %.3g)"
+                  % (k, op["api"], op["transa"], op["transb"], err))
+        op3 = json.loads(f["/gemm/0003/out"].attrs["probe.op"])
+        check(op3["epilogue"] == "BIAS" and op3["api"] == "cublasLtMatmul" and op3["m"] == 6 and
+              op3["alpha"] == 1.0 and op3["beta"] == 0.0 and op3["compute"] == "32F",
+              "probe.op of the Linear-like Lt call: %s" % op3)
+        op1 = json.loads(f["/gemm/0001/out"].attrs["probe.op"])
+        check(op1["beta"] == 0.5 and op1["alpha"] == 2.0 and "c" in op1["operands"],
+              "Sgemm with beta 0.5: alpha/beta read, c captured")
+        check(json.loads(f["/gemm/0004/a"].attrs["probe.op"])["operands"].get("scale_b") == "scale_b",
+              "fp8 call: scale pointers captured")
+        check(tuple(f["/gemm/0003/bias"].shape) == (6,), "bias has m elements")
+
+    # 3. selection by path
+    out3 = os.path.join(d, "sel.h5")
+    r = run(args + ["main"], preload_env(out3, leaks=False, PROBE_CAPTURE="/gemm/0001/*,/gemm/0003/out"))
+    check(r.returncode == 0, "selection run rc 0")
+    with h5py.File(out3, "r") as f:
+        got = set()
+        f.visititems(lambda n, o: got.add("/" + n) if isinstance(o, h5py.Dataset) else None)
+        want = {"/gemm/0001/a", "/gemm/0001/b", "/gemm/0001/c", "/gemm/0001/out", "/gemm/0003/out"}
+        check(got == want, "'/gemm/0001/*,/gemm/0003/out' selects exactly %s (got %s)" % (sorted(want), sorted(got)))
+        op = json.loads(f["/gemm/0003/out"].attrs["probe.op"])
+        check(set(op["operands"]) == {"out"}, "probe.op names only the captured operand")
+
+    # 4. fork
+    out4 = os.path.join(d, "fork.h5")
+    r = run(args + ["fork"], preload_env(out4, leaks=False, PROBE_CAPTURE="*gemm*"))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, "fork: the child's GEMM was forwarded, the parent's computed (rc=%d)" % r.returncode)
+    check(probe_lines(r.stderr) == [], "fork: no probe: warnings")
+    with h5py.File(out4, "r") as f:
+        got = set()
+        f.visititems(lambda n, o: got.add("/" + n) if isinstance(o, h5py.Dataset) else None)
+        check(got == {"/gemm/0000/a", "/gemm/0000/b", "/gemm/0000/out"},
+              "fork: only the parent's GEMM is captured (%s)" % sorted(got))
+        check(manifest(out4)["gemm"]["total"] == 1, "fork: the parent counted one GEMM")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
