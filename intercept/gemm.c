@@ -152,6 +152,7 @@ struct gcall {
     int bias_type;
     const void *scale_a, *scale_b;
     void *stream;
+    cublasHandle_t handle; /* cuBLAS: stream and pointer mode are read from it when needed */
     int decodable;        /* 0: event only (why in undecodable) */
     int warned;           /* the reason was already reported (ORDER) */
     const char *undecodable;
@@ -364,6 +365,7 @@ void shim_gemm_json(struct shim_json *b)
     pthread_mutex_lock(&sig_lock);
     if (sig_total == 0) {
         pthread_mutex_unlock(&sig_lock);
+        shim_weights_json(b);
         return;
     }
     const struct sig **list = malloc((nsigs ? nsigs : 1) * sizeof *list);
@@ -406,6 +408,7 @@ void shim_gemm_json(struct shim_json *b)
     shim_json_raw(b, n ? "]}}" : "}}");
     pthread_mutex_unlock(&sig_lock);
     free(list);
+    shim_weights_json(b);
 }
 
 /* ---- capture ------------------------------------------------------------------ */
@@ -514,6 +517,8 @@ struct plan {
     int device;
     int early[NOPS]; /* captured before forwarding */
     int active;
+    size_t wslot;    /* weights.c slot of operand A, SIZE_MAX: not fingerprinted */
+    struct operand wop;
 };
 
 static void build_json(struct plan *p, const struct gcall *g)
@@ -555,6 +560,59 @@ static void build_json(struct plan *p, const struct gcall *g)
         shim_json_free(&b);
 }
 
+static void legacy_finish(struct gcall *g);
+
+/* Weight fingerprint (weights.c): operand A of each GEMM in call 0 of a
+ * scope component is hashed once, after the call, in stream order. */
+static void weights_pre(struct gcall *g, struct plan *p)
+{
+    p->wslot = SIZE_MAX;
+    if (p->sc.component[0] == '\0' || p->sc.call != 0 || !g->decodable || !shim_weights_enabled())
+        return;
+    if (!mat_operand(&g->a, &p->wop))
+        return;
+    pthread_once(&helpers_once, helpers_resolve);
+    if (!p_get_device || p_get_device(&p->device) != 0)
+        return;
+    legacy_finish(g);
+    size_t nbytes = probe_dtype_size(p->wop.dtype);
+    for (int i = 0; i < p->wop.rank; ++i)
+        nbytes *= (size_t)p->wop.shape[i];
+    p->wslot = shim_weights_register(p->sc.component, p->k, p->wop.rank, p->wop.shape,
+                                     p->wop.dtype, nbytes);
+}
+
+static void weights_post(const struct gcall *g, struct plan *p, int status)
+{
+    if (p->wslot == SIZE_MAX)
+        return;
+    if (status != 0) {
+        shim_weights_failed(p->wslot);
+        return;
+    }
+    char slot[SHIM_NAME_MAX];
+    snprintf(slot, sizeof slot, "gemm.%04lld.a", (long long)p->k);
+    probe_tap_tensor_v1 t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    t.abi_version = PROBE_TAP_ABI_VERSION;
+    t.component = p->sc.component;
+    t.slot = slot;
+    t.call = 0;
+    t.step = p->sc.step;
+    t.cfg_branch = p->sc.cfg_branch;
+    t.device = p->device;
+    t.dtype = p->wop.dtype;
+    t.rank = p->wop.rank;
+    t.shape = p->wop.shape;
+    t.strides = p->wop.strides;
+    t.data = p->wop.data;
+    t.stream = g->stream;
+    t.timestep = NAN;
+    if (shim_tap_hash_device(&t, p->wslot) != PROBE_OK)
+        shim_weights_failed(p->wslot);
+}
+
 /* Before forwarding: count, index, select, capture what must be read first. */
 static void gemm_pre(struct gcall *g, struct plan *p)
 {
@@ -562,6 +620,7 @@ static void gemm_pre(struct gcall *g, struct plan *p)
     shim_scope_current(&p->sc);
     p->k = shim_scope_next(SHIM_COUNT_GEMM);
     sig_count(g, &p->sc, p->k);
+    weights_pre(g, p);
     pthread_once(&cfg_once, cfg_init);
     if (!any_gemm_glob || shim_closed() || shim_disabled())
         return;
@@ -570,6 +629,7 @@ static void gemm_pre(struct gcall *g, struct plan *p)
             warn_once(&warned_decode, "GEMM not captured (counted only): %s", g->undecodable);
         return;
     }
+    legacy_finish(g); /* stream, pointer mode (beta == 0 decides whether C is read) */
     int inside = p->sc.component[0] != '\0';
     if (inside) {
         snprintf(p->comp, sizeof p->comp, "%s", p->sc.component);
@@ -657,6 +717,7 @@ static void gemm_post(const struct gcall *g, struct plan *p, int status)
                             g->stream, p->json);
     }
     free(p->json);
+    weights_post(g, p, status);
 }
 
 /* 1 when the hook does its work (the process captures, not nested). */
@@ -710,18 +771,21 @@ static void legacy_call(struct gcall *g, const char *api, cublasHandle_t h, int 
     g->pointer_mode = -1;
     g->a.batch = g->b.batch = g->c.batch = g->d.batch = 1;
     set_dims(g);
-    (void)h;
-}
-
-/* stream and pointer mode are needed only when something is captured */
-static void legacy_finish(struct gcall *g, cublasHandle_t h)
-{
-    g->stream = handle_stream(h);
-    g->pointer_mode = handle_pointer_mode(h);
-    if (g->transa > 1 || g->transb > 1) {
+    g->handle = h;
+    if (ta > 1 || tb > 1) {
         g->decodable = 0;
         g->undecodable = "conjugate transpose (CUBLAS_OP_C) is not decoded";
     }
+}
+
+/* stream and pointer mode are needed only when something is captured */
+static void legacy_finish(struct gcall *g)
+{
+    if (!g->handle)
+        return;
+    g->stream = handle_stream(g->handle);
+    g->pointer_mode = handle_pointer_mode(g->handle);
+    g->handle = NULL;
 }
 
 #define SET_MAT(mat, p, ld_, stride_, batch_)                                                     \
@@ -732,11 +796,6 @@ static void legacy_finish(struct gcall *g, cublasHandle_t h)
         g.mat.batch = (batch_);                                                                   \
     } while (0)
 
-static int needs_capture_info(void)
-{
-    pthread_once(&cfg_once, cfg_init);
-    return any_gemm_glob;
-}
 
 /* ---- cuBLAS hooks ----------------------------------------------------------------- */
 
@@ -763,8 +822,6 @@ SHIM_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, int transa, int t
     SET_MAT(b, B, ldb, 0, 1);
     SET_MAT(c, C, ldc, 0, 1);
     SET_MAT(d, C, ldc, 0, 1);
-    if (needs_capture_info())
-        legacy_finish(&g, handle);
     struct plan p;
     gemm_pre(&g, &p);
     cublasStatus_t st = real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb,
@@ -800,8 +857,6 @@ SHIM_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
     SET_MAT(b, B, ldb, strideB, batchCount);
     SET_MAT(c, C, ldc, strideC, batchCount);
     SET_MAT(d, C, ldc, strideC, batchCount);
-    if (needs_capture_info())
-        legacy_finish(&g, handle);
     struct plan p;
     gemm_pre(&g, &p);
     cublasStatus_t st = real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B,
@@ -833,8 +888,6 @@ SHIM_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
         SET_MAT(b, B, ldb, 0, 1);                                                                   \
         SET_MAT(c, C, ldc, 0, 1);                                                                   \
         SET_MAT(d, C, ldc, 0, 1);                                                                   \
-        if (needs_capture_info())                                                                   \
-            legacy_finish(&g, handle);                                                              \
         struct plan p;                                                                              \
         gemm_pre(&g, &p);                                                                           \
         cublasStatus_t st = real(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C,   \
@@ -868,8 +921,6 @@ SHIM_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
         SET_MAT(b, B, ldb, strideB, batchCount);                                                    \
         SET_MAT(c, C, ldc, strideC, batchCount);                                                    \
         SET_MAT(d, C, ldc, strideC, batchCount);                                                    \
-        if (needs_capture_info())                                                                   \
-            legacy_finish(&g, handle);                                                              \
         struct plan p;                                                                              \
         gemm_pre(&g, &p);                                                                           \
         cublasStatus_t st = real(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,   \

@@ -496,9 +496,20 @@ void shim_stats_json(struct shim_json *b);
 
 /* ---- gemm.c / weights.c: interposed cuBLAS / cuBLASLt ---------------------- */
 
-/* Writer thread: the XXH64 of the weight operand registered as slot. */
+/* 1 unless PROBE_WEIGHTS=0. */
+int shim_weights_enabled(void);
+/* Register a weight operand about to be hashed; its slot, or SIZE_MAX when
+ * the table is full (counted as overflow). */
+size_t shim_weights_register(const char *component, int64_t k, int rank, const int64_t *shape,
+                             probe_dtype dtype, size_t nbytes);
+/* Writer thread: the XXH64 of the weight operand registered as slot (ok 0:
+ * the copy failed or was skipped). */
 void shim_weights_hashed(size_t slot, uint64_t hash, int ok);
-/* Append ,"gemm":{...} and ,"weights":{...} to the manifest being built. */
+/* The operand's hash will not come (the call failed, the copy was not queued). */
+void shim_weights_failed(size_t slot);
+/* Append ,"weights":{...} (weights.c) when any operand was registered. */
+void shim_weights_json(struct shim_json *b);
+/* Append ,"gemm":{...} (when a GEMM was seen) and the "weights" key. */
 void shim_gemm_json(struct shim_json *b);
 
 /* ---- inject.c ------------------------------------------------------------- */

@@ -25,7 +25,16 @@ Checked:
 - the rejected call returned the library's status (7) and captured nothing;
   every hook passed its arguments through unchanged (the fake records them);
 - selection by path: '/gemm/0001/*,/gemm/0003/out' captures exactly those;
-- a forked child's GEMM is forwarded, the child captures nothing.
+- a forked child's GEMM is forwarded, the child captures nothing;
+- scopes (probe_scope_enter_v1: dit.step calls 0..2 = steps 0..2, two GEMMs
+  each, then one GEMM outside): '*,*gemm*@step=1' captures exactly
+  /dit.step/0001/gemm.0000.* and gemm.0001.* (probe.step 1) and nothing of
+  steps 0/2 or outside; the manifest "weights" has dit.step with 2 operands
+  (k 0: [6, 4], k 1: [5, 6], bfloat16, 108 bytes) whose XXH64 equal the
+  probe.hash of the same tensors captured in full, whose combined hash is
+  the XXH64 of the documented records, and which are identical across runs
+  with the same weights and differ when the weights differ; PROBE_WEIGHTS=0
+  leaves "weights" out.
 """
 import json
 import os
@@ -35,6 +44,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_shim_common import (SOURCE, check, expected_bytes, finish, need_build,  # noqa: E402
                               preload_env, probe_lines, program, read_raw, run, tmpdir)
+
+from test_h5py_interop import xxh64  # noqa: E402
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
@@ -211,6 +222,64 @@ def main():
         check(got == {"/gemm/0000/a", "/gemm/0000/b", "/gemm/0000/out"},
               "fork: only the parent's GEMM is captured (%s)" % sorted(got))
         check(manifest(out4)["gemm"]["total"] == 1, "fork: the parent counted one GEMM")
+
+    # 5. scopes, step selection, weights
+    def scope_run(name, capture=None, **env):
+        out = os.path.join(d, name)
+        extra = dict(env)
+        if capture:
+            extra["PROBE_CAPTURE"] = capture
+        r = run(args + ["scope"], preload_env(out, leaks=False, **extra))
+        print(r.stdout, r.stderr)
+        check(r.returncode == 0 and probe_lines(r.stderr) == [],
+              "scope run %s: rc 0, no probe: warnings (rc=%d)" % (name, r.returncode))
+        return out
+
+    s1 = scope_run("s1.h5", "*,*gemm*@step=1")
+    with h5py.File(s1, "r") as f:
+        got = set()
+        f.visititems(lambda n, o: got.add("/" + n) if isinstance(o, h5py.Dataset) else None)
+        want = {"/dit.step/0001/gemm.0000.%s" % o for o in ("a", "b", "bias", "out")} | \
+               {"/dit.step/0001/gemm.0001.%s" % o for o in ("a", "b", "out")}
+        check(got == want, "'*gemm*@step=1' captures exactly step 1's GEMM operands (got %s)" % sorted(got))
+        if "/dit.step/0001/gemm.0000.out" in f:
+            ds = f["/dit.step/0001/gemm.0000.out"]
+            check(int(ds.attrs["probe.step"]) == 1 and int(ds.attrs["probe.cfg_branch"]) == 0 and
+                  int(ds.attrs["probe.call"]) == 1, "scoped operand carries the scope's call/step/branch")
+            op = json.loads(ds.attrs["probe.op"])
+            check(op["operands"]["out"] == "gemm.0000.out", "scoped probe.op names slots gemm.0000.*")
+    m1 = manifest(s1)
+    sigs = m1["gemm"]["components"]
+    check(sorted(sigs) == ["dit.step", "gemm"] and sum(x["count"] for x in sigs["dit.step"]) == 6,
+          "manifest gemm: 6 calls under dit.step, 1 outside (%s)" % sorted(sigs))
+    w = m1.get("weights", {}).get("components", {})
+    ws = w.get("dit.step")
+    if check(ws is not None and list(w) == ["dit.step"], "manifest weights: dit.step only (%s)" % list(w)):
+        check(ws["gemms"] == 2 and ws["bytes"] == (24 + 30) * 2 and ws["dtypes"] == ["bfloat16"] and ws["complete"],
+              "weights: 2 operands, 108 bytes, bfloat16 (%s)" % {k: ws[k] for k in ("gemms", "bytes", "dtypes")})
+        ops_ = ws["operands"]
+        check([(o["k"], o["shape"]) for o in ops_] == [(0, [6, 4]), (1, [5, 6])],
+              "weights operands: k 0 [6, 4], k 1 [5, 6]")
+        import struct
+        rec = b"".join(struct.pack("<qi", o["k"], len(o["shape"])) + b"".join(struct.pack("<q", x) for x in o["shape"])
+                       + struct.pack("<iQ", 11, int(o["xxh64"], 16)) for o in ops_)
+        full = scope_run("s_full.h5", "*gemm*@step=0")
+        with h5py.File(full, "r") as f:
+            for o in ops_:
+                h = f["/dit.step/0000/gemm.%04d.a" % o["k"]].attrs["probe.hash"]
+                h = h.decode() if isinstance(h, bytes) else h
+                raw = read_raw(f["/dit.step/0000/gemm.%04d.a" % o["k"]]).tobytes()
+                check(h == o["xxh64"] == "%016x" % xxh64(raw),
+                      "weights k %d: xxh64 equals the XXH64 of the captured bytes and their probe.hash" % o["k"])
+        check("%016x" % xxh64(rec) == ws["xxh64"], "combined hash = XXH64 of the (k, rank, shape, "
+              "dtype, xxh64) records (%s)" % ws["xxh64"])
+        same = manifest(scope_run("s2.h5"))["weights"]["components"]["dit.step"]
+        check(same["xxh64"] == ws["xxh64"], "same weights in another run: same combined hash")
+        other = manifest(scope_run("s3.h5", SHIM_GEMM_SEED="1"))["weights"]["components"]["dit.step"]
+        check(other["xxh64"] != ws["xxh64"] and other["operands"][0]["xxh64"] != ops_[0]["xxh64"],
+              "different weights: different hashes")
+    off = manifest(scope_run("s4.h5", PROBE_WEIGHTS="0"))
+    check("weights" not in off, "PROBE_WEIGHTS=0: no weights key")
     finish()
 
 

@@ -4,7 +4,7 @@
  * fake_cublaslt.c (loaded RTLD_LOCAL under their real sonames, as torch
  * loads cuBLAS, so the shim must find them with RTLD_NOLOAD).
  *
- * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork
+ * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope
  *   main  the GEMMs listed in run_main (outside any scope, so GEMM k is the
  *         k-th call of the process), each followed by a stream sync; for each
  *         operand a base buffer (DIR/<k>.<operand>.bin, saved when the shim
@@ -15,6 +15,12 @@
  *         status and passed every argument through unchanged.
  *   fork  a forked child calls cublasSgemm_v2 under the shim: the call must
  *         be forwarded (right result) and the child must capture nothing.
+ *   scope three calls of component dit.step (probe_scope_enter_v1, call c,
+ *         step c, branch 0), each making a bf16 cublasLtMatmul with bias
+ *         (W1: m=6, k=4) and a bf16 cublasGemmEx (W2: m=5, k=6, transa T),
+ *         then one cublasSgemm_v2 outside any scope. The weights' values
+ *         depend on the environment variable SHIM_GEMM_SEED (default 0), so
+ *         a test can make two runs load different weights.
  * Prints "FAIL ..." for each broken expectation; exit 0 when there is none.
  */
 #include <dlfcn.h>
@@ -457,10 +463,59 @@ static int run_fork(void)
     return failures ? 1 : 0;
 }
 
+static int (*scope_enter)(const void *);
+static int (*scope_exit)(void);
+
+struct scope_desc { /* probe_scope_v1 (include/probe/tap.h) */
+    uint32_t struct_size, abi_version;
+    const char *component;
+    int64_t call, step;
+    int32_t cfg_branch;
+};
+
+static int run_scope(void)
+{
+    const char *e = getenv("SHIM_GEMM_SEED");
+    int seed = e ? atoi(e) : 0;
+    if (!scope_enter || !scope_exit) {
+        FAIL("probe_scope_enter_v1 / probe_scope_exit_v1 not found (shim not preloaded?)");
+        return 1;
+    }
+    void *W1 = fill(11, 24, 30 + seed), *W2 = fill(11, 30, 31 + seed), *bias = fill(11, 6, 32);
+    for (int c = 0; c < 3; ++c) {
+        struct scope_desc sd = {sizeof sd, 1, "dit.step", c, c, 0};
+        if (scope_enter(&sd) != 0)
+            FAIL("probe_scope_enter_v1 failed");
+        void *x = fill(11, 12, 40 + c), *h = fill(11, 18, 0), *y = fill(11, 15, 0);
+        float alpha = 1.0f, beta = 0.0f;
+        void *desc, *Ad, *Bd, *Dd;
+        lt_desc_create(&desc, 68, 0);
+        int32_t t = 1, epi = 4;
+        lt_desc_set(desc, 3, &t, 4);
+        lt_desc_set(desc, 7, &epi, 4);
+        lt_desc_set(desc, 8, &bias, sizeof bias);
+        lt_layout_create(&Ad, 14, 4, 6, 4);
+        lt_layout_create(&Bd, 14, 4, 3, 4);
+        lt_layout_create(&Dd, 14, 6, 3, 6);
+        check_status("scoped cublasLtMatmul",
+                     lt_matmul(lthandle, desc, &alpha, W1, Ad, x, Bd, &beta, h, Dd, h, Dd, NULL,
+                               NULL, 0, stream), 0);
+        check_status("scoped cublasGemmEx",
+                     gemm_ex(handle, 1, 0, 5, 3, 6, &alpha, W2, 14, 6, h, 14, 6, &beta, y, 14, 5,
+                             68, -1), 0);
+        sync_stream();
+        scope_exit();
+    }
+    float A[4] = {1, 2, 3, 4}, B[4] = {1, 0, 0, 1}, C[4] = {0}, alpha = 1, beta = 0;
+    check_status("unscoped cublasSgemm_v2", sgemm(handle, 0, 0, 2, 2, 2, &alpha, A, 2, B, 2, &beta, C, 2), 0);
+    sync_stream();
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 6) {
-        fprintf(stderr, "usage: %s MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork\n", argv[0]);
+        fprintf(stderr, "usage: %s MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope\n", argv[0]);
         return 2;
     }
     if (!dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) || !(blaslt = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL)) ||
@@ -481,6 +536,8 @@ int main(int argc, char **argv)
     GET(event_create, "cudaEventCreateWithFlags");
     GET(event_record, "cudaEventRecord");
     GET(event_sync, "cudaEventSynchronize");
+    GET(scope_enter, "probe_scope_enter_v1");
+    GET(scope_exit, "probe_scope_exit_v1");
     HOOK(gemm_ex, blas, "cublasGemmEx");
     HOOK(gemm_sb_ex, blas, "cublasGemmStridedBatchedEx");
     HOOK(sgemm, blas, "cublasSgemm_v2");
@@ -515,6 +572,8 @@ int main(int argc, char **argv)
         rc = run_main();
     else if (strcmp(argv[5], "fork") == 0)
         rc = run_fork();
+    else if (strcmp(argv[5], "scope") == 0)
+        rc = run_scope();
     fclose(cases);
     return rc;
 }
