@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "weights.h"
 #include "probe/compare.h"
 #include "probe/components.h"
 
@@ -58,6 +59,8 @@ static void usage(FILE *f)
             "  --isolated ISO.h5   the candidate run again under probe-run --replay REF.h5:\n"
             "                      report per tensor the error as run, in isolation, and\n"
             "                      their ratio (amplification)\n"
+            "  --allow-weight-diff compare even when the runs' weight fingerprints say they\n"
+            "                      loaded different weights (docs/gemm.md); default: exit 2\n"
             "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
             "                      vs reference); without it a candidate identical to the\n"
             "                      reference everywhere fails as \"feature not active\"\n"
@@ -614,16 +617,21 @@ static void note_recovered(const char *const paths[2])
     }
 }
 
-/* The compare JSON (html 0) or HTML report (html 1) with the key
- * "recovered" added first in the result object (in the HTML: in its inline
- * probe-data JSON, so that it stays equal to --json), the rest byte for
- * byte as the library wrote it. Only when an input was recovered: otherwise
- * the output is exactly the library's. */
+/* The runs' weight fingerprints side by side (probe/weights.h): the JSON
+ * object for the key "weights", or NULL when neither run has fingerprints. */
+static char *weights_json;
+
+/* The compare JSON (html 0) or HTML report (html 1) with the keys
+ * "recovered" (an input was recovered) and "weights" (a run has weight
+ * fingerprints, docs/gemm.md) added first in the result object (in the HTML:
+ * in its inline probe-data JSON, so that it stays equal to --json), the rest
+ * byte for byte as the library wrote it. When neither applies the output is
+ * exactly the library's. */
 static probe_status write_with_recovered(const probe_compare_result *r, FILE *out, int html)
 {
     int any = (recovered_json[0] && !json_is_null(recovered_json[0])) ||
               (recovered_json[1] && !json_is_null(recovered_json[1]));
-    if (!any)
+    if (!any && !weights_json)
         return html ? probe_compare_write_html(r, out) : probe_compare_write_json(r, out);
     char *text = NULL;
     size_t len = 0;
@@ -632,22 +640,32 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
         return probe_set_error(PROBE_ENOMEM, "out of memory");
     probe_status s = html ? probe_compare_write_html(r, m) : probe_compare_write_json(r, m);
     fclose(m);
-    json_t *o = json_pack("{s:O, s:O}", "reference", recovered_json[0] ? recovered_json[0] : json_null(),
-                          "candidate", recovered_json[1] ? recovered_json[1] : json_null());
-    char *frag = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(o);
+    char *frag = NULL;
+    if (any) {
+        json_t *o = json_pack("{s:O, s:O}", "reference", recovered_json[0] ? recovered_json[0] : json_null(),
+                              "candidate", recovered_json[1] ? recovered_json[1] : json_null());
+        frag = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+    }
     const char *marker = html ? "id=\"probe-data\">" : "";
     char *at = s == PROBE_OK && text != NULL ? strstr(text, marker) : NULL;
     char *brace = at != NULL ? strchr(at, '{') : NULL;
-    if (s == PROBE_OK && (brace == NULL || frag == NULL)) {
+    if (s == PROBE_OK && (brace == NULL || (any && frag == NULL))) {
         s = probe_set_error(PROBE_ENOMEM, "out of memory");
     } else if (s == PROBE_OK) {
         size_t head = (size_t)(brace - text) + 1;
-        int ok = fwrite(text, 1, head, out) == head && fputs("\"recovered\": ", out) != EOF;
-        for (const char *p = frag; ok && *p; p++) /* "</" would end an HTML script element */
-            ok = (p[0] == '<' && p[1] == '/' ? fputs("<\\", out) : fputc(*p, out)) != EOF;
-        ok = ok && fputs(html ? "," : ", ", out) != EOF &&
-             fwrite(text + head, 1, len - head, out) == len - head;
+        int ok = fwrite(text, 1, head, out) == head;
+        const char *keys[2] = {"\"recovered\": ", "\"weights\": "};
+        const char *vals[2] = {any ? frag : NULL, weights_json};
+        for (int k = 0; k < 2; k++) {
+            if (!vals[k])
+                continue;
+            ok = ok && fputs(keys[k], out) != EOF;
+            for (const char *p = vals[k]; ok && *p; p++) /* "</" would end an HTML script element */
+                ok = (p[0] == '<' && p[1] == '/' ? fputs("<\\", out) : fputc(*p, out)) != EOF;
+            ok = ok && fputs(html ? "," : ", ", out) != EOF;
+        }
+        ok = ok && fwrite(text + head, 1, len - head, out) == len - head;
         if (!ok)
             s = probe_set_error(PROBE_EIO, "%s", strerror(errno));
     }
@@ -678,7 +696,7 @@ int main(int argc, char **argv)
 {
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
            OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
-           OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED };
+           OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF };
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
@@ -692,6 +710,7 @@ int main(int argc, char **argv)
         {"device", required_argument, 0, OPT_DEVICE},
         {"allow-root-diff", required_argument, 0, OPT_ALLOW_ROOT_DIFF},
         {"isolated", required_argument, 0, OPT_ISOLATED},
+        {"allow-weight-diff", no_argument, 0, OPT_ALLOW_WEIGHT_DIFF},
         {0, 0, 0, 0}};
     const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
     const char *junit_path = NULL;
@@ -700,7 +719,7 @@ int main(int argc, char **argv)
     const char *allow[MAX_ALLOW + 1] = {0};
     size_t nallow = 0;
     const char *iso_path = NULL;
-    int quiet = 0;
+    int quiet = 0, allow_weight_diff = 0;
     probe_compare_opts opts;
     memset(&opts, 0, sizeof opts);
     /* Large buffers (HDF5 decompresses whole chunks) go to mmap and back to
@@ -774,6 +793,7 @@ int main(int argc, char **argv)
             allow[nallow++] = optarg;
             break;
         case OPT_ISOLATED: iso_path = optarg; break;
+        case OPT_ALLOW_WEIGHT_DIFF: allow_weight_diff = 1; break;
         case OPT_QUIET: quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
@@ -903,9 +923,39 @@ int main(int argc, char **argv)
                           (junit_path && strcmp(junit_path, "-") == 0)
                       ? stderr
                       : stdout;
+    /* Weight fingerprints (docs/gemm.md "Weights"): different weights in
+     * two runs make the comparison meaningless; refuse unless allowed. */
+    probe_weights_verdict wv;
+    if (probe_weights_check(res->manifest_reference, res->manifest_candidate, &wv) != PROBE_OK) {
+        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        probe_compare_result_free(res);
+        probe_calibration_free(cal);
+        probe_component_names_free(axis_names);
+        free(axis_values);
+        free(axis_ranks);
+        return report(report_fd, 2);
+    }
+    if (!strcmp(wv.status, "differ") && !allow_weight_diff) {
+        fprintf(stderr, "probe-compare: %s; not comparing (--allow-weight-diff compares anyway)\n",
+                wv.line);
+        probe_weights_verdict_free(&wv);
+        probe_compare_result_free(res);
+        probe_calibration_free(cal);
+        probe_component_names_free(axis_names);
+        free(axis_values);
+        free(axis_ranks);
+        return report(report_fd, 2);
+    }
+    if (wv.line[0])
+        weights_json = wv.json, wv.json = NULL;
     char gate[160];
     gate_label(gate, sizeof gate, &opts);
     note_recovered((const char *const[2]){argv[optind], argv[optind + 1]});
+    if (!quiet && wv.line[0])
+        fprintf(human, "%s%s\n", !strcmp(wv.status, "differ") ? "weights: DIFFER: " : "",
+                !strcmp(wv.status, "differ") ? wv.line + strlen("the runs loaded different weights: ")
+                                              : wv.line);
+    probe_weights_verdict_free(&wv);
     if (!quiet) {
         print_runs(human, res);
         print_table(human, res, gate);
@@ -927,5 +977,6 @@ int main(int argc, char **argv)
     free(axis_ranks);
     json_decref(recovered_json[0]);
     json_decref(recovered_json[1]);
+    free(weights_json);
     return report(report_fd, rc);
 }

@@ -1,0 +1,155 @@
+"""probe-compare and the runs' weight fingerprints (manifest key "weights",
+docs/gemm.md "Weights"), on files written by h5py whose probe.manifest holds
+hand-written fingerprints, and on a real pair of shim captures (the fake
+cuBLAS of test_gemm_mock.py, loaded with different weights).
+
+Checked:
+- same combined hash -> exit 0, one line "weights: same in both runs (3 GEMM
+  operands, 600 bytes)", JSON "weights": {"status": "same"};
+- same shapes/dtypes, different hashes -> exit 2, one line naming the
+  component and the first differing GEMM (k=1, its shape and dtype), nothing
+  else on stdout; --allow-weight-diff -> compared (exit 0), "weights: DIFFER"
+  line and JSON status "differ" with first_differing_gemm 1;
+- different shapes or dtypes (quantized weights) -> informational line, JSON
+  "format_differs", exit 0;
+- one run without fingerprints -> "unknown", nothing refused; neither run ->
+  no "weights" key and no line (the JSON is the library's);
+- a malformed "weights" value counts as no fingerprints;
+- shim captures: same weights -> "same", different -> exit 2.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import check, finish, need_build, preload_env, program, run  # noqa: E402
+
+BUILD = os.environ.get("PROBE_BUILD_DIR", "build")
+COMPARE = os.path.join(BUILD, "bin", "probe-compare")
+
+
+def ops(hashes, shapes=((10, 10), (20, 5), (5, 20)), dtype="bfloat16"):
+    return [{"k": k, "shape": list(s), "dtype": dtype, "xxh64": h} for k, (s, h) in enumerate(zip(shapes, hashes))]
+
+
+def weights(hashes, combined, **kw):
+    o = ops(hashes, **kw)
+    esz = 2 if kw.get("dtype", "bfloat16") == "bfloat16" else 1
+    return {"overflow": 0, "components": {"dit.step": {
+        "gemms": len(o), "bytes": sum(int(np.prod(x["shape"])) * esz for x in o), "complete": True,
+        "dtypes": [o[0]["dtype"]], "xxh64": combined, "operands": o}}}
+
+
+def write(path, w, value=1.0):
+    with h5py.File(path, "w") as f:
+        m = {"probe_version": "test"}
+        if w is not None:
+            m["weights"] = w
+        f.attrs["probe.manifest"] = json.dumps(m)
+        d = f.create_dataset("/dit.step/0000/out", data=np.full((4, 4), value, np.float32))
+        d.attrs["probe.dtype"] = "float32"
+
+
+def compare(*args):
+    p = subprocess.run([COMPARE, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def main():
+    need_build()
+    d = tempfile.mkdtemp(prefix="probe-weights-")
+    H = ["%016x" % (0x1111 * (i + 1)) for i in range(3)]
+    ref = os.path.join(d, "ref.h5")
+    write(ref, weights(H, "00000000000000aa"))
+
+    # same
+    same = os.path.join(d, "same.h5")
+    write(same, weights(H, "00000000000000aa"), value=1.00001)
+    js = os.path.join(d, "same.json")
+    rc, out, err = compare(ref, same, "--json", js)
+    check(rc == 0, "same weights: compared, exit 0 (rc=%d, %s)" % (rc, err.strip()))
+    lines = [l for l in out.splitlines() if l.startswith("weights:")]
+    check(lines == ["weights: same in both runs (3 GEMM operands, 600 bytes)"], "same: one line %s" % lines)
+    res = json.load(open(js))
+    check(res.get("weights", {}).get("status") == "same" and
+          res["weights"]["components"]["dit.step"]["status"] == "same", "same: JSON weights.status 'same'")
+
+    # differ
+    diff = os.path.join(d, "diff.h5")
+    write(diff, weights([H[0], "00000000deadbeef", H[2]], "00000000000000bb"), value=1.00001)
+    rc, out, err = compare(ref, diff)
+    el = err.strip().splitlines()
+    check(rc == 2, "different weights: exit 2 (rc=%d)" % rc)
+    check(len(el) == 1 and el[0].startswith("probe-compare: the runs loaded different weights: component "
+                                            "dit.step, first differing GEMM k=1 (weight [20, 5] bfloat16)"),
+          "different weights: one line naming component and GEMM: %s" % el)
+    check(out == "", "different weights: nothing compared (stdout empty)")
+    js = os.path.join(d, "diff.json")
+    rc, out, err = compare(ref, diff, "--allow-weight-diff", "--json", js)
+    check(rc == 0, "--allow-weight-diff: compared (rc=%d)" % rc)
+    check(any(l.startswith("weights: DIFFER: component dit.step, first differing GEMM k=1") for l in out.splitlines()),
+          "--allow-weight-diff: a 'weights: DIFFER' line")
+    res = json.load(open(js))
+    w = res.get("weights", {})
+    check(w.get("status") == "differ" and w["components"]["dit.step"]["first_differing_gemm"] == 1 and
+          w["components"]["dit.step"]["candidate_xxh64"] == "00000000000000bb",
+          "--allow-weight-diff: JSON status differ, first_differing_gemm 1")
+
+    # format differs (quantized)
+    quant = os.path.join(d, "quant.h5")
+    write(quant, weights(H, "00000000000000cc", dtype="float8_e4m3fn"), value=1.00001)
+    js = os.path.join(d, "quant.json")
+    rc, out, err = compare(ref, quant, "--json", js)
+    check(rc == 0, "quantized weights: not refused (rc=%d %s)" % (rc, err.strip()))
+    check(any(l.startswith("weights: dit.step (and 0 other components) has GEMM weights of different shapes or dtypes")
+              for l in out.splitlines()), "quantized: informational line")
+    check(json.load(open(js))["weights"]["status"] == "format_differs", "quantized: JSON format_differs")
+
+    # unknown / absent / malformed
+    none = os.path.join(d, "none.h5")
+    write(none, None, value=1.00001)
+    js = os.path.join(d, "unk.json")
+    rc, out, err = compare(ref, none, "--json", js)
+    check(rc == 0 and "weights: unknown (the candidate run has no weight fingerprints)" in out,
+          "one run without fingerprints: unknown, not refused")
+    check(json.load(open(js))["weights"]["status"] == "unknown", "unknown: JSON status")
+    none2 = os.path.join(d, "none2.h5")
+    write(none2, None)
+    js = os.path.join(d, "none.json")
+    rc, out, err = compare(none2, none, "--json", js)
+    check(rc == 0 and not any(l.startswith("weights") for l in out.splitlines()) and "weights" not in json.load(open(js)),
+          "neither run has fingerprints: no line, no JSON key")
+    bad = os.path.join(d, "bad.h5")
+    write(bad, {"components": {"dit.step": {"operands": "x", "xxh64": 5}}}, value=1.00001)
+    rc, out, err = compare(ref, bad)
+    check(rc == 0 and "weights: unknown" in out, "malformed weights: unknown, not refused (rc=%d)" % rc)
+
+    # real shim captures through the fake cuBLAS
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_gemm_mock import build
+    libs = build(d)
+    args = [program("shim_gemm"), libs["libcudart.so.13"], libs["libcublasLt.so.13"], libs["libcublas.so.13"], d,
+            "scope"]
+    outs = []
+    for name, seed in (("r0.h5", "0"), ("r1.h5", "0"), ("r2.h5", "1")):
+        o = os.path.join(d, name)
+        r = run(args, preload_env(o, leaks=False, PROBE_CAPTURE="*gemm*@step=2", SHIM_GEMM_SEED=seed))
+        check(r.returncode == 0, "shim run %s (seed %s)" % (name, seed))
+        outs.append(o)
+    rc, out, err = compare(outs[0], outs[1], "--expect-identical")
+    print(out, err)
+    check(rc == 0 and "weights: same in both runs (2 GEMM operands, 108 bytes)" in out,
+          "shim runs with the same weights: same (rc=%d)" % rc)
+    rc, out, err = compare(outs[0], outs[2])
+    check(rc == 2 and "the runs loaded different weights: component dit.step, first differing GEMM k=0" in err,
+          "shim runs with different weights: refused (rc=%d, %s)" % (rc, err.strip()))
+    finish()
+
+
+if __name__ == "__main__":
+    main()
