@@ -275,26 +275,39 @@ static void set_dims(struct gcall *g)
 /* ---- signatures (manifest "gemm") --------------------------------------------- */
 
 #define SIG_CAP 1024
+/* Open addressing; an entry's key is written once, under sig_lock, before
+ * `used` is set with release order, and never changes: lookups of known
+ * signatures take no lock (the per-call cost of a call that captures
+ * nothing, docs/gemm.md "Overhead"). */
 struct sig {
-    int used;
+    atomic_int used;
     char component[SHIM_NAME_MAX];
     const char *api;
     int64_t m, n, k, batch;
     int ta, tb, at, bt, dt;
     uint32_t epilogue;
     int compute;
-    uint64_t count;
+    uint64_t hash;
+    atomic_ullong count;
     int64_t first_call, first_k;
 };
 static struct sig sigs[SIG_CAP];
 static size_t nsigs;
-static uint64_t sig_total, sig_overflow;
+static atomic_ullong sig_total, sig_overflow;
 static pthread_mutex_t sig_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     return h;
+}
+
+static int sig_match(const struct sig *e, uint64_t h, const struct gcall *g, const char *comp)
+{
+    return e->hash == h && e->api == g->api && e->m == g->m && e->n == g->n && e->k == g->k &&
+           e->batch == g->batch && e->ta == g->transa && e->tb == g->transb &&
+           e->at == g->a.ctype && e->bt == g->b.ctype && e->dt == g->d.ctype &&
+           e->epilogue == g->epilogue && e->compute == g->compute && strcmp(e->component, comp) == 0;
 }
 
 static void sig_count(const struct gcall *g, const struct shim_scope *sc, int64_t k)
@@ -310,14 +323,24 @@ static void sig_count(const struct gcall *g, const struct shim_scope *sc, int64_
     h = mix(h, (uint64_t)(g->transa | g->transb << 2) | (uint64_t)g->epilogue << 8);
     h = mix(h, (uint64_t)(uint32_t)g->a.ctype << 32 | (uint32_t)g->d.ctype);
     h = mix(h, (uint64_t)(uint32_t)g->b.ctype << 32 | (uint32_t)g->compute);
-    pthread_mutex_lock(&sig_lock);
-    ++sig_total;
-    for (size_t i = 0, s = h % SIG_CAP; i < SIG_CAP; ++i, s = (s + 1) % SIG_CAP) {
+    atomic_fetch_add_explicit(&sig_total, 1, memory_order_relaxed);
+    size_t s0 = h % SIG_CAP;
+    /* lock-free: a signature seen before */
+    for (size_t i = 0, s = s0; i < SIG_CAP; ++i, s = (s + 1) % SIG_CAP) {
         struct sig *e = &sigs[s];
-        if (!e->used) {
+        if (!atomic_load_explicit(&e->used, memory_order_acquire))
+            break;
+        if (sig_match(e, h, g, sc->component)) {
+            atomic_fetch_add_explicit(&e->count, 1, memory_order_relaxed);
+            return;
+        }
+    }
+    pthread_mutex_lock(&sig_lock);
+    for (size_t i = 0, s = s0; i < SIG_CAP; ++i, s = (s + 1) % SIG_CAP) {
+        struct sig *e = &sigs[s];
+        if (!atomic_load_explicit(&e->used, memory_order_relaxed)) {
             if (nsigs >= SIG_CAP * 3 / 4)
                 break; /* table full enough: count as overflow */
-            e->used = 1;
             snprintf(e->component, sizeof e->component, "%s", sc->component);
             e->api = g->api;
             e->m = g->m, e->n = g->n, e->k = g->k, e->batch = g->batch;
@@ -325,24 +348,22 @@ static void sig_count(const struct gcall *g, const struct shim_scope *sc, int64_
             e->at = g->a.ctype, e->bt = g->b.ctype, e->dt = g->d.ctype;
             e->epilogue = g->epilogue;
             e->compute = g->compute;
-            e->count = 1;
+            e->hash = h;
+            atomic_store_explicit(&e->count, 1, memory_order_relaxed);
             e->first_call = sc->call;
             e->first_k = k;
             ++nsigs;
+            atomic_store_explicit(&e->used, 1, memory_order_release);
             pthread_mutex_unlock(&sig_lock);
             return;
         }
-        if (e->api == g->api && e->m == g->m && e->n == g->n && e->k == g->k &&
-            e->batch == g->batch && e->ta == g->transa && e->tb == g->transb &&
-            e->at == g->a.ctype && e->bt == g->b.ctype && e->dt == g->d.ctype &&
-            e->epilogue == g->epilogue && e->compute == g->compute &&
-            strcmp(e->component, sc->component) == 0) {
-            ++e->count;
+        if (sig_match(e, h, g, sc->component)) { /* inserted by another thread meanwhile */
+            atomic_fetch_add_explicit(&e->count, 1, memory_order_relaxed);
             pthread_mutex_unlock(&sig_lock);
             return;
         }
     }
-    ++sig_overflow;
+    atomic_fetch_add_explicit(&sig_overflow, 1, memory_order_relaxed);
     pthread_mutex_unlock(&sig_lock);
 }
 
@@ -363,7 +384,7 @@ static int cmp_sig(const void *x, const void *y)
 void shim_gemm_json(struct shim_json *b)
 {
     pthread_mutex_lock(&sig_lock);
-    if (sig_total == 0) {
+    if (atomic_load(&sig_total) == 0) {
         pthread_mutex_unlock(&sig_lock);
         shim_weights_json(b);
         return;
@@ -376,11 +397,12 @@ void shim_gemm_json(struct shim_json *b)
     }
     size_t n = 0;
     for (size_t i = 0; i < SIG_CAP; ++i)
-        if (sigs[i].used)
+        if (atomic_load(&sigs[i].used))
             list[n++] = &sigs[i];
     qsort(list, n, sizeof *list, cmp_sig);
     shim_json_printf(b, ",\"gemm\":{\"total\":%llu,\"overflow\":%llu,\"components\":{",
-                     (unsigned long long)sig_total, (unsigned long long)sig_overflow);
+                     (unsigned long long)atomic_load(&sig_total),
+                     (unsigned long long)atomic_load(&sig_overflow));
     for (size_t i = 0; i < n; ++i) {
         const struct sig *e = list[i];
         int first = i == 0 || strcmp(list[i - 1]->component, e->component) != 0;
@@ -402,7 +424,7 @@ void shim_gemm_json(struct shim_json *b)
                          (long long)e->batch, trans_name(e->ta), trans_name(e->tb),
                          ctype_name(e->at, t1, sizeof t1), ctype_name(e->bt, t2, sizeof t2),
                          ctype_name(e->dt, t3, sizeof t3), compute_name(e->compute, t4, sizeof t4),
-                         epilogue_name(e->epilogue, t5, sizeof t5), (unsigned long long)e->count,
+                         epilogue_name(e->epilogue, t5, sizeof t5), (unsigned long long)atomic_load(&e->count),
                          (long long)e->first_call, (long long)e->first_k);
     }
     shim_json_raw(b, n ? "]}}" : "}}");
@@ -616,7 +638,8 @@ static void weights_post(const struct gcall *g, struct plan *p, int status)
 /* Before forwarding: count, index, select, capture what must be read first. */
 static void gemm_pre(struct gcall *g, struct plan *p)
 {
-    memset(p, 0, sizeof *p);
+    p->active = 0;
+    p->json = NULL;
     shim_scope_current(&p->sc);
     p->k = shim_scope_next(SHIM_COUNT_GEMM);
     sig_count(g, &p->sc, p->k);
@@ -630,6 +653,9 @@ static void gemm_pre(struct gcall *g, struct plan *p)
         return;
     }
     legacy_finish(g); /* stream, pointer mode (beta == 0 decides whether C is read) */
+    memset(p->selected, 0, sizeof p->selected);
+    memset(p->early, 0, sizeof p->early);
+    memset(p->ops, 0, sizeof p->ops);
     int inside = p->sc.component[0] != '\0';
     if (inside) {
         snprintf(p->comp, sizeof p->comp, "%s", p->sc.component);
