@@ -9,10 +9,10 @@ fp32 cublasSgemm_v2 with beta != 0, fp16 strided batched Ex, cublasLtMatmul
 with the BIAS epilogue, with FP8 A/B and scale pointers, with BATCH_COUNT,
 fp64 Dgemm, strided batched Sgemm, an in-place call whose output overwrites
 A, a call the library rejects, and two cublasLtMatmul with ORDER_ROW
-layouts) run outside any scope, so GEMM k is stored under /gemm/<k:04>/.
+layouts, an Sgemm in device pointer mode) run outside any scope, so GEMM k is stored under /gemm/<k:04>/.
 Checked:
 - PROBE_CAPTURE unset ('*'): no operand is captured; the manifest's "gemm"
-  counts all 12 calls by signature (the two ORDER_ROW calls under one
+  counts all 13 calls by signature (the two ORDER_ROW calls under one
   signature with count 2); one `probe:` warning for the ORDER_ROW layouts;
 - '*gemm*': every operand of the 9 decodable calls is in the file with its
   logical row-major shape and bit-exact bytes (numpy as_strided over the
@@ -99,10 +99,13 @@ def formula_check(f, k, op):
     for s in ("scale_a", "scale_b"):
         if s in g:
             scale *= float(as_f64(g[s])[0])
-    ref = op["alpha"] * scale * np.swapaxes(opA @ opB, 1, 2)  # [B, n, m]
+    # device pointer mode (GEMM 12): alpha/beta are null; the program used 1 and 0
+    alpha = 1.0 if op["alpha"] is None else op["alpha"]
+    beta = 0.0 if op["beta"] is None else op["beta"]
+    ref = alpha * scale * np.swapaxes(opA @ opB, 1, 2)  # [B, n, m]
     if "c" in g:
         c = as_f64(g["c"])
-        ref = ref + op["beta"] * (c if batched else c[None])
+        ref = ref + beta * (c if batched else c[None])
     if "bias" in g:
         ref = ref + as_f64(g["bias"])[None, None, :]
     dt = g["out"].attrs["probe.dtype"]
@@ -138,9 +141,9 @@ def main():
             check("gemm" not in f, "PROBE_CAPTURE='*' captures no GEMM operand")
         g = manifest(out1).get("gemm")
         if check(g is not None, "manifest has the \"gemm\" key"):
-            check(g["total"] == 12 and g["overflow"] == 0, "gemm.total == 12 calls (got %s)" % g["total"])
+            check(g["total"] == 13 and g["overflow"] == 0, "gemm.total == 13 calls (got %s)" % g["total"])
             sigs = g["components"].get("gemm", [])
-            check(sum(s["count"] for s in sigs) == 12, "signature counts add up to 12")
+            check(sum(s["count"] for s in sigs) == 13, "signature counts add up to 13")
             row = [s for s in sigs if s["api"] == "cublasLtMatmul" and s["m"] == 2]
             check(len(row) == 1 and row[0]["count"] == 2 and row[0]["first_k"] == 10,
                   "the two ORDER_ROW calls share one signature, count 2, first_k 10 (%s)" % row)
@@ -197,6 +200,9 @@ def main():
         check(json.loads(f["/gemm/0004/a"].attrs["probe.op"])["operands"].get("scale_b") == "scale_b",
               "fp8 call: scale pointers captured")
         check(tuple(f["/gemm/0003/bias"].shape) == (6,), "bias has m elements")
+        op12 = json.loads(f["/gemm/0012/out"].attrs["probe.op"])
+        check(op12["alpha"] is None and op12["beta"] is None and "c" in op12["operands"],
+              "device pointer mode: alpha/beta null, C captured (%s)" % op12)
 
     # 3. selection by path
     out3 = os.path.join(d, "sel.h5")

@@ -5,7 +5,7 @@
  * loads cuBLAS, so the shim must find them with RTLD_NOLOAD).
  *
  * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope
- *   main  the GEMMs listed in run_main (outside any scope, so GEMM k is the
+ *   main  the GEMMs listed in run_main (k0..k12) (outside any scope, so GEMM k is the
  *         k-th call of the process), each followed by a stream sync; for each
  *         operand a base buffer (DIR/<k>.<operand>.bin, saved when the shim
  *         reads it) and a JSON line in DIR/cases.jsonl that says where its
@@ -67,6 +67,7 @@ static int (*lt_matmul)(void *, void *, const void *, const void *, void *, cons
                         size_t, void *);
 static int (*blas_create)(void **);
 static int (*blas_set_stream)(void *, void *);
+static int (*blas_set_pointer_mode)(void *, int);
 static int (*blas_last)(long long *, int);
 static int (*lt_create)(void **);
 static int (*lt_layout_create)(void **, int, uint64_t, uint64_t, int64_t);
@@ -434,6 +435,27 @@ static int run_main(void)
                  D[3]);
         ++k;
     }
+    /* k12: cublasSgemm_v2 in device pointer mode (alpha 1, beta 0 in
+     * "device" memory): alpha/beta are not read (probe.op null), so C is
+     * taken as read and captured before the call. */
+    {
+        int m = 2, n = 3, kk = 2;
+        float *A = fill(12, 4, 50), *B = fill(12, 6, 51), *C = fill(12, 6, 52);
+        float *dalpha = malloc(4), *dbeta = malloc(4);
+        *dalpha = 1.0f, *dbeta = 0.0f;
+        long long sa[] = {kk, m}, ta[] = {m, 1}, sb[] = {n, kk}, tb[] = {kk, 1};
+        long long so[] = {n, m}, to[] = {m, 1};
+        add_case(k, "a", 12, A, 4, 2, sa, ta);
+        add_case(k, "b", 12, B, 6, 2, sb, tb);
+        add_case(k, "c", 12, C, 6, 2, so, to);
+        blas_set_pointer_mode(handle, 1);
+        int st = sgemm(handle, 0, 0, m, n, kk, dalpha, A, m, B, kk, dbeta, C, m);
+        blas_set_pointer_mode(handle, 0);
+        check_status("cublasSgemm_v2 device pointer mode", st, 0);
+        sync_stream();
+        add_case(k, "out", 12, C, 6, 2, so, to);
+        ++k;
+    }
     fprintf(cases, "{\"total\":%d}\n", k);
     return failures ? 1 : 0;
 }
@@ -546,6 +568,7 @@ int main(int argc, char **argv)
     HOOK(lt_matmul, blaslt, "cublasLtMatmul");
     LIB(blas_create, blas, "cublasCreate_v2");
     LIB(blas_set_stream, blas, "cublasSetStream_v2");
+    LIB(blas_set_pointer_mode, blas, "cublasSetPointerMode_v2");
     LIB(blas_last, blas, "fake_cublas_last");
     LIB(lt_create, blaslt, "cublasLtCreate");
     LIB(lt_layout_create, blaslt, "cublasLtMatrixLayoutCreate");
@@ -554,6 +577,7 @@ int main(int argc, char **argv)
     LIB(lt_desc_set, blaslt, "cublasLtMatmulDescSetAttribute");
     LIB(lt_last, blaslt, "fake_cublaslt_last");
     if (!create_stream || !event_sync || !gemm_ex || !lt_matmul || !blas_create || !lt_desc_set ||
+        !blas_set_pointer_mode ||
         !blas_last || !lt_last) {
         fprintf(stderr, "a runtime or cuBLAS entry point is missing\n");
         return 2;
