@@ -584,12 +584,17 @@ static void build_json(struct plan *p, const struct gcall *g)
 
 static void legacy_finish(struct gcall *g);
 
-/* Weight fingerprint (weights.c): operand A of each GEMM in call 0 of a
- * scope component is hashed once, after the call, in stream order. */
+/* Weight fingerprint (weights.c): operand A of each weight-like GEMM
+ * (transa T, batch 1) in call 0 of a scope component is hashed once, after
+ * the call, in stream order. */
 static void weights_pre(struct gcall *g, struct plan *p)
 {
     p->wslot = SIZE_MAX;
-    if (p->sc.component[0] == '\0' || p->sc.call != 0 || !g->decodable || !shim_weights_enabled())
+    /* Only the nn.Linear / F.linear pattern (A = W with transa T, not batched):
+     * operand A of other GEMMs (mm of activations, attention's bmm) is data,
+     * and a feature that changes activations must not read as other weights. */
+    if (p->sc.component[0] == '\0' || p->sc.call != 0 || !g->decodable || g->transa != 1 ||
+        g->batch != 1 || !shim_weights_enabled())
         return;
     if (!mat_operand(&g->a, &p->wop))
         return;

@@ -1,8 +1,8 @@
 /* weights.c - weight fingerprints of interposed GEMMs (docs/gemm.md "Weights").
  *
  * In the first call (call index 0) of each scope component, operand A of
- * every decodable GEMM (nn.Linear's weight: torch passes it as A with
- * transa=T) is copied once through the staging ring like a captured tensor
+ * every decodable GEMM with transa=T and batch 1 (nn.Linear's weight: torch
+ * passes it as A with transa=T; other GEMMs multiply activations) is copied once through the staging ring like a captured tensor
  * and hashed with XXH64 on the writer thread (a "hash only" job: no dataset
  * is written). The manifest key "weights" gives per component the operands
  * (GEMM index k, logical shape, dtype, XXH64) and a combined hash over

@@ -26,10 +26,11 @@ Checked:
   every hook passed its arguments through unchanged (the fake records them);
 - selection by path: '/gemm/0001/*,/gemm/0003/out' captures exactly those;
 - a forked child's GEMM is forwarded, the child captures nothing;
-- scopes (probe_scope_enter_v1: dit.step calls 0..2 = steps 0..2, two GEMMs
-  each, then one GEMM outside): '*,*gemm*@step=1' captures exactly
-  /dit.step/0001/gemm.0000.* and gemm.0001.* (probe.step 1) and nothing of
-  steps 0/2 or outside; the manifest "weights" has dit.step with 2 operands
+- scopes (probe_scope_enter_v1: dit.step calls 0..2 = steps 0..2, two weight
+  GEMMs and an activation product each, then one GEMM outside):
+  '*,*gemm*@step=1' captures exactly /dit.step/0001/gemm.000[012].* (probe.step
+  1) and nothing of steps 0/2 or outside; the manifest "weights" has dit.step
+  with 2 operands (the activation product, transa N, is not a weight)
   (k 0: [6, 4], k 1: [5, 6], bfloat16, 108 bytes) whose XXH64 equal the
   probe.hash of the same tensors captured in full, whose combined hash is
   the XXH64 of the documented records, and which are identical across runs
@@ -246,7 +247,7 @@ def main():
         got = set()
         f.visititems(lambda n, o: got.add("/" + n) if isinstance(o, h5py.Dataset) else None)
         want = {"/dit.step/0001/gemm.0000.%s" % o for o in ("a", "b", "bias", "out")} | \
-               {"/dit.step/0001/gemm.0001.%s" % o for o in ("a", "b", "out")}
+               {"/dit.step/0001/gemm.%04d.%s" % (k, o) for k in (1, 2) for o in ("a", "b", "out")}
         check(got == want, "'*gemm*@step=1' captures exactly step 1's GEMM operands (got %s)" % sorted(got))
         if "/dit.step/0001/gemm.0000.out" in f:
             ds = f["/dit.step/0001/gemm.0000.out"]
@@ -256,8 +257,8 @@ def main():
             check(op["operands"]["out"] == "gemm.0000.out", "scoped probe.op names slots gemm.0000.*")
     m1 = manifest(s1)
     sigs = m1["gemm"]["components"]
-    check(sorted(sigs) == ["dit.step", "gemm"] and sum(x["count"] for x in sigs["dit.step"]) == 6,
-          "manifest gemm: 6 calls under dit.step, 1 outside (%s)" % sorted(sigs))
+    check(sorted(sigs) == ["dit.step", "gemm"] and sum(x["count"] for x in sigs["dit.step"]) == 9,
+          "manifest gemm: 9 calls under dit.step, 1 outside (%s)" % sorted(sigs))
     w = m1.get("weights", {}).get("components", {})
     ws = w.get("dit.step")
     if check(ws is not None and list(w) == ["dit.step"], "manifest weights: dit.step only (%s)" % list(w)):
@@ -265,7 +266,7 @@ def main():
               "weights: 2 operands, 108 bytes, bfloat16 (%s)" % {k: ws[k] for k in ("gemms", "bytes", "dtypes")})
         ops_ = ws["operands"]
         check([(o["k"], o["shape"]) for o in ops_] == [(0, [6, 4]), (1, [5, 6])],
-              "weights operands: k 0 [6, 4], k 1 [5, 6]")
+              "weights operands: k 0 [6, 4], k 1 [5, 6] (not the activation product k 2)")
         import struct
         rec = b"".join(struct.pack("<qi", o["k"], len(o["shape"])) + b"".join(struct.pack("<q", x) for x in o["shape"])
                        + struct.pack("<iQ", 11, int(o["xxh64"], 16)) for o in ops_)

@@ -17,7 +17,8 @@
  *         be forwarded (right result) and the child must capture nothing.
  *   scope three calls of component dit.step (probe_scope_enter_v1, call c,
  *         step c, branch 0), each making a bf16 cublasLtMatmul with bias
- *         (W1: m=6, k=4) and a bf16 cublasGemmEx (W2: m=5, k=6, transa T),
+ *         (W1: m=6, k=4), a bf16 cublasGemmEx (W2: m=5, k=6, transa T) and an
+ *         fp32 cublasSgemm_v2 of two activations (transa N),
  *         then one cublasSgemm_v2 outside any scope. The weights' values
  *         depend on the environment variable SHIM_GEMM_SEED (default 0), so
  *         a test can make two runs load different weights.
@@ -525,6 +526,10 @@ static int run_scope(void)
         check_status("scoped cublasGemmEx",
                      gemm_ex(handle, 1, 0, 5, 3, 6, &alpha, W2, 14, 6, h, 14, 6, &beta, y, 14, 5,
                              68, -1), 0);
+        /* an activation product (transa N, different in every call): not a weight */
+        float *P = fill(12, 6, 60 + c), *Q = fill(12, 6, 61 + c), *R = fill(12, 4, 0);
+        check_status("scoped activation cublasSgemm_v2",
+                     sgemm(handle, 0, 0, 2, 2, 3, &alpha, P, 2, Q, 3, &beta, R, 2), 0);
         sync_stream();
         scope_exit();
     }
