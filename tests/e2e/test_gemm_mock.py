@@ -35,7 +35,10 @@ Checked:
   probe.hash of the same tensors captured in full, whose combined hash is
   the XXH64 of the documented records, and which are identical across runs
   with the same weights and differ when the weights differ; PROBE_WEIGHTS=0
-  leaves "weights" out.
+  leaves "weights" out;
+- 4 threads x 100 GEMMs, each thread in its own scope instance, with
+  '*/gemm.*.out': 400 outputs at /worker/<t>/gemm.<i>.out, each equal to its
+  thread's result and carrying its step; one signature counted 400 times.
 """
 import json
 import os
@@ -287,6 +290,30 @@ def main():
               "different weights: different hashes")
     off = manifest(scope_run("s4.h5", PROBE_WEIGHTS="0"))
     check("weights" not in off, "PROBE_WEIGHTS=0: no weights key")
+
+    # 6. 4 threads x 100 GEMMs, each thread in its own scope instance
+    out6 = os.path.join(d, "threads.h5")
+    r = run(args[:-1] + [d, "threads"], preload_env(out6, leaks=False, PROBE_CAPTURE="*/gemm.*.out"))
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0 and probe_lines(r.stderr) == [], "threads: rc 0, no probe: warnings")
+    with h5py.File(out6, "r") as f:
+        ok = True
+        for t in range(4):
+            want = np.fromfile(os.path.join(d, "thread%d.out.bin" % t), np.float32).reshape(2, 2)
+            for i in range(100):
+                p = "/worker/%04d/gemm.%04d.out" % (t, i)
+                if p not in f or not np.array_equal(f[p][()], want) or int(f[p].attrs["probe.step"]) != t:
+                    ok = False
+                    print("bad", p)
+                    break
+        n = [0]
+        f.visititems(lambda name, o: n.__setitem__(0, n[0] + isinstance(o, h5py.Dataset)))
+        check(ok and n[0] == 400, "threads: 400 outs, /worker/<t>/gemm.0000..0099.out each thread t's result "
+              "with step t (%d datasets)" % n[0])
+    g = manifest(out6)["gemm"]
+    w = g["components"].get("worker", [])
+    check(g["total"] == 400 and len(w) == 1 and w[0]["count"] == 400,
+          "threads: one signature counted 400 times under worker (%s)" % w)
     finish()
 
 

@@ -4,7 +4,7 @@
  * fake_cublaslt.c (loaded RTLD_LOCAL under their real sonames, as torch
  * loads cuBLAS, so the shim must find them with RTLD_NOLOAD).
  *
- * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope
+ * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|threads
  *   main  the GEMMs listed in run_main (k0..k12) (outside any scope, so GEMM k is the
  *         k-th call of the process), each followed by a stream sync; for each
  *         operand a base buffer (DIR/<k>.<operand>.bin, saved when the shim
@@ -25,6 +25,8 @@
  * Prints "FAIL ..." for each broken expectation; exit 0 when there is none.
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures;
+static atomic_int failures;
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         printf("FAIL " __VA_ARGS__);                                                               \
@@ -539,10 +541,59 @@ static int run_scope(void)
     return failures ? 1 : 0;
 }
 
+/* threads: 4 threads, each in its own scope "worker" call t (step t), each
+ * making 100 cublasSgemm_v2 on its own handle and stream; thread t's
+ * operands come from seed t, so every captured out says which thread made it.
+ * DIR/thread<t>.out.bin: the result thread t computed. */
+#define NTHREADS 4
+#define NCALLS 100
+static void *worker(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    void *h, *s;
+    blas_create(&h);
+    create_stream(&s, 1);
+    blas_set_stream(h, s);
+    struct scope_desc sd = {sizeof sd, 1, "worker", t, t, -1};
+    scope_enter(&sd);
+    float *A = fill(12, 6, 70 + t), *B = fill(12, 6, 80 + t), *C = calloc(4, sizeof(float));
+    float alpha = 1.0f, beta = 0.0f;
+    for (int i = 0; i < NCALLS; ++i)
+        if (sgemm(h, 0, 0, 2, 2, 3, &alpha, A, 2, B, 3, &beta, C, 2) != 0)
+            FAIL("thread %d call %d failed", t, i);
+    void *e;
+    event_create(&e, 0);
+    event_record(e, s);
+    event_sync(e);
+    scope_exit();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/thread%d.out.bin", dir, t);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(C, sizeof(float), 4, f);
+        fclose(f);
+    }
+    return NULL;
+}
+
+static int run_threads(void)
+{
+    if (!scope_enter || !scope_exit) {
+        FAIL("probe_scope_enter_v1 / probe_scope_exit_v1 not found");
+        return 1;
+    }
+    pthread_t th[NTHREADS];
+    for (int t = 0; t < NTHREADS; ++t)
+        pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
+    for (int t = 0; t < NTHREADS; ++t)
+        pthread_join(th[t], NULL);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 6) {
-        fprintf(stderr, "usage: %s MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope\n", argv[0]);
+        fprintf(stderr, "usage: %s MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|threads\n", argv[0]);
         return 2;
     }
     if (!dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) || !(blaslt = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL)) ||
@@ -603,6 +654,8 @@ int main(int argc, char **argv)
         rc = run_fork();
     else if (strcmp(argv[5], "scope") == 0)
         rc = run_scope();
+    else if (strcmp(argv[5], "threads") == 0)
+        rc = run_threads();
     fclose(cases);
     return rc;
 }
