@@ -627,6 +627,19 @@ static char *weights_json;
  * in its inline probe-data JSON, so that it stays equal to --json), the rest
  * byte for byte as the library wrote it. When neither applies the output is
  * exactly the library's. */
+/* The manifest of the capture file at path (malloc'd), or NULL when the file
+ * cannot be read or has none. */
+static char *file_manifest(const char *path)
+{
+    probe_file *f = NULL;
+    if (probe_file_open(path, &f) != PROBE_OK)
+        return NULL;
+    const char *m = probe_file_manifest(f);
+    char *copy = m ? strdup(m) : NULL;
+    probe_file_close(f);
+    return copy;
+}
+
 static probe_status write_with_recovered(const probe_compare_result *r, FILE *out, int html)
 {
     int any = (recovered_json[0] && !json_is_null(recovered_json[0])) ||
@@ -903,6 +916,28 @@ int main(int argc, char **argv)
 
     int report_fd = -1;
     contain(argv[optind], argv[optind + 1], iso_path, &report_fd); /* returns in the child */
+    /* Weight fingerprints (docs/gemm.md "Weights"), read from both manifests
+     * before comparing: different weights make the comparison meaningless;
+     * refuse unless allowed. An unreadable file is reported by the compare. */
+    probe_weights_verdict wv;
+    char *wm[2] = {file_manifest(argv[optind]), file_manifest(argv[optind + 1])};
+    probe_status wst = probe_weights_check(wm[0], wm[1], &wv);
+    free(wm[0]);
+    free(wm[1]);
+    if (wst != PROBE_OK || (!strcmp(wv.status, "differ") && !allow_weight_diff)) {
+        if (wst != PROBE_OK)
+            fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        else
+            fprintf(stderr, "probe-compare: %s; not comparing (--allow-weight-diff compares "
+                            "anyway)\n", wv.line);
+        probe_weights_verdict_free(&wv);
+        probe_component_names_free(roots);
+        probe_calibration_free(cal);
+        probe_component_names_free(axis_names);
+        free(axis_values);
+        free(axis_ranks);
+        return report(report_fd, 2);
+    }
     probe_compare_result *res = NULL;
     probe_status cs = probe_compare_files(argv[optind], argv[optind + 1], &opts, &res);
     if (prog.shown) {
@@ -912,6 +947,7 @@ int main(int argc, char **argv)
     probe_component_names_free(roots);
     if (cs != PROBE_OK) {
         fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        probe_weights_verdict_free(&wv);
         probe_calibration_free(cal);
         probe_component_names_free(axis_names);
         free(axis_values);
@@ -923,29 +959,6 @@ int main(int argc, char **argv)
                           (junit_path && strcmp(junit_path, "-") == 0)
                       ? stderr
                       : stdout;
-    /* Weight fingerprints (docs/gemm.md "Weights"): different weights in
-     * two runs make the comparison meaningless; refuse unless allowed. */
-    probe_weights_verdict wv;
-    if (probe_weights_check(res->manifest_reference, res->manifest_candidate, &wv) != PROBE_OK) {
-        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
-        probe_compare_result_free(res);
-        probe_calibration_free(cal);
-        probe_component_names_free(axis_names);
-        free(axis_values);
-        free(axis_ranks);
-        return report(report_fd, 2);
-    }
-    if (!strcmp(wv.status, "differ") && !allow_weight_diff) {
-        fprintf(stderr, "probe-compare: %s; not comparing (--allow-weight-diff compares anyway)\n",
-                wv.line);
-        probe_weights_verdict_free(&wv);
-        probe_compare_result_free(res);
-        probe_calibration_free(cal);
-        probe_component_names_free(axis_names);
-        free(axis_values);
-        free(axis_ranks);
-        return report(report_fd, 2);
-    }
     if (wv.line[0])
         weights_json = wv.json, wv.json = NULL;
     char gate[160];
