@@ -525,6 +525,9 @@ static int run_scope(void)
         check_status("scoped cublasLtMatmul",
                      lt_matmul(lthandle, desc, &alpha, W1, Ad, x, Bd, &beta, h, Dd, h, Dd, NULL,
                                NULL, 0, stream), 0);
+        /* the fake reads its inputs when called, and writes its output in
+         * stream order: let h arrive before the next GEMM reads it */
+        sync_stream();
         check_status("scoped cublasGemmEx",
                      gemm_ex(handle, 1, 0, 5, 3, 6, &alpha, W2, 14, 6, h, 14, 6, &beta, y, 14, 5,
                              68, -1), 0);
