@@ -171,7 +171,7 @@ def metrics(ref, cand):
             float(np.dot(ref, cand) / (np.linalg.norm(ref) * np.linalg.norm(cand))))
 
 
-tmp = tempfile.mkdtemp(prefix="probe-oracle-")
+tmp = os.environ.get("ORACLE_TEST_DIR") or tempfile.mkdtemp(prefix="probe-oracle-")
 
 # ---- 1. bf16 nn.Linear with bias (cublasLt BIAS epilogue shape) -------------
 TOK, IN, OUTF = 9, 96, 40
