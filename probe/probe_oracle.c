@@ -938,10 +938,11 @@ int main(int argc, char **argv)
     }
     size_t nt = probe_file_count(f);
     op_result *res = calloc(nt ? nt : 1, sizeof *res);
-    char **seen = calloc(nt ? nt : 1, sizeof *seen);
+    char **seen = calloc(nt ? nt : 1, sizeof *seen); /* each op's probe.op text */
+    size_t *owner = calloc(nt ? nt : 1, sizeof *owner); /* 1 + the op owning tensor i; 0 none */
     size_t nres = 0, nseen = 0;
     int rc = 0;
-    if (res == NULL || seen == NULL) {
+    if (res == NULL || seen == NULL || owner == NULL) {
         fprintf(stderr, "probe-oracle: out of memory\n");
         rc = 2;
     }
@@ -956,37 +957,25 @@ int main(int argc, char **argv)
             break;
         }
         /* Every operand of one op carries the same text: the op is checked
-         * once, keyed by its group and text. */
+         * once, from the first of its datasets; its operands are then owned
+         * by it and skipped when they carry the same text. */
         const probe_tensor_info *t = probe_file_tensor(f, i);
-        char dir[512];
-        snprintf(dir, sizeof dir, "%s", t->path);
-        char *sl = strrchr(dir, '/');
-        if (sl)
-            sl[1] = '\0';
-        size_t klen = strlen(dir) + strlen(text) + 2;
-        char *key = malloc(klen);
-        if (key == NULL) {
-            free(text);
-            rc = 2;
-            break;
-        }
-        snprintf(key, klen, "%s\n%s", dir, text);
-        int dup = 0;
-        for (size_t q = 0; q < nseen && !dup; q++)
-            dup = !strcmp(seen[q], key);
-        if (dup) {
-            free(key);
+        if (owner[i] != 0 && strcmp(seen[owner[i] - 1], text) == 0) {
             free(text);
             continue;
         }
-        seen[nseen++] = key;
         op_record r;
         rc = parse_record(f, i, text, &r);
-        free(text);
         if (rc != 0) {
+            free(text);
             rec_free(&r);
             break;
         }
+        seen[nseen++] = text;
+        owner[i] = nseen;
+        for (int q = 0; q < r.nops; q++)
+            if (owner[r.ops[q].index] == 0)
+                owner[r.ops[q].index] = nseen;
         operand *out = rec_operand(&r, "out");
         op_result *x = &res[nres];
         memset(x, 0, sizeof *x);
@@ -1074,6 +1063,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nseen; i++)
         free(seen[i]);
     free(seen);
+    free(owner);
     free(res);
     probe_file_close(f);
     return rc;

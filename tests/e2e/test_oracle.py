@@ -437,6 +437,21 @@ if doc:
 rc, doc, _ = run_json(ops_file, "--only", "*/att*")
 check(rc == 0 and doc and doc["checked"] == 2, "--only selects ops by output path")
 
+# ---- 5b. many records in one file: each op checked once ---------------------
+many_file = os.path.join(tmp, "many.h5")
+with h5py.File(many_file, "w") as f:
+    for g in range(150):
+        a_ = rng.normal(size=(4, 3)).astype(np.float32)      # [k, m] transa N
+        b_ = rng.normal(size=(2, 4)).astype(np.float32)      # [n, k] transb N
+        put_op(f, f"/dit.step/{g // 50:04d}", dict(RECB, batch=1, m=3, n=2, k=4, beta=0.0,
+                                                  api="cublasSgemm_v2"),
+               {"a": (f"gemm.{g:04d}.a", a_, "float32"), "b": (f"gemm.{g:04d}.b", b_, "float32"),
+                "out": (f"gemm.{g:04d}.out", (b_ @ a_).astype(np.float32) * np.float32(alpha),
+                        "float32")})
+rc, doc, err = run_json(many_file)
+check(rc == 0 and doc and doc["checked"] == 150 and len(doc["ops"]) == 150
+      and len({o["path"] for o in doc["ops"]}) == 150, f"150 GEMM records: 150 ops, each once (rc {rc})")
+
 # ---- 6. not checkable: an operand was not captured ---------------------------
 nc_file = os.path.join(tmp, "nc.h5")
 with h5py.File(nc_file, "w") as f:
