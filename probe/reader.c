@@ -938,6 +938,44 @@ const char *probe_file_hdf5_version(void)
     return v[0] ? v : "unknown";
 }
 
+/* --- string attributes of a tensor (the probe.op record, docs/oracle.md) --- */
+
+probe_status probe_file_tensor_attr(probe_file *f, size_t i, const char *name, char **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (f == NULL || name == NULL || out == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_tensor_attr: NULL argument");
+    if (i >= f->n)
+        return probe_set_error(PROBE_EINVAL,
+                               "probe_file_tensor_attr: %s: tensor index %zu out of range (%zu tensors)",
+                               f->path, i, f->n);
+    const probe_tensor_info *t = &f->t[i];
+    if (f->recovery.recovered)
+        return probe_set_error(PROBE_ENOTFOUND,
+                               "%s: %s: attribute %s: not kept for a capture recovered from its journal",
+                               f->path, t->path, name);
+    probe_status s = PROBE_OK;
+    char text[256];
+    H5E_BEGIN_TRY {
+        hid_t d = H5Oopen(f->file, t->path, H5P_DEFAULT);
+        if (d < 0) {
+            probe_h5_error_text(text, sizeof text);
+            s = probe_set_error(PROBE_EIO, "%s: %s: cannot open dataset (%s)", f->path, t->path, text);
+        } else {
+            int r = attr_str(d, name, out);
+            if (r < 0)
+                s = probe_set_error(PROBE_ENOMEM, "%s: %s: attribute %s: out of memory", f->path,
+                                    t->path, name);
+            else if (r == 0)
+                s = probe_set_error(PROBE_ENOTFOUND, "%s: %s: no string attribute %s", f->path,
+                                    t->path, name);
+            H5Oclose(d);
+        }
+    } H5E_END_TRY;
+    return s;
+}
+
 /* --- reading --- */
 
 /* Read all n elements of tensor t, converted to t's logical type in

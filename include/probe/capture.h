@@ -169,6 +169,15 @@ probe_status probe_file_read_raw(probe_file *f, size_t i, void *dst, size_t nbyt
 probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, size_t count,
                                    void *dst);
 
+/* String attribute `name` of tensor i (e.g. "probe.op", the JSON record of
+ * an interposed or tapped op: docs/oracle.md) as a malloc'd NUL-terminated
+ * string in *out (free() it); variable or fixed length, ASCII or UTF-8, one
+ * element. Errors (*out NULL): PROBE_EINVAL (NULL argument, i out of range),
+ * PROBE_ENOTFOUND (no such attribute, not a one-element string, or a file
+ * recovered from its journal, which keeps no attributes), PROBE_EIO (HDF5
+ * cannot open the dataset), PROBE_ENOMEM. Messages name file and path. */
+probe_status probe_file_tensor_attr(probe_file *f, size_t i, const char *name, char **out);
+
 /* Root attribute probe.manifest (JSON text) or NULL. */
 const char *probe_file_manifest(const probe_file *f);
 size_t probe_file_skip_count(const probe_file *f);
