@@ -35,6 +35,18 @@ EXPORTS = {
     "cudaGraphLaunch",
     "cudaGraphExecDestroy",
     "cudaGraphDestroy",
+    # kernel-path evidence (intercept/kernels.c, dlsym_x86_64.S)
+    "dlsym",
+    "__cudaLaunchKernel",
+    "__cudaLaunchKernel_ptsz",
+    "cudaLaunchKernel",
+    "cudaLaunchKernel_ptsz",
+    "cudaLaunchKernelExC",
+    "cudaLaunchKernelExC_ptsz",
+    "cudaGetDriverEntryPoint",
+    "cudaGetDriverEntryPoint_ptsz",
+    "cudaGetDriverEntryPointByVersion",
+    "cudaGetDriverEntryPointByVersion_ptsz",
 }
 
 # probe_dtype values (include/probe/dtype.h) -> name, element size
