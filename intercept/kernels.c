@@ -245,23 +245,28 @@ static void *driver_sym(const char *name)
         atomic_store_explicit(&var##_p, var, memory_order_release);                                \
     }
 
-/* The mangled name of func (malloc'd), or NULL when unknown now (the query
- * is tried again at the next launch). A runtime query never leaves an error
+/* The mangled name of func (malloc'd), or NULL with *retry = 1 when it
+ * cannot be asked now (an earlier error is pending: asked again at the next
+ * launch) or *retry = 0 when the query failed (the function stays unnamed,
+ * never asked again). A runtime query never leaves an error
  * behind: it is skipped while an earlier error is pending
  * (cudaPeekAtLastError), and its own failure is popped with
  * cudaGetLastError, so the program's next cudaGetLastError sees what it
  * would have seen without probe. */
-static char *query_name(int route, const void *func)
+static char *query_name(int route, const void *func, int *retry)
 {
     const char *n = NULL;
+    *retry = 0;
     if (route == ROUTE_RUNTIME) {
         LAZY(get_name, runtime_sym, "cudaFuncGetName");
         LAZY(peek, runtime_sym, "cudaPeekAtLastError");
         LAZY(pop, runtime_sym, "cudaGetLastError");
         if (!get_name || !peek || !pop)
             return NULL;
-        if (((cudaError_t (*)(void))peek)() != 0)
+        if (((cudaError_t (*)(void))peek)() != 0) {
+            *retry = 1;
             return NULL;
+        }
         if (((cudaError_t (*)(const char **, const void *))get_name)(&n, func) != 0) {
             ((cudaError_t (*)(void))pop)();
             return NULL;
@@ -271,7 +276,9 @@ static char *query_name(int route, const void *func)
         if (!get_name || ((CUresult (*)(const char **, const void *))get_name)(&n, func) != 0)
             return NULL;
     }
-    return n ? strdup(n) : NULL;
+    char *copy = n ? strdup(n) : NULL;
+    *retry = n && !copy; /* out of memory: ask again later */
+    return copy;
 }
 
 /* ---- counting ---------------------------------------------------------------- */
@@ -293,11 +300,13 @@ static void count_launch(int route, const void *func)
     /* First launch of func in this component. */
     unsigned ni = name_find(route, func, &found);
     if (!found) {
-        char *name = query_name(route, func); /* outside the lock */
-        if (!name) {
+        int retry;
+        char *name = query_name(route, func, &retry); /* outside the lock */
+        if (!name && retry) {
             atomic_fetch_add(&comp_unnamed[comp], 1);
             return;
         }
+        /* a failed query is kept as a NULL name: counted unnamed, never asked again */
         pthread_mutex_lock(&k_lock);
         ni = name_find(route, func, &found);
         if (!found && ni < NAMES_MAX && nnames < NAMES_MAX * 3 / 4) {
@@ -315,6 +324,10 @@ static void count_launch(int route, const void *func)
             atomic_fetch_add(&comp_unnamed[comp], 1);
             return;
         }
+    }
+    if (!names[ni].name) {
+        atomic_fetch_add(&comp_unnamed[comp], 1);
+        return;
     }
     pthread_mutex_lock(&k_lock);
     c = counter_find(comp, route, func, &found);

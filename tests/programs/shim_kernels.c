@@ -21,7 +21,7 @@
  *               "cuGetProcAddress" fetched through cuGetProcAddress_v2, then
  *                 "cuLaunchKernel" through it: d_x x1 (same wrapper as dlsym's);
  *               cudaGetDriverEntryPointByVersion("cuLaunchKernel"): d_v x1;
- *               an unnamed driver function d_u x1;
+ *               an unnamed driver function d_u x3 (its name asked once);
  *               4 threads x 1000 cudaLaunchKernel k_a;
  *               when the shim has probe_scope_enter_v1: inside scope
  *                 dit.step call 0: k_a x2 and d_x x1; call 1: d_y x1;
@@ -196,8 +196,12 @@ int main(int argc, char **argv)
     EXPECT(entry("cuLaunchKernel", (void **)&dle, 13000, 0, NULL) == 0 && dle,
            "cudaGetDriverEntryPointByVersion");
     EXPECT(dle && dle(&d_v, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == 0, "d_v");
-    EXPECT(dl(&d_u, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == 0, "d_u");
-    EXPECT(drv_launches(0) == 9 + 6 + 1 + 1 + 1, "driver legacy launches %lld",
+    long long q = drv_queries();
+    for (int i = 0; i < 3; i++)
+        EXPECT(dl(&d_u, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == 0, "d_u");
+    EXPECT(drv_queries() == q + 1, "an unnamed function's name is asked once (%lld queries)",
+           drv_queries() - q);
+    EXPECT(drv_launches(0) == 9 + 6 + 1 + 1 + 3, "driver legacy launches %lld",
            drv_launches(0));
     EXPECT(drv_launches(3) == 1, "cooperative launches %lld", drv_launches(3));
 
