@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import (SOURCE, attr_str, check, clean_env, finish, need_build,  # noqa: E402
+from test_shim_common import (SOURCE, asan_runtime, attr_str, check, clean_env, finish, need_build,  # noqa: E402
                               preload_env, probe_lines, program, run, tmpdir)
 
 import h5py  # noqa: E402
@@ -82,7 +82,10 @@ def launch_cases(d, rt, drv):
     r = run([program("shim_kernels"), rt, drv, "mangled"], preload_env(out, leaks=False))
     check(r.returncode == 0, "mangled: rc 0")
     k = kernels_of(out)
-    check(k == {"(none)": {"launches": 1, "by_name": {"_Z8kernel_aPfi": 1}, "unnamed_launches": 0}},
+    names = ["_Z8kernel_aPfi"]
+    if asan_runtime():  # the sanitizer runtime exports a __cxa_demangle of its own
+        names.append("kernel_a(float*, int)")
+    check(any(k == {"(none)": {"launches": 1, "by_name": {n: 1}, "unnamed_launches": 0}} for n in names),
           "without __cxa_demangle in the process the mangled name is kept: %s" % k)
 
     out = os.path.join(d, "off.h5")
