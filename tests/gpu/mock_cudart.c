@@ -599,8 +599,9 @@ static cudaError_t mock_launch(const void *func, struct mdim3 g, struct mdim3 b,
 {
     klaunches++;
     static _Atomic(void *) launch;
+    static atomic_int tried; /* looked up once, at the first launch (like cudart's init) */
     void *l = atomic_load(&launch);
-    if (!l) {
+    if (!l && !atomic_exchange(&tried, 1)) {
         l = driver_entry("cuLaunchKernel");
         atomic_store(&launch, l);
     }
