@@ -538,6 +538,8 @@ char *shim_manifest_build(int final)
     shim_stats_json(&b); /* stats.c: stats_only, capture_error */
     shim_scope_json(&b); /* scope.c: nvtx_scopes */
     shim_gemm_json(&b);  /* gemm.c, weights.c: "gemm", "weights" */
+    if (!user_has("kernels"))
+        shim_kernels_json(&b); /* kernels.c: "kernels" */
     for (size_t i = 0; i < nkeys; ++i) {
         key(&b, keys[i].key);
         shim_json_raw(&b, keys[i].value);

@@ -556,6 +556,11 @@ void shim_scope_nvtx_exit(unsigned token);
 /* Append ,"nvtx_scopes":{spec, error, calls per component} and
  * ,"scopes":{component: adapter scopes opened} to the manifest. */
 void shim_scope_json(struct shim_json *b);
+/* ---- kernels.c: kernel-path evidence ---------------------------------------- */
+
+/* Append ,"kernels":{...} (launch counts per component and kernel name,
+ * docs/kernels.md) when kernel logging is on in this process. */
+void shim_kernels_json(struct shim_json *b);
 
 /* ---- nvtx.c -------------------------------------------------------------- */
 

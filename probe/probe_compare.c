@@ -26,9 +26,11 @@
 #include "weights.h"
 #include "probe/compare.h"
 #include "probe/components.h"
+#include "probe/kernels.h"
 
 #define MAX_ONLY 64
 #define MAX_ALLOW 64
+#define MAX_EXPECT_KERNEL 64
 
 static void usage(FILE *f)
 {
@@ -64,6 +66,13 @@ static void usage(FILE *f)
             "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
             "                      vs reference); without it a candidate identical to the\n"
             "                      reference everywhere fails as \"feature not active\"\n"
+            "  --expect-kernel [COMPONENT:]GLOB\n"
+            "                      the feature is active only if the candidate launched a\n"
+            "                      kernel whose (demangled) name matches GLOB (inside\n"
+            "                      COMPONENT's scopes when given); repeatable, each must\n"
+            "                      match (docs/kernels.md)\n"
+            "  --kernels           list every kernel only one run launched (default: a few\n"
+            "                      per component)\n"
             "  --quiet             print only the final verdict line (and no progress)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 all pass, 1 a gate failed, a tensor is missing, nothing was\n"
@@ -640,11 +649,148 @@ static char *file_manifest(const char *path)
     return copy;
 }
 
+/* --- kernel-path evidence (docs/kernels.md) --- */
+
+/* The kernel logs side by side and the --expect-kernel results; NULL diff
+ * when neither run has a kernel log and nothing was expected. */
+static probe_kernel_diff *kdiff;
+static json_t *kernels_json, *expect_json;
+
+/* "name" shortened to at most w bytes (with "...") unless full. */
+static void print_kernel(FILE *out, const char *mark, const probe_kernel_count *k, int full)
+{
+    size_t w = 110, n = strlen(k->name);
+    if (full || n <= w)
+        fprintf(out, "    %s %s  x%llu\n", mark, k->name, k->count);
+    else
+        fprintf(out, "    %s %.*s...  x%llu\n", mark, (int)(w - 3), k->name, k->count);
+}
+
+/* Per component, the kernels only one run launched: at most 5 of each side
+ * (names cut at 110 bytes) unless full. */
+static void print_kernels(FILE *out, const probe_kernel_diff *d, int full)
+{
+    if (!d || (!d->have_reference && !d->have_candidate))
+        return;
+    if (!d->have_reference || !d->have_candidate) {
+        fprintf(out, "kernels: only the %s logged kernel launches\n",
+                d->have_reference ? "reference" : "candidate");
+        return;
+    }
+    size_t ndiff = 0, hidden = 0;
+    for (size_t i = 0; i < d->ncomponents; i++)
+        ndiff += d->components[i].nonly_candidate + d->components[i].nonly_reference > 0;
+    if (!ndiff) {
+        fprintf(out, "kernels: both runs launched the same kernel names in every component\n");
+        return;
+    }
+    fprintf(out, "kernels only in the candidate (+) or only in the reference (-), per component\n");
+    for (size_t i = 0; i < d->ncomponents; i++) {
+        const probe_kernel_component *c = &d->components[i];
+        if (!c->nonly_candidate && !c->nonly_reference)
+            continue;
+        fprintf(out, "  %s (launches: reference %llu, candidate %llu)\n", c->component,
+                c->launches_reference, c->launches_candidate);
+        for (size_t j = 0; j < c->nonly_candidate; j++)
+            if (full || j < 5)
+                print_kernel(out, "+", &c->only_candidate[j], full);
+        for (size_t j = 0; j < c->nonly_reference; j++)
+            if (full || j < 5)
+                print_kernel(out, "-", &c->only_reference[j], full);
+        if (!full)
+            hidden += (c->nonly_candidate > 5 ? c->nonly_candidate - 5 : 0) +
+                      (c->nonly_reference > 5 ? c->nonly_reference - 5 : 0);
+    }
+    if (hidden)
+        fprintf(out, "  (%zu more: --kernels lists them all)\n", hidden);
+}
+
+static json_t *counts_json(const probe_kernel_count *v, size_t n)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < n; i++)
+        json_object_set_new(o, v[i].name, json_integer((json_int_t)v[i].count));
+    return o;
+}
+
+/* "kernels": {COMPONENT: {"only_candidate": {NAME: COUNT}, "only_reference": {...}}},
+ * or null when a run has no kernel log. */
+static json_t *diff_json(const probe_kernel_diff *d)
+{
+    if (!d->have_reference || !d->have_candidate)
+        return json_null();
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < d->ncomponents; i++) {
+        const probe_kernel_component *c = &d->components[i];
+        json_object_set_new(o, c->component,
+                            json_pack("{s:o, s:o}", "only_candidate",
+                                      counts_json(c->only_candidate, c->nonly_candidate),
+                                      "only_reference",
+                                      counts_json(c->only_reference, c->nonly_reference)));
+    }
+    return o;
+}
+
+/* Compare the kernel logs and apply --expect-kernel to res. Returns 0, or
+ * 2 after one line on stderr (a manifest whose "kernels" cannot be read, or
+ * expectations and no kernel log in the candidate). */
+static int check_kernels(probe_compare_result *res, const char *const *expect, size_t nexpect)
+{
+    if (probe_kernel_diff_compute(res->manifest_reference, res->manifest_candidate, &kdiff) !=
+        PROBE_OK) {
+        /* a manifest key "kernels" of another shape: an error only when asked to use it */
+        fprintf(stderr, "probe-compare: %skernel log: %s\n", nexpect ? "" : "note: ignoring the ",
+                probe_last_error());
+        return nexpect ? 2 : 0;
+    }
+    if (kdiff->have_reference || kdiff->have_candidate)
+        kernels_json = diff_json(kdiff);
+    if (!nexpect)
+        return 0;
+    if (!kdiff->have_candidate) {
+        fprintf(stderr, "probe-compare: %s: --expect-kernel needs the candidate's kernel log, and "
+                        "its manifest has none (run it under probe-run without PROBE_KERNELS=0)\n",
+                res->candidate);
+        return 2;
+    }
+    expect_json = json_array();
+    for (size_t i = 0; i < nexpect; i++) {
+        size_t matched = 0;
+        char first[512];
+        if (probe_kernel_expect(res->manifest_candidate, expect[i], &matched, first,
+                                sizeof first) != PROBE_OK) {
+            fprintf(stderr, "probe-compare: --expect-kernel: %s\n", probe_last_error());
+            return 2;
+        }
+        json_array_append_new(expect_json,
+                              json_pack("{s:s, s:b, s:I, s:o}", "expect", expect[i], "matched",
+                                        matched > 0, "kernels", (json_int_t)matched, "first",
+                                        matched ? json_string(first) : json_null()));
+        if (!matched) {
+            res->feature_active = 0;
+            res->feature_not_active = 1;
+            res->pass = 0;
+            if (res->nreasons < PROBE_COMPARE_MAX_REASONS) {
+                snprintf(res->reasons[res->nreasons], sizeof res->reasons[0],
+                         "feature not active: the candidate launched no kernel matching "
+                         "--expect-kernel '%s'", expect[i]);
+                res->nreasons++;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The compare JSON (html 0) or HTML report (html 1) with the key
+ * "recovered" added first in the result object (in the HTML: in its inline
+ * probe-data JSON, so that it stays equal to --json), the rest byte for
+ * byte as the library wrote it. Only when an input was recovered: otherwise
+ * the output is exactly the library's. */
 static probe_status write_with_recovered(const probe_compare_result *r, FILE *out, int html)
 {
     int any = (recovered_json[0] && !json_is_null(recovered_json[0])) ||
               (recovered_json[1] && !json_is_null(recovered_json[1]));
-    if (!any && !weights_json)
+    if (!any && !weights_json && !kernels_json && !expect_json)
         return html ? probe_compare_write_html(r, out) : probe_compare_write_json(r, out);
     char *text = NULL;
     size_t len = 0;
@@ -653,13 +799,32 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
         return probe_set_error(PROBE_ENOMEM, "out of memory");
     probe_status s = html ? probe_compare_write_html(r, m) : probe_compare_write_json(r, m);
     fclose(m);
+    /* the keys added in front: "recovered" (an input was recovered), then
+     * "kernels" and "expect_kernel" (docs/kernels.md) when present */
+    json_t *o = any ? json_pack("{s:O, s:O}", "reference",
+                                recovered_json[0] ? recovered_json[0] : json_null(), "candidate",
+                                recovered_json[1] ? recovered_json[1] : json_null())
+                    : NULL;
     char *frag = NULL;
-    if (any) {
-        json_t *o = json_pack("{s:O, s:O}", "reference", recovered_json[0] ? recovered_json[0] : json_null(),
-                              "candidate", recovered_json[1] ? recovered_json[1] : json_null());
-        frag = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(o);
+    size_t fraglen = 0;
+    FILE *fm = open_memstream(&frag, &fraglen);
+    int fok = fm != NULL;
+    const char *fkeys[3] = {"recovered", "kernels", "expect_kernel"};
+    json_t *fvals[3] = {o, kernels_json, expect_json};
+    for (int i = 0, n = 0; fok && i < 3; i++) {
+        if (!fvals[i])
+            continue;
+        char *v = json_dumps(fvals[i], JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+        fok = v != NULL && fprintf(fm, "%s\"%s\": %s", n++ ? ", " : "", fkeys[i], v) > 0;
+        free(v);
     }
+    if (fm && fclose(fm) != 0)
+        fok = 0;
+    if (!fok) {
+        free(frag);
+        frag = NULL;
+    }
+    json_decref(o);
     const char *marker = html ? "id=\"probe-data\">" : "";
     char *at = s == PROBE_OK && text != NULL ? strstr(text, marker) : NULL;
     char *brace = at != NULL ? strchr(at, '{') : NULL;
@@ -668,8 +833,8 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
     } else if (s == PROBE_OK) {
         size_t head = (size_t)(brace - text) + 1;
         int ok = fwrite(text, 1, head, out) == head;
-        const char *keys[2] = {"\"recovered\": ", "\"weights\": "};
-        const char *vals[2] = {any ? frag : NULL, weights_json};
+        const char *keys[2] = {"", "\"weights\": "};
+        const char *vals[2] = {frag && *frag ? frag : NULL, weights_json};
         for (int k = 0; k < 2; k++) {
             if (!vals[k])
                 continue;
@@ -709,7 +874,8 @@ int main(int argc, char **argv)
 {
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
            OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
-           OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF };
+           OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF, OPT_EXPECT_KERNEL,
+           OPT_KERNELS };
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
@@ -724,6 +890,8 @@ int main(int argc, char **argv)
         {"allow-root-diff", required_argument, 0, OPT_ALLOW_ROOT_DIFF},
         {"isolated", required_argument, 0, OPT_ISOLATED},
         {"allow-weight-diff", no_argument, 0, OPT_ALLOW_WEIGHT_DIFF},
+        {"expect-kernel", required_argument, 0, OPT_EXPECT_KERNEL},
+        {"kernels", no_argument, 0, OPT_KERNELS},
         {0, 0, 0, 0}};
     const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
     const char *junit_path = NULL;
@@ -732,6 +900,9 @@ int main(int argc, char **argv)
     const char *allow[MAX_ALLOW + 1] = {0};
     size_t nallow = 0;
     const char *iso_path = NULL;
+    const char *expect_kernel[MAX_EXPECT_KERNEL + 1] = {0};
+    size_t nexpect_kernel = 0;
+    int all_kernels = 0;
     int quiet = 0, allow_weight_diff = 0;
     probe_compare_opts opts;
     memset(&opts, 0, sizeof opts);
@@ -807,6 +978,19 @@ int main(int argc, char **argv)
             break;
         case OPT_ISOLATED: iso_path = optarg; break;
         case OPT_ALLOW_WEIGHT_DIFF: allow_weight_diff = 1; break;
+        case OPT_EXPECT_KERNEL:
+            if (nexpect_kernel == MAX_EXPECT_KERNEL) {
+                fprintf(stderr, "probe-compare: at most %d --expect-kernel options\n",
+                        MAX_EXPECT_KERNEL);
+                return 2;
+            }
+            if (!*optarg) {
+                fprintf(stderr, "probe-compare: --expect-kernel needs a non-empty GLOB\n");
+                return 2;
+            }
+            expect_kernel[nexpect_kernel++] = optarg;
+            break;
+        case OPT_KERNELS: all_kernels = 1; break;
         case OPT_QUIET: quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
@@ -954,6 +1138,17 @@ int main(int argc, char **argv)
         free(axis_ranks);
         return report(report_fd, 2);
     }
+    if (check_kernels(res, expect_kernel, nexpect_kernel)) {
+        probe_compare_result_free(res);
+        probe_kernel_diff_free(kdiff);
+        json_decref(kernels_json);
+        json_decref(expect_json);
+        probe_calibration_free(cal);
+        probe_component_names_free(axis_names);
+        free(axis_values);
+        free(axis_ranks);
+        return report(report_fd, 2);
+    }
     /* With the JSON or JUnit on stdout, the human-readable text goes to stderr. */
     FILE *human = (json_path && strcmp(json_path, "-") == 0) ||
                           (junit_path && strcmp(junit_path, "-") == 0)
@@ -974,6 +1169,7 @@ int main(int argc, char **argv)
         print_table(human, res, gate);
         print_roots(human, res);
         print_isolation(human, res);
+        print_kernels(human, kdiff, all_kernels);
     }
     print_verdict(human, res, gate);
     int rc = res->pass ? 0 : 1;
@@ -991,5 +1187,8 @@ int main(int argc, char **argv)
     json_decref(recovered_json[0]);
     json_decref(recovered_json[1]);
     free(weights_json);
+    probe_kernel_diff_free(kdiff);
+    json_decref(kernels_json);
+    json_decref(expect_json);
     return report(report_fd, rc);
 }

@@ -44,6 +44,18 @@ EXPORTS = {
     "cublasSgemmStridedBatched",
     "cublasHgemmStridedBatched",
     "cublasLtMatmul",
+    # kernel-path evidence (intercept/kernels.c, dlsym_x86_64.S)
+    "dlsym",
+    "__cudaLaunchKernel",
+    "__cudaLaunchKernel_ptsz",
+    "cudaLaunchKernel",
+    "cudaLaunchKernel_ptsz",
+    "cudaLaunchKernelExC",
+    "cudaLaunchKernelExC_ptsz",
+    "cudaGetDriverEntryPoint",
+    "cudaGetDriverEntryPoint_ptsz",
+    "cudaGetDriverEntryPointByVersion",
+    "cudaGetDriverEntryPointByVersion_ptsz",
 }
 
 # probe_dtype values (include/probe/dtype.h) -> name, element size

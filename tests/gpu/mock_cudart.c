@@ -499,3 +499,170 @@ EXPORT void mock_cuda_stats(long long *out, int n)
     for (int i = 0; i < n && i < S_COUNT; ++i)
         out[i] = atomic_load(&stats[i]);
 }
+
+/* ---- kernel launches (tests/e2e/test_kernels.py) -------------------------
+ * Launches are counted per function pointer; cudaFuncGetName answers the
+ * names set with mock_cuda_set_kernel_name and fails (cudaErrorInvalid-
+ * DeviceFunction, 98, left as the last error as the real runtime does) for
+ * any other pointer. Like the real runtime, a launch goes on to the driver:
+ * when a libcuda.so.1 is loaded, the mock fetches cuGetProcAddress_v2 from
+ * it with dlsym and cuLaunchKernel / cuLaunchKernelEx through it, and calls
+ * them with the same pointer as the CUfunction (the shim must count such a
+ * launch once). */
+#include <dlfcn.h>
+
+#define MOCK_KERNELS 64
+static struct {
+    const void *func;
+    char name[256];
+} knames[MOCK_KERNELS];
+static int nknames;
+static atomic_llong klaunches;
+static __thread cudaError_t last_error;
+
+EXPORT void mock_cuda_set_kernel_name(const void *func, const char *name)
+{
+    pthread_mutex_lock(&lock);
+    if (nknames < MOCK_KERNELS) {
+        knames[nknames].func = func;
+        snprintf(knames[nknames].name, sizeof knames[nknames].name, "%s", name);
+        nknames++;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void mock_cuda_set_last_error(cudaError_t e)
+{
+    last_error = e;
+}
+
+EXPORT cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = 0;
+    return e;
+}
+
+EXPORT cudaError_t cudaPeekAtLastError(void)
+{
+    return last_error;
+}
+
+static atomic_llong kname_queries;
+
+/* cudaFuncGetName calls so far. */
+EXPORT long long mock_cuda_name_queries(void)
+{
+    return kname_queries;
+}
+
+EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
+{
+    kname_queries++;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nknames; i++)
+        if (knames[i].func == func) {
+            *name = knames[i].name;
+            pthread_mutex_unlock(&lock);
+            return 0;
+        }
+    pthread_mutex_unlock(&lock);
+    last_error = 98;
+    return 98;
+}
+
+typedef int (*mock_gpa2_fn)(const char *, void **, int, unsigned long long, void *);
+typedef int (*mock_launch_fn)(const void *, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, void *, void **, void **);
+typedef int (*mock_launch_ex_fn)(const void *, const void *, void **, void **);
+
+/* The driver's launch entry point, fetched once like cudart does. */
+static void *driver_entry(const char *name)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    if (!h)
+        return NULL;
+    mock_gpa2_fn gpa = (mock_gpa2_fn)dlsym(h, "cuGetProcAddress_v2");
+    void *p = NULL;
+    if (!gpa || gpa(name, &p, 13000, 0, NULL) != 0)
+        p = NULL;
+    dlclose(h);
+    return p;
+}
+
+struct mdim3 {
+    unsigned x, y, z;
+};
+
+static cudaError_t mock_launch(const void *func, struct mdim3 g, struct mdim3 b, void **args,
+                               size_t shmem, void *stream)
+{
+    klaunches++;
+    static _Atomic(void *) launch;
+    static atomic_int tried; /* looked up once, at the first launch (like cudart's init) */
+    void *l = atomic_load(&launch);
+    if (!l && !atomic_exchange(&tried, 1)) {
+        l = driver_entry("cuLaunchKernel");
+        atomic_store(&launch, l);
+    }
+    if (l)
+        return ((mock_launch_fn)l)(func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)shmem, stream,
+                                   args, NULL) ? 1 : 0;
+    return 0;
+}
+
+EXPORT cudaError_t cudaLaunchKernel(const void *func, struct mdim3 g, struct mdim3 b, void **args,
+                                    size_t shmem, void *stream)
+{
+    return mock_launch(func, g, b, args, shmem, stream);
+}
+
+EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, struct mdim3 g, struct mdim3 b,
+                                         void **args, size_t shmem, void *stream)
+{
+    return mock_launch(func, g, b, args, shmem, stream);
+}
+
+EXPORT cudaError_t __cudaLaunchKernel(void *kernel, struct mdim3 g, struct mdim3 b, void **args,
+                                      size_t shmem, void *stream)
+{
+    return mock_launch(kernel, g, b, args, shmem, stream);
+}
+
+EXPORT cudaError_t __cudaLaunchKernel_ptsz(void *kernel, struct mdim3 g, struct mdim3 b,
+                                           void **args, size_t shmem, void *stream)
+{
+    return mock_launch(kernel, g, b, args, shmem, stream);
+}
+
+EXPORT cudaError_t cudaLaunchKernelExC(const void *config, const void *func, void **args)
+{
+    klaunches++;
+    static _Atomic(void *) launch;
+    void *l = atomic_load(&launch);
+    if (!l) {
+        l = driver_entry("cuLaunchKernelEx");
+        atomic_store(&launch, l);
+    }
+    if (l)
+        return ((mock_launch_ex_fn)l)(config, func, args, NULL) ? 1 : 0;
+    return 0;
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **pfn, unsigned ver,
+                                                    unsigned long long flags, void *status)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    if (!h)
+        return 3;
+    mock_gpa2_fn gpa = (mock_gpa2_fn)dlsym(h, "cuGetProcAddress_v2");
+    int r = gpa ? gpa(sym, pfn, (int)ver, flags, status) : 1;
+    dlclose(h);
+    return r ? 500 : 0;
+}
+
+/* Launches that reached this runtime. */
+EXPORT long long mock_cuda_kernel_launches(void)
+{
+    return klaunches;
+}
