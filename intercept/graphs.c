@@ -53,7 +53,7 @@ static struct entry *entries;
 static atomic_int have_entries; /* fast path: nothing to look up */
 static __thread int in_hook;
 
-static void *real_sym(const char *name)
+void *shim_cudart_sym(const char *name)
 {
     void *p = dlsym(RTLD_NEXT, name);
     if (p)
@@ -73,7 +73,7 @@ static void *real_sym(const char *name)
     static _Atomic(void *) var##_p;                                                                \
     void *var##_v = atomic_load(&var##_p);                                                         \
     if (!var##_v) {                                                                                \
-        var##_v = real_sym(name);                                                                  \
+        var##_v = shim_cudart_sym(name);                                                                  \
         atomic_store(&var##_p, var##_v);                                                           \
     }
 

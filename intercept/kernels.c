@@ -211,22 +211,6 @@ static unsigned counter_find(unsigned comp, int route, const void *func, int *fo
 
 /* ---- name queries (the only CUDA calls made here) ---------------------------- */
 
-static void *runtime_sym(const char *name)
-{
-    void *p = dlsym(RTLD_NEXT, name);
-    if (p)
-        return p;
-    static const char *const sonames[] = {"libcudart.so.13", "libcudart.so.12"};
-    for (size_t i = 0; i < 2 && !p; ++i) {
-        void *h = dlopen(sonames[i], RTLD_NOLOAD | RTLD_LAZY);
-        if (h) {
-            p = dlsym(h, name);
-            dlclose(h);
-        }
-    }
-    return p;
-}
-
 static void *driver_sym(const char *name)
 {
     void *p = NULL, *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
@@ -258,9 +242,9 @@ static char *query_name(int route, const void *func, int *retry)
     const char *n = NULL;
     *retry = 0;
     if (route == ROUTE_RUNTIME) {
-        LAZY(get_name, runtime_sym, "cudaFuncGetName");
-        LAZY(peek, runtime_sym, "cudaPeekAtLastError");
-        LAZY(pop, runtime_sym, "cudaGetLastError");
+        LAZY(get_name, shim_cudart_sym, "cudaFuncGetName");
+        LAZY(peek, shim_cudart_sym, "cudaPeekAtLastError");
+        LAZY(pop, shim_cudart_sym, "cudaGetLastError");
         if (!get_name || !peek || !pop)
             return NULL;
         if (((cudaError_t (*)(void))peek)() != 0) {
@@ -369,7 +353,7 @@ static void leave(void)
     SHIM_EXPORT cudaError_t hook(first_t func, struct kdim3 grid, struct kdim3 block, void **args,  \
                                  size_t shmem, void *stream)                                       \
     {                                                                                              \
-        LAZY(real, runtime_sym, #hook);                                                            \
+        LAZY(real, shim_cudart_sym, #hook);                                                            \
         if (!real)                                                                                 \
             return 999; /* cudaErrorUnknown: no runtime loaded */                                  \
         enter(ROUTE_RUNTIME, (const void *)func);                                                  \
@@ -387,7 +371,7 @@ RUNTIME_LAUNCH(cudaLaunchKernel_ptsz, const void *)
 #define RUNTIME_LAUNCH_EX(hook)                                                                    \
     SHIM_EXPORT cudaError_t hook(const void *config, const void *func, void **args)                \
     {                                                                                              \
-        LAZY(real, runtime_sym, #hook);                                                            \
+        LAZY(real, shim_cudart_sym, #hook);                                                            \
         if (!real)                                                                                 \
             return 999;                                                                            \
         enter(ROUTE_RUNTIME, func);                                                                \
@@ -606,7 +590,7 @@ NO_SAN void *shim_dlsym_route(void *handle, const char *name)
     SHIM_EXPORT cudaError_t hook(const char *sym, void **pfn, unsigned long long flags,            \
                                  void *status)                                                     \
     {                                                                                              \
-        LAZY(real, runtime_sym, #hook);                                                            \
+        LAZY(real, shim_cudart_sym, #hook);                                                            \
         if (!real)                                                                                 \
             return 999;                                                                            \
         cudaError_t r = ((cudaError_t (*)(const char *, void **, unsigned long long, void *))real)( \
@@ -623,7 +607,7 @@ ENTRY_POINT(cudaGetDriverEntryPoint_ptsz)
     SHIM_EXPORT cudaError_t hook(const char *sym, void **pfn, unsigned ver,                        \
                                  unsigned long long flags, void *status)                           \
     {                                                                                              \
-        LAZY(real, runtime_sym, #hook);                                                            \
+        LAZY(real, shim_cudart_sym, #hook);                                                            \
         if (!real)                                                                                 \
             return 999;                                                                            \
         cudaError_t r = ((cudaError_t (*)(const char *, void **, unsigned, unsigned long long,      \

@@ -469,6 +469,11 @@ void shim_tap_skip_path(const char *path, const char *reason);
 
 /* ---- graphs.c: CUDA graph replays ----------------------------------------- */
 
+/* The CUDA runtime's definition of name that this process already loaded:
+ * RTLD_NEXT, else libcudart.so.13 / .so.12 opened with RTLD_NOLOAD. NULL
+ * when none is loaded. Shared by graphs.c and kernels.c. */
+void *shim_cudart_sym(const char *name);
+
 /* A tap for path was skipped because `stream` is capturing a CUDA graph:
  * remember it under the capture's id, so that each later launch of the
  * graph made from that capture is recorded in probe.skips too. */
