@@ -20,7 +20,10 @@
  * signature, each bound to one real pointer (different versions/flags can
  * return different real functions); when the slots are used up the real
  * pointer is returned unwrapped (one warning). The name comes from
- * cuFuncGetName (libcuda.so.1, CUDA >= 12.3).
+ * cuFuncGetName (libcuda.so.1, CUDA >= 12.3). When the runtime's or the
+ * driver's function query refuses the handle, it is a CUkernel (nvcc 13's
+ * __cudaLaunchKernel passes one; cuLaunchKernel accepts one) and
+ * cuKernelGetName names it.
  *
  * A runtime launch reaches the driver hook too (cudart launches through its
  * cuGetProcAddress table): a thread-local depth counts it once. Nothing is
@@ -253,11 +256,20 @@ static char *query_name(int route, const void *func, int *retry)
         }
         if (((cudaError_t (*)(const char **, const void *))get_name)(&n, func) != 0) {
             ((cudaError_t (*)(void))pop)();
-            return NULL;
+            n = NULL;
         }
     } else {
         LAZY(get_name, driver_sym, "cuFuncGetName");
-        if (!get_name || ((CUresult (*)(const char **, const void *))get_name)(&n, func) != 0)
+        if (get_name && ((CUresult (*)(const char **, const void *))get_name)(&n, func) != 0)
+            n = NULL;
+    }
+    if (!n) {
+        /* A CUkernel (cudaKernel_t: what nvcc 13's __cudaLaunchKernel passes,
+         * and what cuLaunchKernel also accepts since CUDA 12.0) is not a
+         * CUfunction: cuFuncGetName/cudaFuncGetName refuse it, cuKernelGetName
+         * (CUDA >= 12.3) names it. The driver's calls leave no error state. */
+        LAZY(kernel_name, driver_sym, "cuKernelGetName");
+        if (!kernel_name || ((CUresult (*)(const char **, const void *))kernel_name)(&n, func) != 0)
             return NULL;
     }
     char *copy = n ? strdup(n) : NULL;

@@ -63,10 +63,12 @@ def launch_cases(d, rt, drv):
     # k_b 2, k_c 1, k_p 2 (the first while an error was pending: name deferred -> unnamed),
     # k_u 1 unnamed; driver d_x 5 + 1 (empty grid) + 1 (via cuGetProcAddress'd
     # cuGetProcAddress), d_y 2 (ptsz), d_z 2 (Ex, one failing), d_w 1 (cooperative),
-    # d_v 1 (cudaGetDriverEntryPointByVersion), d_u 3 unnamed (its name asked once).
+    # d_v 1 (cudaGetDriverEntryPointByVersion), d_u 3 unnamed (its name asked once);
+    # CUkernel handles named by cuKernelGetName only: d_k 2 (driver), k_k 1 (__cudaLaunchKernel).
     none = {"kernel_a(float*, int)": 4004, "plain_kernel_b": 2, "kernel_c": 1, "pending_kernel": 1,
             "triton_poi_fused_add_0": 7, "void cutlass::Kernel<Gemm>(Gemm::Params)": 2,
-            "sm90_xmma_gemm_bf16": 2, "coop_kernel": 1, "entry_point_kernel": 1}
+            "sm90_xmma_gemm_bf16": 2, "coop_kernel": 1, "entry_point_kernel": 1,
+            "library_kernel_d": 2, "library_kernel_k": 1}
     want = {"(none)": {"launches": sum(none.values()) + 5, "by_name": none, "unnamed_launches": 5}}
     if scopes:
         want["dit.step"] = {"launches": 4, "unnamed_launches": 0,

@@ -10,7 +10,9 @@
  *
  * CUfunction values are any pointers: cuFuncGetName answers the names set
  * with fake_cuda_set_name and fails (CUDA_ERROR_INVALID_HANDLE, 400) for
- * others. cuGetProcAddress[_v2] returns the entry points below for
+ * others; cuKernelGetName answers those set with fake_cuda_set_kernel_name
+ * (CUkernel handles) and fails for others (fake_cuda_name_queries counts
+ * cuFuncGetName calls only). cuGetProcAddress[_v2] returns the entry points below for
  * "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
  * "cuGetProcAddress" and "cuFuncGetName" (with
  * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2 in flags: the _ptsz
@@ -64,6 +66,39 @@ EXPORT CUresult cuFuncGetName(const char **name, const void *f)
     for (int i = 0; i < nnames; i++)
         if (names[i].f == f) {
             *name = names[i].name;
+            r = 0;
+        }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* CUkernel handles (a CUDA library's kernels: what nvcc 13's
+ * __cudaLaunchKernel passes and cuLaunchKernel accepts): named by
+ * cuKernelGetName only; cuFuncGetName refuses them, as the real driver does. */
+static struct {
+    const void *k;
+    char name[256];
+} knames[16];
+static int nknames;
+
+EXPORT void fake_cuda_set_kernel_name(const void *k, const char *name)
+{
+    pthread_mutex_lock(&lock);
+    if (nknames < 16) {
+        knames[nknames].k = k;
+        snprintf(knames[nknames].name, sizeof knames[nknames].name, "%s", name);
+        nknames++;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT CUresult cuKernelGetName(const char **name, const void *k)
+{
+    CUresult r = 400;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nknames; i++)
+        if (knames[i].k == k) {
+            *name = knames[i].name;
             r = 0;
         }
     pthread_mutex_unlock(&lock);

@@ -64,7 +64,7 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static char k_a, k_b, k_c, k_u, k_p, k_f, d_x, d_y, d_z, d_w, d_v, d_u, d_f;
+static char k_a, k_b, k_c, k_u, k_p, k_f, d_x, d_y, d_z, d_w, d_v, d_u, d_f, d_k, k_k;
 static rt_launch_fn rt_launch;
 static const struct dim3 G = {1, 1, 1}, B = {32, 1, 1};
 
@@ -207,6 +207,16 @@ int main(int argc, char **argv)
     EXPECT(drv_launches(0) == 9 + 6 + 1 + 1 + 3, "driver legacy launches %lld",
            drv_launches(0));
     EXPECT(drv_launches(3) == 1, "cooperative launches %lld", drv_launches(3));
+
+    /* CUkernel handles: cuFuncGetName and cudaFuncGetName refuse them,
+     * cuKernelGetName names them */
+    void (*set_drv_kernel_name)(const void *, const char *) = sym(drv, "fake_cuda_set_kernel_name");
+    set_drv_kernel_name(&d_k, "library_kernel_d");
+    set_drv_kernel_name(&k_k, "library_kernel_k");
+    for (int i = 0; i < 2; i++)
+        EXPECT(dl(&d_k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) == 0, "cuLaunchKernel CUkernel d_k");
+    EXPECT(rt_launch_stub(&k_k, G, B, NULL, 0, NULL) == 0, "__cudaLaunchKernel cudaKernel_t k_k");
+    EXPECT(get_error() == 0, "k_k's refused runtime name query left no error behind");
 
     /* threads */
     pthread_t t[4];
