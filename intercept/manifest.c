@@ -537,6 +537,7 @@ char *shim_manifest_build(int final)
         shim_inject_json(&b);
     shim_stats_json(&b); /* stats.c: stats_only, capture_error */
     shim_scope_json(&b); /* scope.c: nvtx_scopes */
+    shim_nccl_json(&b);  /* nccl.c: nccl, shard (shard.c), ranks (index capture, shim.c) */
     for (size_t i = 0; i < nkeys; ++i) {
         key(&b, keys[i].key);
         shim_json_raw(&b, keys[i].value);
