@@ -16,6 +16,20 @@
 
 #include "shim.h"
 
+extern char **environ;
+
+/* getenv reading the process's environment array itself: a shell such as
+ * bash defines its own getenv, which knows nothing before bash initialized
+ * its variables (after the constructors ran). */
+static const char *env_raw(const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = environ; e && *e; ++e)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
 static struct shim_shard_item *items;
 static size_t nitems;
 static char *shard_error; /* PROBE_SHARD rejected: why */
@@ -91,7 +105,7 @@ probe_status shim_shard_parse(const char *spec, struct shim_shard_item **out, si
 
 void shim_shard_config(void)
 {
-    const char *spec = getenv("PROBE_SHARD");
+    const char *spec = env_raw("PROBE_SHARD");
     if (!spec || !*spec)
         return;
     if (shim_shard_parse(spec, &items, &nitems) != PROBE_OK) {
