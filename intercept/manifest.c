@@ -540,6 +540,7 @@ char *shim_manifest_build(int final)
     shim_gemm_json(&b);  /* gemm.c, weights.c: "gemm", "weights" */
     if (!user_has("kernels"))
         shim_kernels_json(&b); /* kernels.c: "kernels" */
+    shim_nccl_json(&b);  /* nccl.c: nccl, shard (shard.c), ranks (index capture, shim.c) */
     for (size_t i = 0; i < nkeys; ++i) {
         key(&b, keys[i].key);
         shim_json_raw(&b, keys[i].value);

@@ -38,6 +38,11 @@ static atomic_int forked_child; /* set by the atfork child handler */
 static atomic_int closed;       /* the finalizer has started */
 static atomic_int warned_io;
 
+/* Per-rank capture files (see "per-rank capture files" below). */
+static int rank_self = -1, rank_world = -1;  /* from the environment, -1 none */
+static const char *rank_source;               /* the variable pair used */
+static int index_mode;                        /* finalize: root wrote no tensors */
+
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int open_state; /* 0 not tried, 1 open, 2 failed */
 static probe_writer *writer;
@@ -324,6 +329,8 @@ static void finalize(void)
         return;
     if (atomic_load(&claim_state) == 0 && !shim_cfg.root)
         return; /* never tapped, not the root: another process writes the file, or the root */
+    if (atomic_load(&claim_state) == 0 && rank_self < 0)
+        index_mode = 1; /* the run's root wrote no tensors: list the rank files, if any */
     if (atomic_load(&open_state) == 0 && !atomic_load(&disabled) &&
         shim_file_open() != PROBE_OK)
         return;
@@ -382,6 +389,168 @@ static void atfork_child(void)
     for (int i = 0; i < n; ++i)
         dup2(nul, file_fds[i]);
     close(nul);
+}
+
+
+/* ---- per-rank capture files (docs/nccl.md "Per-rank files") ---------------
+ * Under a multi-process launcher each rank writes its own file: when the
+ * environment names a rank R of a world of size > 1, the capture file is
+ * <stem>.rank<R><ext> (PROBE_OUT "on.h5" -> "on.rank0.h5"). The rank is
+ * read from the first complete pair of: RANK/WORLD_SIZE (torchrun),
+ * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (Open MPI's mpirun),
+ * SLURM_PROCID/SLURM_NTASKS (srun). The first process of each rank file
+ * (PROBE_RANK_ROOT_PID, set by it, inherited by its children) is that
+ * file's root: it writes the file, empty, at exit if nothing tapped. The
+ * run's root (the launcher, e.g. the torchrun agent, which has no rank)
+ * that never tapped writes PROBE_OUT as an index capture instead: its
+ * manifest lists the rank files next to it ("ranks"). */
+
+/* getenv on the environment array itself (bash's own getenv knows nothing
+ * before bash initialized its variables, after the constructors ran). */
+static const char *env_raw(const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = environ; e && *e; ++e)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+static int env_nonneg(const char *name, long *v)
+{
+    const char *s = env_raw(name);
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || *end || x < 0 || x > 1000000)
+        return -1;
+    *v = x;
+    return 1;
+}
+
+static void read_rank(void)
+{
+    static const char *const pairs[][2] = {{"RANK", "WORLD_SIZE"},
+                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                           {"SLURM_PROCID", "SLURM_NTASKS"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
+        long r = 0, w = 0;
+        int hr = env_nonneg(pairs[i][0], &r), hw = env_nonneg(pairs[i][1], &w);
+        if (hr == 0 && hw == 0)
+            continue;
+        if (hr != 1 || hw != 1 || r >= w) {
+            shim_warn("%s=%s / %s=%s do not name a rank of the world; no per-rank capture file "
+                      "from them", pairs[i][0], env_raw(pairs[i][0]) ? env_raw(pairs[i][0]) : "",
+                      pairs[i][1], env_raw(pairs[i][1]) ? env_raw(pairs[i][1]) : "");
+            continue;
+        }
+        if (w > 1) {
+            rank_self = (int)r;
+            rank_world = (int)w;
+            rank_source = pairs[i][0];
+        }
+        return;
+    }
+}
+
+/* Split the basename of path at its extension: *ext points at the last '.'
+ * of the basename (not a leading one), or at the end. */
+static const char *ext_of(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    return dot && dot != base ? dot : path + strlen(path);
+}
+
+/* "<stem>.rank<R><ext>" for path (malloc'd). */
+static char *rank_path(const char *path, int r)
+{
+    const char *ext = ext_of(path);
+    size_t n = strlen(path) + 32;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%.*s.rank%d%s", (int)(ext - path), path, r, ext);
+    return p;
+}
+
+struct rank_file {
+    long rank;
+    char *name;
+};
+
+static int cmp_rank_file(const void *a, const void *b)
+{
+    long x = ((const struct rank_file *)a)->rank, y = ((const struct rank_file *)b)->rank;
+    return (x > y) - (x < y);
+}
+
+void shim_ranks_json(struct shim_json *b)
+{
+    if (rank_self >= 0 && !env_raw("RANK")) { /* fallback pair: the manifest still says who */
+        shim_json_printf(b, ",\"rank\":%d,\"world_size\":%d", rank_self, rank_world);
+    }
+    if (rank_self >= 0)
+        shim_json_raw(b, ",\"rank_source\":"), shim_json_string(b, rank_source);
+    if (!index_mode || !shim_cfg.out_path)
+        return;
+    const char *path = shim_cfg.out_path, *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path, *ext = ext_of(path);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    size_t stem_len = (size_t)(ext - base), ext_len = strlen(ext);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct rank_file *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *nm = e->d_name;
+        size_t len = strlen(nm);
+        if (len <= stem_len + 5 + ext_len || strncmp(nm, base, stem_len) != 0 ||
+            strncmp(nm + stem_len, ".rank", 5) != 0 || strcmp(nm + len - ext_len, ext) != 0)
+            continue;
+        const char *p = nm + stem_len + 5, *end = nm + len - ext_len;
+        long r = 0;
+        int ok = p < end && end - p <= 7;
+        for (; ok && p < end; ++p) {
+            if (*p < '0' || *p > '9')
+                ok = 0;
+            else
+                r = r * 10 + (*p - '0');
+        }
+        if (!ok)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            struct rank_file *nv = realloc(v, nc * sizeof *nv);
+            if (!nv)
+                break;
+            v = nv;
+            cap = nc;
+        }
+        v[n].rank = r;
+        v[n].name = strdup(nm);
+        if (v[n].name)
+            ++n;
+    }
+    closedir(d);
+    if (n > 0) {
+        qsort(v, n, sizeof *v, cmp_rank_file);
+        shim_json_raw(b, ",\"ranks\":[");
+        for (size_t i = 0; i < n; ++i) {
+            if (i)
+                shim_json_raw(b, ",");
+            shim_json_string(b, v[i].name);
+        }
+        shim_json_raw(b, "]");
+    }
+    for (size_t i = 0; i < n; ++i)
+        free(v[i].name);
+    free(v);
 }
 
 /* ---- constructor ---------------------------------------------------------- */
@@ -540,7 +709,23 @@ __attribute__((constructor)) static void shim_init(void)
         shim_cfg.root = !errno && !*end && v == me; /* the root's exec'd image */
     }
     shim_cfg.mode = SHIM_OWNER;
-    shim_cfg.out_path = xstrdup(out);
+    read_rank();
+    if (rank_self >= 0) {
+        /* This rank's own file; its first process is that file's root. */
+        shim_cfg.out_path = rank_path(out, rank_self);
+        const char *rr = env_raw("PROBE_RANK_ROOT_PID");
+        char buf[32];
+        snprintf(buf, sizeof buf, "%ld", me);
+        if (!rr || !*rr) {
+            setenv("PROBE_RANK_ROOT_PID", buf, 1);
+            shim_cfg.root = 1;
+        } else {
+            shim_cfg.root = strcmp(rr, buf) == 0;
+        }
+    } else {
+        shim_cfg.out_path = xstrdup(out);
+    }
+    shim_shard_config(); /* shard.c */
     shim_cfg.label = xstrdup(getenv("PROBE_LABEL"));
     const char *spec = getenv("PROBE_CAPTURE");
     shim_cfg.capture_spec = xstrdup(spec && *spec ? spec : "*");

@@ -598,4 +598,28 @@ int shim_json_valid(const char *s);
  * final = 1 adds what is known at close (queue waits, counts, CUDA). */
 char *shim_manifest_build(int final);
 
+/* ---- nccl.c, shard.c, shim.c: collectives, PROBE_SHARD, per-rank files ---- */
+
+/* Append ,"nccl":{rank, nranks, per component and collective counts and
+ * bytes} when NCCL was called, then shim_shard_json and shim_ranks_json
+ * (the one manifest hook of this part). */
+void shim_nccl_json(struct shim_json *b);
+
+struct shim_shard_item {
+    char *glob; /* as given (a PROBE_CAPTURE-style glob) */
+    int axis;   /* 0..PROBE_MAX_RANK-1 */
+};
+/* Parse PROBE_SHARD's grammar (shard.c): GLOB=AXIS items joined by ','.
+ * PROBE_OK with a malloc'd array (NULL, 0 for a blank spec); PROBE_EINVAL
+ * naming the bad item; PROBE_ENOMEM. */
+probe_status shim_shard_parse(const char *spec, struct shim_shard_item **out, size_t *nout);
+/* Read PROBE_SHARD (constructor); a bad spec: one `probe:` line, no key. */
+void shim_shard_config(void);
+/* Append ,"shard":[{"glob":G,"axis":A},...] (or ,"shard_error":"...") when set. */
+void shim_shard_json(struct shim_json *b);
+/* Index capture (shim.c): when the root process never tapped and rank files
+ * <stem>.rank<R><ext> exist next to PROBE_OUT, append ,"ranks":[basenames
+ * sorted by rank]. */
+void shim_ranks_json(struct shim_json *b);
+
 #endif

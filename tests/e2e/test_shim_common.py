@@ -26,6 +26,9 @@ EXPORTS = {
     "InitializeInjectionNvtx2",
     "probe_inject_v1",
     "probe_scope_enter_v1",
+    # intercept/nccl.c
+    "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclBcast",
+    "ncclSend", "ncclRecv", "ncclAlltoAll", "ncclGroupStart", "ncclGroupEnd",
     "probe_scope_exit_v1",
     # CUDA graph calls interposed to record replays of graphs with skipped taps (graphs.c)
     "cudaStreamEndCapture",
@@ -124,7 +127,7 @@ def clean_env(extra=None):
     """The caller's environment without any probe/NVTX/preload settings."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PROBE_OUT") and k not in (
-               "PROBE_ROOT_PID", "PROBE_LABEL", "PROBE_CAPTURE", "PROBE_QUEUE_MB",
+               "PROBE_ROOT_PID", "PROBE_RANK_ROOT_PID", "PROBE_SHARD", "PROBE_LABEL", "PROBE_CAPTURE", "PROBE_QUEUE_MB",
                "PROBE_LIBPROBE", "NVTX_INJECTION64_PATH", "LD_PRELOAD")}
     env["PROBE_BUILD_DIR"] = BUILD
     env["PROBE_SOURCE_DIR"] = SOURCE
