@@ -52,7 +52,8 @@ want() { local s; for s in "${sections[@]}"; do [ "$s" = "$1" ] && return 0; don
 
 if want checks; then
   [ -f scripts/gpu/gemm_check.py ] && run_section gemm_check "$PY" scripts/gpu/gemm_check.py --build-dir "$BUILD"
-  [ -f scripts/gpu/kernels_check.py ] && run_section kernels_check "$PY" scripts/gpu/kernels_check.py --build-dir "$BUILD"
+  [ -f scripts/gpu/kernels_check.py ] && run_section kernels_check "$PY" scripts/gpu/kernels_check.py --build "$BUILD"
+  [ -f scripts/gpu/oracle-selftest ] && run_section oracle_selftest bash scripts/gpu/oracle-selftest --build-dir "$BUILD"
 fi
 
 if want wan; then
@@ -79,10 +80,16 @@ if want wan; then
 fi
 
 if want bench; then
-  for b in interpose_overhead launch_overhead; do
-    exe=$(find "$BUILD" -name "$b" -type f -perm -u+x 2>/dev/null | head -1)
-    [ -n "$exe" ] && run_section "bench_$b" "$exe"
-  done
+  # CPU-side costs on this machine's CPU (fake libraries: the hook's cost alone)
+  run_section bench_interpose_overhead bash bench/interpose_overhead.sh "$BUILD"
+  B=$(mktemp -d)
+  cc -shared -fPIC -O2 -std=c11 -D_GNU_SOURCE -Wl,-soname,libcudart.so.13 -o "$B/libcudart.so.13" \
+    tests/gpu/mock_cudart.c -lpthread &&
+    cc -shared -fPIC -O2 -std=c11 -D_GNU_SOURCE -DFAKE_LIBCUDA -Wl,-soname,libcuda.so.1 \
+      -o "$B/libcuda.so.1" tests/programs/fake_libcuda.c -lpthread &&
+    cc -O2 -std=c11 -D_GNU_SOURCE -o "$B/launch_overhead" bench/launch_overhead.c -ldl -lpthread &&
+    run_section bench_launch_overhead "$BIN/probe-run" --force --out "$B/lo.h5" -- \
+      "$B/launch_overhead" "$B/libcudart.so.13" "$B/libcuda.so.1"
 fi
 
 if [ "$ngpu" -ge 2 ]; then
