@@ -648,7 +648,8 @@ static int by_name(const void *a, const void *b)
 /* Append ,"kernels":{COMPONENT:{"launches":N,"by_name":{NAME:COUNT,...},
  * "unnamed_launches":U},...} when kernel logging is on in this process.
  * Names are demangled with the process's __cxa_demangle when one is loaded
- * (libstdc++; looked up now), else kept mangled; functions with the same
+ * (libstdc++, in the global scope or as a library's local dependency, as in
+ * a python process that imported torch; looked up now), else kept mangled; functions with the same
  * name add up. Components and names are sorted by name. */
 void shim_kernels_json(struct shim_json *b)
 {
@@ -656,6 +657,13 @@ void shim_kernels_json(struct shim_json *b)
         return;
     typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
     demangle_fn demangle = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    if (!demangle) { /* python loads torch's libstdc++ as a local dependency */
+        void *h = dlopen("libstdc++.so.6", RTLD_NOLOAD | RTLD_LAZY);
+        if (h) {
+            demangle = (demangle_fn)dlsym(h, "__cxa_demangle");
+            dlclose(h); /* NOLOAD took a reference; the library stays loaded */
+        }
+    }
     shim_json_raw(b, ",\"kernels\":{");
     pthread_mutex_lock(&k_lock);
     unsigned nc = atomic_load(&ncomps);

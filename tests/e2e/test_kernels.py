@@ -10,7 +10,8 @@ with its arguments and that its result came back. Checked here:
   (names demangled with the process's libstdc++, runtime launches that go
   on to the driver counted once, failed name queries as unnamed launches);
   with the shim's scopes, the launches inside dit.step are under it;
-- without libstdc++ the mangled name is kept;
+- without libstdc++ the mangled name is kept; with libstdc++ loaded only
+  RTLD_LOCAL (how python loads torch's) names are demangled;
 - PROBE_KERNELS=0: no "kernels" key, every launch still forwarded;
   no PROBE_OUT: the program runs unchanged;
 - the exported dlsym keeps RTLD_NEXT relative to its caller: a second
@@ -89,6 +90,13 @@ def launch_cases(d, rt, drv):
         names.append("kernel_a(float*, int)")
     check(any(k == {"(none)": {"launches": 1, "by_name": {n: 1}, "unnamed_launches": 0}} for n in names),
           "without __cxa_demangle in the process the mangled name is kept: %s" % k)
+
+    out = os.path.join(d, "l.h5")
+    r = run([program("shim_kernels"), rt, drv, "local"], preload_env(out, leaks=False))
+    check(r.returncode == 0, "local: rc 0")
+    k = kernels_of(out)
+    check(k == {"(none)": {"launches": 1, "by_name": {"kernel_a(float*, int)": 1}, "unnamed_launches": 0}},
+          "libstdc++ loaded only as a local library (python importing torch): names demangled: %s" % k)
 
     out = os.path.join(d, "off.h5")
     r = run([program("shim_kernels"), rt, drv, "main"], preload_env(out, leaks=False, PROBE_KERNELS="0"))

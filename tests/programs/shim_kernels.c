@@ -96,11 +96,14 @@ typedef struct {
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: shim_kernels CUDART CUDA main|mangled\n");
+        fprintf(stderr, "usage: shim_kernels CUDART CUDA main|mangled|local\n");
         return 2;
     }
     const char *mode = argv[3];
     if (!strcmp(mode, "main") && !dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL))
+        printf("FAIL: libstdc++: %s\n", dlerror());
+    /* "local": libstdc++ only as a local library (python's dlopen of torch's extension) */
+    if (!strcmp(mode, "local") && !dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL))
         printf("FAIL: libstdc++: %s\n", dlerror());
     void *drv = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL); /* the driver: never global */
     void *rt = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
@@ -123,7 +126,7 @@ int main(int argc, char **argv)
     rt_launch_ex_fn rt_launch_ex = (rt_launch_ex_fn)sym(RTLD_DEFAULT, "cudaLaunchKernelExC");
 
     set_rt_name(&k_a, "_Z8kernel_aPfi");
-    if (!strcmp(mode, "mangled")) {
+    if (!strcmp(mode, "mangled") || !strcmp(mode, "local")) {
         EXPECT(rt_launch(&k_a, G, B, NULL, 0, NULL) == 0, "launch k_a");
         return failures ? 1 : 0;
     }
