@@ -65,15 +65,17 @@ if want wan; then
     --scope dit.block=WanTransformerBlock.forward --capture '*' --capture 'dit.block/0000/gemm.*' \
     -- "$PY" "${wan[@]}" --attn math --out "$W/video_gemm.npy"
   run_section wan_oracle "$BIN/probe-oracle" "$W/gemm.h5" --json "$W/oracle.json"
-  # kernel log: SDPA math vs flash (same weights, same inputs)
+  # kernel log: SDPA math vs flash (same weights, same inputs), with a scope
+  # around each attention call (the processor: projections, norms, RoPE, SDPA)
+  scopes=(--scope dit.block=WanTransformerBlock.forward --scope dit.attn=WanAttnProcessor.__call__)
   run_section wan_math "$BIN/probe-run" --force --out "$W/math.h5" --label math \
-    --scope dit.block=WanTransformerBlock.forward -- "$PY" "${wan[@]}" --attn math
+    "${scopes[@]}" -- "$PY" "${wan[@]}" --attn math
   run_section wan_flash "$BIN/probe-run" --force --out "$W/flash.h5" --label flash \
-    --scope dit.block=WanTransformerBlock.forward -- "$PY" "${wan[@]}" --attn flash
+    "${scopes[@]}" -- "$PY" "${wan[@]}" --attn flash
   "$BIN/probe-compare" "$W/math.h5" "$W/flash.h5" --gate T1 --kernels --json "$W/math_flash.json" \
     > "$LOG/wan_kernels.log" 2>&1
   echo "probe-compare math vs flash: exit $?" >> "$LOG/wan_kernels.log"
-  "$PY" scripts/gpu/kernel_diff.py "$W/math_flash.json" >> "$LOG/wan_kernels.log" 2>&1
+  "$PY" scripts/gpu/kernel_diff.py "$W/math_flash.json" --scope dit.attn >> "$LOG/wan_kernels.log" 2>&1
   krc=$?
   tail -60 "$LOG/wan_kernels.log"
   if [ $krc -eq 0 ]; then record wan_kernels PASS; else record wan_kernels "FAIL (exit $krc)"; fi
