@@ -677,6 +677,8 @@ static void print_kernels(FILE *out, const probe_kernel_diff *d, int full)
                 d->have_reference ? "reference" : "candidate");
         return;
     }
+    if (d->ncomponents == 0)
+        return; /* both logs empty: no CUDA launches (a CPU run), nothing to say */
     size_t ndiff = 0, hidden = 0;
     for (size_t i = 0; i < d->ncomponents; i++)
         ndiff += d->components[i].nonly_candidate + d->components[i].nonly_reference > 0;

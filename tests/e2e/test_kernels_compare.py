@@ -128,6 +128,11 @@ def main():
     rc, out, err = run(j("ref.h5"), j("cand_bad.h5"))
     check(rc == 0 and "note: ignoring the kernel log" in err and "kernels" not in out.split("root inputs")[-1],
           "a malformed kernels object without --expect-kernel: noted, not used, exit 0 (rc=%d)" % rc)
+    write(j("ref_empty.h5"), ref, {"format": "probe-manifest", "kernels": {}})
+    write(j("cand_empty.h5"), cand, {"format": "probe-manifest", "kernels": {}})
+    rc, out, err = run(j("ref_empty.h5"), j("cand_empty.h5"))
+    check(rc == 0 and "kernel" not in out.split("root inputs")[-1],
+          "both kernel logs empty (a CPU run): the text says nothing about kernels (rc=%d)" % rc)
     rc, out, err = run(j("ref.h5"), j("cand.h5"), "--expect-kernel", "")
     check(rc == 2 and len(err.strip().splitlines()) == 1, "--expect-kernel '': exit 2")
     rc, out, err = run(j("ref.h5"), j("cand.h5"), "--expect-kernel", "dit.step:")
