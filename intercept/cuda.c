@@ -264,12 +264,22 @@ static int ring_device;              /* device current at setup: the writer allo
 static int ring_growth_failed;
 static pthread_once_t ring_once = PTHREAD_ONCE_INIT;
 static char ring_error[200];
+/* 0 before ring_setup, 1 set up, 2 failed (ring_error says why): what the
+ * writer thread reads (release/acquire), since ring_setup runs on a tapping
+ * thread under pthread_once, which orders only the threads that call it. */
+static atomic_int ring_state;
 static double ring_alloc_s;          /* time of all cudaHostAlloc calls of the pool */
 static size_t ring_asked;
 /* Serializes device captures from the first piece to the last, so that
  * ring claims are taken in the order the writer consumes them. */
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong chunked_tensors, device_tensors;
+
+/* 1 when the pool is set up (any thread). */
+static int ring_ready(void)
+{
+    return atomic_load_explicit(&ring_state, memory_order_acquire) == 1;
+}
 
 /* Host address of ring offset off (a claim never crosses a segment). */
 static unsigned char *ring_addr(size_t off)
@@ -319,6 +329,7 @@ static void ring_setup(void)
     ring_segs = calloc(nsegs, sizeof *ring_segs);
     if (!ring_segs) {
         snprintf(ring_error, sizeof ring_error, "out of host memory for the staging pool");
+        atomic_store_explicit(&ring_state, 2, memory_order_release);
         return;
     }
     rt.GetDevice(&ring_device);
@@ -333,6 +344,7 @@ static void ring_setup(void)
             ring_maxsegs = n == seg ? nsegs : 1;
             atomic_fetch_add(&pinned_total, n);
             ring_alloc_s = (double)(shim_now_ns() - t0) * 1e-9;
+            atomic_store_explicit(&ring_state, 1, memory_order_release);
             return;
         }
     }
@@ -341,16 +353,17 @@ static void ring_setup(void)
     snprintf(ring_error, sizeof ring_error,
              "cannot allocate the pinned staging pool (%zu bytes asked, down to %zu): %s", want,
              MIN_PINNED_BYTES, errstr(e));
+    atomic_store_explicit(&ring_state, 2, memory_order_release);
 }
 
 int shim_cuda_staging_starved(void)
 {
-    return ring_segs && atomic_load(&ring.waiting) > 0;
+    return ring_ready() && atomic_load(&ring.waiting) > 0;
 }
 
 int shim_cuda_grow_staging(void)
 {
-    if (!ring_segs || ring_growth_failed || ring_nsegs >= ring_maxsegs || shim_queue_closing())
+    if (!ring_ready() || ring_growth_failed || ring_nsegs >= ring_maxsegs || shim_queue_closing())
         return 0;
     static __thread int relaxed;
     if (!relaxed && rt.ThreadExchangeStreamCaptureMode) {
@@ -386,16 +399,17 @@ static int ring_give_up(void)
 
 void shim_cuda_close_staging(void)
 {
-    if (ring_segs)
+    if (ring_ready())
         shim_ring_close(&ring);
 }
 
 void shim_cuda_staging_json(struct shim_json *b)
 {
-    if (!ring_segs && !ring_error[0])
+    int state = atomic_load_explicit(&ring_state, memory_order_acquire);
+    if (state == 0)
         return;
     struct shim_ring_stats s = {0};
-    if (ring_segs)
+    if (state == 1)
         shim_ring_stats(&ring, &s);
     shim_json_printf(b,
                      ",\"staging\":{\"pool_bytes\":%zu,\"requested_bytes\":%zu,\"segment_bytes\":%zu,"
