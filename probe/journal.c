@@ -219,7 +219,15 @@ probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uin
     put_u64(&b, nbytes);
     put_u64(&b, hash);
     rec_finish(&b, 0);
-    return jwrite(j, &b);
+    probe_status s = jwrite(j, &b);
+    if (s != PROBE_OK || rec->op == NULL)
+        return s;
+    buf_t o = {0};
+    rec_start(&o, PROBE_JREC_OP);
+    put_str(&o, rec->path);
+    put_str(&o, rec->op);
+    rec_finish(&o, 0);
+    return jwrite(j, &o);
 }
 
 probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason)
@@ -428,6 +436,8 @@ static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
 
 void probe_journal_data_free(probe_journal_data *d)
 {
+    for (size_t i = 0; d->t != NULL && i < d->n; i++)
+        free(d->t[i].op);
     free(d->t);
     free(d->skips);
     free(d->manifest);
@@ -499,7 +509,7 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
         } else if (type == PROBE_JREC_TENSOR) {
             if (grow((void **)&d->t, &tcap, d->n, sizeof *d->t) != 0) {
                 oom = 1;
-            } else if ((dr = decode_tensor(&r, &d->t[d->n])) < 0) {
+            } else if ((d->t[d->n].op = NULL, dr = decode_tensor(&r, &d->t[d->n])) < 0) {
                 r.bad = dr == -1;
                 oom = dr == -2;
             } else if (dr == 1) {
@@ -520,6 +530,16 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
                 if (!r.bad)
                     d->nskips++;
             }
+        } else if (type == PROBE_JREC_OP) {
+            char *path = get_str_dup(&r, &oom), *op = get_str_dup(&r, &oom);
+            /* attached to the TENSOR record just before it; otherwise ignored */
+            if (!r.bad && !oom && d->n > 0 && path != NULL && op != NULL &&
+                strcmp(d->t[d->n - 1].info.path, path) == 0 && d->t[d->n - 1].op == NULL) {
+                d->t[d->n - 1].op = op;
+                op = NULL;
+            }
+            free(path);
+            free(op);
         } else if (type == PROBE_JREC_MANIFEST) {
             char *m = get_str_dup(&r, &oom);
             if (!r.bad && !oom) {

@@ -28,7 +28,11 @@ enum {
     PROBE_JREC_BEGIN = 2,
     PROBE_JREC_TENSOR = 3,
     PROBE_JREC_SKIP = 4,
-    PROBE_JREC_MANIFEST = 5
+    PROBE_JREC_MANIFEST = 5,
+    /* the probe.op text of the TENSOR record just before it (same path):
+     * written only for records with an op (interposed GEMM/NCCL operands);
+     * a version-1 reader without it skips it as an unknown type */
+    PROBE_JREC_OP = 6
 };
 
 /* --- writing --- */
@@ -41,6 +45,8 @@ PROBE_JOURNAL_API probe_status probe_journal_create(const char *capture_path, pr
 /* Append one record; PROBE_EIO (naming the journal and errno's text) when
  * the write fails or is short (disk full). */
 PROBE_JOURNAL_API probe_status probe_journal_begin(probe_journal *j, const char *path);
+/* probe_journal_tensor appends the TENSOR record and, when rec->op is set,
+ * an OP record with it. */
 PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
                                   uint64_t nbytes, uint64_t hash);
 PROBE_JOURNAL_API probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason);
@@ -61,6 +67,7 @@ typedef struct probe_journal_tensor_rec {
     uint64_t offset;        /* raw data's byte offset in the capture, or PROBE_JOURNAL_NO_OFFSET */
     uint64_t nbytes;
     uint64_t hash;
+    char *op;               /* the record's probe.op text (malloc'd), NULL when none */
 } probe_journal_tensor_rec;
 
 typedef struct probe_journal_data {

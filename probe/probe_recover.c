@@ -37,13 +37,17 @@ static int copy_all(probe_file *f, const char *out)
             break;
         }
         s = probe_file_read_raw(f, i, buf, nb);
+        char *op = NULL; /* an interposed operand's probe.op (kept by the journal) */
+        if (s == PROBE_OK && probe_file_tensor_attr(f, i, "probe.op", &op) == PROBE_ENOMEM)
+            s = PROBE_ENOMEM;
         probe_record rec = {.path = t->path, .component = t->component, .slot = t->slot,
                             .call = t->call, .step = t->step, .cfg_branch = t->cfg_branch,
                             .timestep = t->timestep, .scope = t->scope,
                             .seq = t->seq >= 0 ? (uint64_t)t->seq : (uint64_t)i, .dtype = t->dtype,
-                            .rank = t->rank, .shape = t->shape};
+                            .rank = t->rank, .shape = t->shape, .op = op};
         if (s == PROBE_OK)
             s = probe_writer_put(w, &rec, buf, nb);
+        free(op);
         free(buf);
     }
     for (size_t i = 0; i < probe_file_skip_count(f) && s == PROBE_OK; i++) {

@@ -45,6 +45,7 @@ struct probe_file {
      * jaddr[i] in the file */
     probe_recovery_info recovery;
     uint64_t *jaddr;
+    char **jop; /* tensor i's probe.op text from the journal, or NULL */
 };
 
 static probe_status open_journaled(const char *path, probe_file **out);
@@ -868,6 +869,9 @@ void probe_file_close(probe_file *f)
     free(f->skips);
     free(f->path);
     free(f->jaddr);
+    for (size_t i = 0; f->jop != NULL && i < f->n; i++)
+        free(f->jop[i]);
+    free(f->jop);
     free(f);
 }
 
@@ -951,10 +955,19 @@ probe_status probe_file_tensor_attr(probe_file *f, size_t i, const char *name, c
                                "probe_file_tensor_attr: %s: tensor index %zu out of range (%zu tensors)",
                                f->path, i, f->n);
     const probe_tensor_info *t = &f->t[i];
-    if (f->recovery.recovered)
-        return probe_set_error(PROBE_ENOTFOUND,
-                               "%s: %s: attribute %s: not kept for a capture recovered from its journal",
-                               f->path, t->path, name);
+    if (f->recovery.recovered) { /* the journal keeps probe.op only */
+        if (strcmp(name, "probe.op") != 0)
+            return probe_set_error(PROBE_ENOTFOUND,
+                                   "%s: %s: attribute %s: not kept for a capture recovered from its journal",
+                                   f->path, t->path, name);
+        if (f->jop == NULL || f->jop[i] == NULL)
+            return probe_set_error(PROBE_ENOTFOUND, "%s: %s: no string attribute %s", f->path, t->path,
+                                   name);
+        if ((*out = strdup(f->jop[i])) == NULL)
+            return probe_set_error(PROBE_ENOMEM, "%s: %s: attribute %s: out of memory", f->path,
+                                   t->path, name);
+        return PROBE_OK;
+    }
     probe_status s = PROBE_OK;
     char text[256];
     H5E_BEGIN_TRY {
@@ -1609,12 +1622,15 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
         f->t = malloc(keep * sizeof *f->t);
         f->jaddr = malloc(keep * sizeof *f->jaddr);
         f->by_path = malloc(keep * sizeof *f->by_path);
-        if (f->t == NULL || f->jaddr == NULL || f->by_path == NULL)
+        f->jop = calloc(keep, sizeof *f->jop);
+        if (f->t == NULL || f->jaddr == NULL || f->by_path == NULL || f->jop == NULL)
             return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
     }
     for (size_t i = 0; i < keep; i++) {
         f->t[i] = d->t[i].info;
         f->jaddr[i] = d->t[i].offset;
+        f->jop[i] = d->t[i].op;
+        d->t[i].op = NULL;
         f->by_path[i] = &f->t[i];
     }
     if (keep > 1)

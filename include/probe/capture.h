@@ -174,7 +174,7 @@ probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, siz
  * string in *out (free() it); variable or fixed length, ASCII or UTF-8, one
  * element. Errors (*out NULL): PROBE_EINVAL (NULL argument, i out of range),
  * PROBE_ENOTFOUND (no such attribute, not a one-element string, or a file
- * recovered from its journal, which keeps no attributes), PROBE_EIO (HDF5
+ * recovered from its journal, which keeps only probe.op), PROBE_EIO (HDF5
  * cannot open the dataset), PROBE_ENOMEM. Messages name file and path. */
 probe_status probe_file_tensor_attr(probe_file *f, size_t i, const char *name, char **out);
 

@@ -505,6 +505,43 @@ Test(crash, journal_of_a_clean_file_recovers_the_same_tensors)
     free(jb);
 }
 
+/* An interposed operand's probe.op survives a kill: the journal's OP record
+ * is attached to its tensor, and a tensor without one has none. */
+Test(crash, journal_keeps_probe_op)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/op.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(out, "{}", &w), PROBE_OK, "%s", probe_last_error());
+    const char *op = "{\"op\":\"gemm\",\"api\":\"cublasLtMatmul\",\"m\":2,\"n\":3,\"k\":4}";
+    float v[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    probe_record a = {.path = "/dit.block/0000/gemm.0000.out", .step = -1, .cfg_branch = -1,
+                      .seq = 0, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape, .op = op};
+    probe_record b = {.path = "/dit.step/0000/out", .step = -1, .cfg_branch = -1, .seq = 1,
+                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+    cr_assert_eq(probe_writer_put(w, &a, v, sizeof v), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_put(w, &b, v, sizeof v), PROBE_OK, "%s", probe_last_error());
+    size_t len;
+    unsigned char *jb = slurp(j, &len);
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+    spit(j, jb, len); /* as if the writer had been killed before its close */
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
+    cr_assert_eq(probe_file_count(f), 2);
+    char *got = NULL;
+    cr_assert_eq(probe_file_tensor_attr(f, 0, "probe.op", &got), PROBE_OK, "%s", probe_last_error());
+    cr_assert_str_eq(got, op);
+    free(got);
+    cr_assert_eq(probe_file_tensor_attr(f, 1, "probe.op", &got), PROBE_ENOTFOUND);
+    cr_assert_null(got);
+    cr_assert_eq(probe_file_tensor_attr(f, 0, "probe.hash", &got), PROBE_ENOTFOUND);
+    probe_file_close(f);
+    free(jb);
+}
+
 Test(crash, truncated_journal_at_every_byte)
 {
     char out[1024], j[1100];
