@@ -112,6 +112,67 @@ static void stats_only_json(json_t *o, const probe_tensor_result *t, json_t *rea
             "is not"));
 }
 
+static json_t *int_list(const int *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+/* (additive) rank sets (docs/compare-json.md "Rank sets"): only on tensors of a rank set. */
+static void rank_keys_json(json_t *o, const probe_tensor_result *t)
+{
+    if (t->rank_tag >= 0)
+        json_object_set_new(o, "rank", json_integer(t->rank_tag));
+    if (t->ranks > 0)
+        json_object_set_new(o, "ranks", json_integer(t->ranks));
+    if (t->shard_axis >= 0)
+        json_object_set_new(o, "shard_axis", json_integer(t->shard_axis));
+    if (t->nreplica_mismatch)
+        json_object_set_new(o, "replica_mismatch_ranks",
+                            int_list(t->replica_mismatch_ranks, t->nreplica_mismatch));
+    if (t->nranks_present)
+        json_object_set_new(o, "ranks_present", int_list(t->ranks_present, t->nranks_present));
+}
+
+/* (additive) top level, only when a side is a rank set: "rank_sets", "collectives_unmatched",
+ * "collective_divergence". */
+static void rank_sets_json(json_t *o, const probe_compare_result *r)
+{
+    if (!r->world[0] && !r->world[1])
+        return;
+    json_t *rs = json_object(), *cu = json_array(), *cd = json_array();
+    for (int side = 0; side < 2; side++) {
+        const char *name = side ? "candidate" : "reference";
+        if (!r->world[side]) {
+            json_object_set_new(rs, name, json_null());
+            continue;
+        }
+        json_t *files = json_array();
+        for (int k = 0; k < r->world[side]; k++) {
+            json_array_append_new(files, json_string(r->files[side][k]));
+            if (r->collectives_left_out[side][k])
+                json_array_append_new(cu, json_pack("{s:s,s:i,s:I}", "side", name, "rank", k,
+                                                    "count", (json_int_t)
+                                                    r->collectives_left_out[side][k]));
+        }
+        json_object_set_new(rs, name, json_pack("{s:i,s:o,s:o}", "world_size", r->world[side],
+                                                "files", files, "index", r->index[side][0]
+                                                ? json_string(r->index[side]) : json_null()));
+    }
+    json_object_set_new(rs, "per_rank", json_boolean(r->per_rank));
+    for (size_t i = 0; i < r->ndivergent; i++) {
+        const probe_collective_divergence *d = &r->divergent[i];
+        json_array_append_new(cd, json_pack("{s:s,s:s,s:o}", "side", d->side, "path", d->path,
+                                            "ranks", int_list(d->ranks, d->nranks < 8 ? d->nranks
+                                                                                       : 8)));
+    }
+    json_object_set_new(o, "rank_sets", rs);
+    json_object_set_new(o, "collectives_unmatched", cu);
+    json_object_set_new(o, "collective_divergence", cd);
+}
+
 static json_t *tensor_json(const probe_tensor_result *t)
 {
     json_t *o = json_object();
@@ -165,6 +226,7 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "seq", json_integer(t->ref.seq));
     if (t->gate.kind == PROBE_GATE_T2)
         json_object_set_new(o, "gate", gate_json(&t->gate));
+    rank_keys_json(o, t);
     return o;
 }
 
@@ -263,6 +325,7 @@ static json_t *result_json(const probe_compare_result *r)
                                   (json_int_t)r->nmissing_cand, "missing_in_reference",
                                   (json_int_t)r->nmissing_ref, "skipped", (json_int_t)r->nskipped));
     experiment_json(o, r);
+    rank_sets_json(o, r);
     json_object_set_new(o, "tensors", ts);
     return o;
 }
