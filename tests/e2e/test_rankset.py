@@ -183,6 +183,13 @@ def main():
     check(p.returncode == 0 and "rank set of 2 files" in p.stdout and "rank set (2 files)" in p.stdout,
           "text output names the rank set")
 
+    # The HTML report carries the same JSON (rank_sets, shard_axis) and shows the set.
+    p = subprocess.run([COMPARE, "--quiet", "--html", P("r.html"), P("ref.h5"), P("on.rank0.h5"),
+                        P("on.rank1.h5")], capture_output=True, text=True)
+    html = open(P("r.html")).read() if os.path.exists(P("r.html")) else ""
+    check(p.returncode == 0 and '"rank_sets"' in html and '"shard_axis": 1' in html.replace('":1', '": 1')
+          and "rank set (" in html, "HTML report: rank_sets and shard_axis in its data, a files row")
+
     # --- 2. a perturbed piece: max_abs_index in the logical tensor ---
     bad = [a.copy() for a in pieces["/dit.step/0000/out"]]
     bad[1][1, 2, 4] += 1.0          # rank 1's piece starts at logical row 5 of axis 1
