@@ -534,6 +534,95 @@ static probe_status record_set(probe_compare_result *res, int side, const probe_
     return PROBE_OK;
 }
 
+/* 1 in *same when logical tensors i of a and j of b hold the same bytes (same dtype and n
+ * checked by the caller), read in chunks. */
+static probe_status same_logical(probe_rankset *a, size_t i, probe_rankset *b, size_t j,
+                                 uint64_t n, size_t es, int *same)
+{
+    enum { CHUNK = 1 << 16 };
+    unsigned char *x = malloc((size_t)CHUNK * es), *y = malloc((size_t)CHUNK * es);
+    probe_status s = PROBE_OK;
+    *same = 1;
+    if (!x || !y)
+        s = probe_set_error(PROBE_ENOMEM, "out of memory comparing root inputs");
+    for (uint64_t off = 0; s == PROBE_OK && *same && off < n; off += CHUNK) {
+        size_t m = n - off < CHUNK ? (size_t)(n - off) : CHUNK;
+        if ((s = probe_rankset_read_range(a, i, off, m, x)) == PROBE_OK &&
+            (s = probe_rankset_read_range(b, j, off, m, y)) == PROBE_OK)
+            *same = memcmp(x, y, m * es) == 0;
+    }
+    free(x);
+    free(y);
+    return s;
+}
+
+/* The root-input check reads rank 0's file of a rank set (experiment.c); a root input that
+ * a joined rank set shards is checked again here as the joined tensor, and the verdict
+ * same_experiment recomputed (the --allow-root-diff rule of experiment.c). */
+static probe_status rank_roots(probe_compare_result *res, probe_rankset *rset,
+                               probe_rankset *cset, const probe_compare_opts *o)
+{
+    if (res->per_rank || (!res->world[0] && !res->world[1]))
+        return PROBE_OK;
+    for (size_t k = 0; k < res->nroots; k++) {
+        probe_root_input *ri = &res->roots[k];
+        size_t i, j;
+        if (!ri->in_reference || !ri->in_candidate ||
+            probe_rankset_find(rset, ri->path, -1, &i) != PROBE_OK ||
+            probe_rankset_find(cset, ri->path, -1, &j) != PROBE_OK)
+            continue;
+        const probe_rankset_entry *a = probe_rankset_entry_at(rset, i);
+        const probe_rankset_entry *b = probe_rankset_entry_at(cset, j);
+        if (a->shard_axis < 0 && b->shard_axis < 0)
+            continue;
+        ri->same = ri->allowed = 0;
+        ri->why[0] = 0;
+        if (a->shard_axis >= 0)
+            ri->hash_reference[0] = 0;
+        if (b->shard_axis >= 0)
+            ri->hash_candidate[0] = 0;
+        int same_shape = a->info.rank == b->info.rank;
+        for (int d = 0; same_shape && d < a->info.rank; d++)
+            same_shape = a->info.shape[d] == b->info.shape[d];
+        if (a->error[0] || b->error[0]) {
+            if (snprintf(ri->why, sizeof ri->why, "%s", a->error[0] ? a->error : b->error) < 0)
+                ri->why[0] = 0;
+        } else if (a->info.dtype != b->info.dtype || a->info.stats_only || b->info.stats_only) {
+            snprintf(ri->why, sizeof ri->why, "dtype %s vs %s", probe_dtype_name(a->info.dtype),
+                     probe_dtype_name(b->info.dtype));
+        } else if (!same_shape) {
+            char x[64], y[64];
+            shape_str(x, sizeof x, a->info.rank, a->info.shape);
+            shape_str(y, sizeof y, b->info.rank, b->info.shape);
+            if (snprintf(ri->why, sizeof ri->why, "shape %s vs %s (joined)", x, y) < 0)
+                ri->why[0] = 0;
+        } else {
+            probe_status s = same_logical(rset, i, cset, j, a->info.n,
+                                          probe_dtype_size(a->info.dtype), &ri->same);
+            if (s != PROBE_OK)
+                return s;
+            if (!ri->same)
+                snprintf(ri->why, sizeof ri->why, "contents differ (joined rank pieces)");
+        }
+    }
+    res->same_experiment = 1;
+    for (size_t k = 0; k < res->nroots; k++) {
+        probe_root_input *ri = &res->roots[k];
+        if (ri->same)
+            continue;
+        ri->allowed = 0;
+        for (size_t g = 0; o->allow_root_diff && o->allow_root_diff[g]; g++) {
+            const char *gl = o->allow_root_diff[g];
+            if (fnmatch(gl, ri->path, 0) == 0 || fnmatch(gl, ri->component, 0) == 0 ||
+                (gl[0] != '/' && ri->path[0] == '/' && fnmatch(gl, ri->path + 1, 0) == 0))
+                ri->allowed = 1;
+        }
+        if (!ri->allowed)
+            res->same_experiment = 0;
+    }
+    return PROBE_OK;
+}
+
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out)
 {
@@ -724,7 +813,8 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         add_run_reason(res, "injection failed in the candidate run: %s", why);
     }
     if (opts->check_roots) {
-        if ((s = probe_experiment_roots(res, rf, cf, opts)) != PROBE_OK)
+        if ((s = probe_experiment_roots(res, rf, cf, opts)) != PROBE_OK ||
+            (s = rank_roots(res, rset, cset, opts)) != PROBE_OK)
             goto fail;
         if (!res->same_experiment) {
             size_t ndiff = 0, first = 0;

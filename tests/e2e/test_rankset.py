@@ -190,6 +190,27 @@ def main():
     check(p.returncode == 0 and '"rank_sets"' in html and '"shard_axis": 1' in html.replace('":1', '": 1')
           and "rank set (" in html, "HTML report: rank_sets and shard_axis in its data, a files row")
 
+    # A root input (latents.init) sharded too: the root-input check sees the joined tensor.
+    lat = rng.standard_normal((4, 3)).astype(np.float32)
+    shard_l = SHARD + [{"glob": "/latents.init/*", "axis": 0}]
+    write(P("ref_l.h5"), [("/latents.init/0000/out", lat)] + [(p, ref[p]) for p in order], {})
+    for r in range(2):
+        write(P("l.rank%d.h5" % r), [("/latents.init/0000/out", lat[2 * r:2 * r + 2])] +
+              rank_tensors(r), man(r, 2, shard_l))
+    rc, j, _ = compare(P("ref_l.h5"), P("l.rank0.h5"), P("l.rank1.h5"))
+    check(rc == 0 and j and j["same_experiment"] is True and
+          [x["same"] for x in j["root_inputs"]] == [True],
+          "sharded root input: the same experiment when the joined latents equal the reference's "
+          "(%s)" % (j and j["root_inputs"]))
+    lat_b = lat.copy()
+    lat_b[3, 1] += 1
+    write(P("lb.rank1.h5"), [("/latents.init/0000/out", lat_b[2:4])] + rank_tensors(1),
+          man(1, 2, shard_l))
+    rc, j, _ = compare(P("ref_l.h5"), P("l.rank0.h5"), P("lb.rank1.h5"))
+    check(rc == 1 and j and j["same_experiment"] is False and
+          any("not the same experiment: root input /latents.init/0000/out" in x for x in j["reasons"]),
+          "sharded root input differing on rank 1: not the same experiment (%s)" % (j and j["reasons"]))
+
     # --- 2. a perturbed piece: max_abs_index in the logical tensor ---
     bad = [a.copy() for a in pieces["/dit.step/0000/out"]]
     bad[1][1, 2, 4] += 1.0          # rank 1's piece starts at logical row 5 of axis 1
