@@ -719,6 +719,20 @@ static char *file_manifest(const char *path)
     return copy;
 }
 
+/* The manifest of a side given as files (one file, an index, or per-rank files): rank 0's
+ * file's for a rank set (the index itself records no weights), else the file's; NULL when
+ * it cannot be read (the compare then reports why). */
+static char *side_manifest(const char *const *paths, size_t n)
+{
+    probe_rankset *rs = NULL;
+    if (probe_rankset_open(paths, n, &rs) != PROBE_OK)
+        return n == 1 ? file_manifest(paths[0]) : NULL;
+    const char *m = probe_file_manifest(probe_rankset_file(rs, 0));
+    char *copy = m ? strdup(m) : NULL;
+    probe_rankset_close(rs);
+    return copy;
+}
+
 /* --- kernel-path evidence (docs/kernels.md) --- */
 
 /* The kernel logs side by side and the --expect-kernel results; NULL diff
@@ -1196,7 +1210,7 @@ int main(int argc, char **argv)
      * before comparing: different weights make the comparison meaningless;
      * refuse unless allowed. An unreadable file is reported by the compare. */
     probe_weights_verdict wv;
-    char *wm[2] = {file_manifest(refs[0]), file_manifest(cands[0])};
+    char *wm[2] = {side_manifest(refs, nrefs), side_manifest(cands, ncands)};
     probe_status wst = probe_weights_check(wm[0], wm[1], &wv);
     free(wm[0]);
     free(wm[1]);

@@ -358,6 +358,22 @@ def main():
           and "rank" not in j["tensors"][0],
           "rank sets of sizes 3 and 2: both joined (rc=%s)" % rc)
 
+    # --- 8. the weights check reads rank 0's manifest (the index records none) ---
+    def wts(h):
+        o = [{"k": 0, "shape": [16, 16], "dtype": "bfloat16", "xxh64": h}]
+        return {"overflow": 0, "components": {"dit.step": {
+            "gemms": 1, "bytes": 512, "complete": True, "dtypes": ["bfloat16"],
+            "xxh64": h, "operands": o}}}
+    write(P("wref.h5"), [(p, ref[p]) for p in order], {"weights": wts("00000000000000aa")})
+    for r in range(2):
+        m = man(r)
+        m["weights"] = wts("00000000000000bb")
+        write(P("w.rank%d.h5" % r), rank_tensors(r), m)
+    write(P("w.h5"), [], {"ranks": ["w.rank0.h5", "w.rank1.h5"], "shard": SHARD})
+    rc, out, err = run(P("wref.h5"), P("w.h5"))
+    check(rc == 2 and "different weights" in err,
+          "index form: the weight fingerprints of rank 0 are checked (rc=%s, %r)" % (rc, err))
+
     print("%d failure(s)" % len(failures))
     return 1 if failures else 0
 
