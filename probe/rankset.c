@@ -96,6 +96,7 @@ struct probe_rankset {
     probe_file **files;      /* by rank */
     char **paths;
     char *index;             /* index file, or NULL */
+    char *index_manifest;    /* its manifest, or NULL */
     shard_rule *rules;
     size_t nrules;
     int built;
@@ -129,6 +130,7 @@ void probe_rankset_close(probe_rankset *rs)
     free(rs->files);
     free(rs->paths);
     free(rs->index);
+    free(rs->index_manifest);
     for (size_t i = 0; i < rs->nrules; i++)
         free(rs->rules[i].glob);
     free(rs->rules);
@@ -218,12 +220,17 @@ out:
     return s;
 }
 
-/* The "shard" list of rank 0's manifest. */
+/* The "shard" list of rank 0's manifest (of the index when rank 0's has none). */
 static probe_status load_rules(probe_rankset *rs)
 {
     const char *m = probe_file_manifest(rs->files[0]);
     json_t *j = m ? json_loads(m, 0, NULL) : NULL;
     json_t *sh = j ? json_object_get(j, "shard") : NULL;
+    if (!sh && rs->index_manifest) {
+        json_decref(j);
+        j = json_loads(rs->index_manifest, 0, NULL);
+        sh = j ? json_object_get(j, "shard") : NULL;
+    }
     probe_status s = PROBE_OK;
     size_t k = json_is_array(sh) ? json_array_size(sh) : 0;
     if (k && !(rs->rules = calloc(k, sizeof *rs->rules)))
@@ -288,6 +295,12 @@ probe_status probe_rankset_open(const char *const *paths, size_t n, probe_rankse
             s = probe_set_error(PROBE_EINVAL, "%s: an index capture (manifest \"ranks\") that "
                                 "holds tensors", paths[0]);
             probe_file_close(f);
+            goto fail;
+        }
+        const char *im = probe_file_manifest(f);
+        if (im && !(rs->index_manifest = dup_str(im))) {
+            probe_file_close(f);
+            s = probe_set_error(PROBE_ENOMEM, "out of memory");
             goto fail;
         }
         probe_file_close(f);

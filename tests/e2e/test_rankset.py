@@ -291,6 +291,17 @@ def main():
     check(rc == 0 and ji and by_path(ji) == by_path(j0) and
           ji["rank_sets"]["candidate"]["index"] == P("on.h5"),
           "index file on.h5 expands to its rank files (rc=%s)" % rc)
+    # rank files without "shard": the index's list is used
+    for r in range(2):
+        write(P("ns.rank%d.h5" % r), rank_tensors(r), man(r, 2, None))
+    write(P("ns.h5"), [], {"ranks": ["ns.rank0.h5", "ns.rank1.h5"], "shard": SHARD})
+    rc, jn, _ = compare(P("ref.h5"), P("ns.h5"))
+    check(rc == 0 and jn and by_path(jn) == by_path(j0), "rank files without shard: the index's (rc=%s)" % rc)
+    # without any shard list the pieces are not joined: partial paths, shapes differ
+    rc, jn, _ = compare(P("ref.h5"), P("ns.rank0.h5"), P("ns.rank1.h5"))
+    t = jn and by_path(jn)["/dit.step/0000/out"]
+    check(rc == 1 and t and t["verdict"] == "fail" and "shard_axis" not in t,
+          "no shard list: pieces not joined, tensor fails (%s)" % (t and t["reasons"]))
     write(P("badidx.h5"), [], {"ranks": ["on.rank0.h5", "gone.rank1.h5"]})
     rc, _, err = run(P("ref.h5"), P("badidx.h5"))
     check(rc == 2 and "gone.rank1.h5" in err, "index naming a missing file -> exit 2: %r" % err)
