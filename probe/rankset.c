@@ -2,7 +2,9 @@
  * docs/nccl.md "Comparing rank sets"). */
 #include "probe/rankset.h"
 
+#include <errno.h>
 #include <fnmatch.h>
+#include <unistd.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +222,38 @@ out:
     return s;
 }
 
+/* <stem>.rank<R><ext> for R = 0, 1, ... while such a file exists (the names the shim gives
+ * rank files, docs/nccl.md "Per-rank files"; ext: from the last '.' of the base name). */
+static probe_status sibling_names(const char *path, char ***names, size_t *n)
+{
+    *names = NULL;
+    *n = 0;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot && dot != base ? (size_t)(dot - path) : strlen(path);
+    const char *ext = path + stem;
+    for (int r = 0; r < PROBE_RANKSET_MAX; r++) {
+        size_t cap = strlen(path) + 32;
+        char *name = malloc(cap);
+        if (!name)
+            return probe_set_error(PROBE_ENOMEM, "out of memory");
+        snprintf(name, cap, "%.*s.rank%d%s", (int)stem, path, r, ext);
+        if (access(name, F_OK) != 0) {
+            free(name);
+            break;
+        }
+        char **nn = realloc(*names, (*n + 1) * sizeof *nn);
+        if (!nn) {
+            free(name);
+            return probe_set_error(PROBE_ENOMEM, "out of memory");
+        }
+        *names = nn;
+        nn[(*n)++] = name;
+    }
+    return PROBE_OK;
+}
+
 /* The "shard" list of rank 0's manifest (of the index when rank 0's has none). */
 static probe_status load_rules(probe_rankset *rs)
 {
@@ -270,7 +304,12 @@ probe_status probe_rankset_open(const char *const *paths, size_t n, probe_rankse
     probe_status s = PROBE_OK;
     char **names = NULL;
     size_t nnames = 0;
-    if (n == 1) {
+    if (n == 1 && access(paths[0], F_OK) != 0 && errno == ENOENT) {
+        /* No index (its writer never ran?): the rank files next to where it would be. */
+        if ((s = sibling_names(paths[0], &names, &nnames)) != PROBE_OK)
+            goto fail;
+    }
+    if (n == 1 && !nnames) {
         probe_file *f = NULL;
         if ((s = probe_file_open(paths[0], &f)) != PROBE_OK)
             goto fail;

@@ -291,6 +291,14 @@ def main():
     check(rc == 0 and ji and by_path(ji) == by_path(j0) and
           ji["rank_sets"]["candidate"]["index"] == P("on.h5"),
           "index file on.h5 expands to its rank files (rc=%s)" % rc)
+    # no index file (its writer never ran): the rank files next to where it would be
+    rc, jx, _ = compare(P("ref.h5"), P("on_noindex.h5"))
+    check(rc == 2, "no index and no rank files -> exit 2")
+    for r in range(2):
+        write(P("sib.rank%d.h5" % r), rank_tensors(r), man(r))
+    rc, jx, _ = compare(P("ref.h5"), P("sib.h5"))
+    check(rc == 0 and jx and by_path(jx) == by_path(j0) and jx["rank_sets"]["candidate"]["files"] ==
+          [P("sib.rank0.h5"), P("sib.rank1.h5")], "no index: sib.h5 finds sib.rank0.h5, sib.rank1.h5 (rc=%s)" % rc)
     # rank files without "shard": the index's list is used
     for r in range(2):
         write(P("ns.rank%d.h5" % r), rank_tensors(r), man(r, 2, None))
