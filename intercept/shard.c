@@ -16,19 +16,7 @@
 
 #include "shim.h"
 
-extern char **environ;
 
-/* getenv reading the process's environment array itself: a shell such as
- * bash defines its own getenv, which knows nothing before bash initialized
- * its variables (after the constructors ran). */
-static const char *env_raw(const char *name)
-{
-    size_t n = strlen(name);
-    for (char **e = environ; e && *e; ++e)
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
-            return *e + n + 1;
-    return NULL;
-}
 
 static struct shim_shard_item *items;
 static size_t nitems;
@@ -53,12 +41,7 @@ probe_status shim_shard_parse(const char *spec, struct shim_shard_item **out, si
     size_t k = 0;
     probe_status st = PROBE_OK;
     for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            ++tok;
-        size_t len = strlen(tok);
-        while (len && tok[len - 1] == ' ')
-            tok[--len] = '\0';
-        if (!*tok)
+        if (!*(tok = shim_trim_spaces(tok)))
             continue;
         char *eq = strrchr(tok, '=');
         if (!eq) {
@@ -105,7 +88,7 @@ probe_status shim_shard_parse(const char *spec, struct shim_shard_item **out, si
 
 void shim_shard_config(void)
 {
-    const char *spec = env_raw("PROBE_SHARD");
+    const char *spec = shim_env_raw("PROBE_SHARD");
     if (!spec || !*spec)
         return;
     if (shim_shard_parse(spec, &items, &nitems) != PROBE_OK) {

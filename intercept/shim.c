@@ -405,9 +405,7 @@ static void atfork_child(void)
  * that never tapped writes PROBE_OUT as an index capture instead: its
  * manifest lists the rank files next to it ("ranks"). */
 
-/* getenv on the environment array itself (bash's own getenv knows nothing
- * before bash initialized its variables, after the constructors ran). */
-static const char *env_raw(const char *name)
+const char *shim_env_raw(const char *name)
 {
     size_t n = strlen(name);
     for (char **e = environ; e && *e; ++e)
@@ -418,7 +416,7 @@ static const char *env_raw(const char *name)
 
 static int env_nonneg(const char *name, long *v)
 {
-    const char *s = env_raw(name);
+    const char *s = shim_env_raw(name);
     if (!s || !*s)
         return 0;
     char *end;
@@ -442,8 +440,8 @@ static void read_rank(void)
             continue;
         if (hr != 1 || hw != 1 || r >= w) {
             shim_warn("%s=%s / %s=%s do not name a rank of the world; no per-rank capture file "
-                      "from them", pairs[i][0], env_raw(pairs[i][0]) ? env_raw(pairs[i][0]) : "",
-                      pairs[i][1], env_raw(pairs[i][1]) ? env_raw(pairs[i][1]) : "");
+                      "from them", pairs[i][0], shim_env_raw(pairs[i][0]) ? shim_env_raw(pairs[i][0]) : "",
+                      pairs[i][1], shim_env_raw(pairs[i][1]) ? shim_env_raw(pairs[i][1]) : "");
             continue;
         }
         if (w > 1) {
@@ -489,7 +487,7 @@ static int cmp_rank_file(const void *a, const void *b)
 
 void shim_ranks_json(struct shim_json *b)
 {
-    if (rank_self >= 0 && !env_raw("RANK")) { /* fallback pair: the manifest still says who */
+    if (rank_self >= 0 && !shim_env_raw("RANK")) { /* fallback pair: the manifest still says who */
         shim_json_printf(b, ",\"rank\":%d,\"world_size\":%d", rank_self, rank_world);
     }
     if (rank_self >= 0)
@@ -713,7 +711,7 @@ __attribute__((constructor)) static void shim_init(void)
     if (rank_self >= 0) {
         /* This rank's own file; its first process is that file's root. */
         shim_cfg.out_path = rank_path(out, rank_self);
-        const char *rr = env_raw("PROBE_RANK_ROOT_PID");
+        const char *rr = shim_env_raw("PROBE_RANK_ROOT_PID");
         char buf[32];
         snprintf(buf, sizeof buf, "%ld", me);
         if (!rr || !*rr) {

@@ -622,4 +622,13 @@ void shim_shard_json(struct shim_json *b);
  * sorted by rank]. */
 void shim_ranks_json(struct shim_json *b);
 
+/* getenv on the environment array itself (shim.c): a shell such as bash
+ * defines its own getenv, which knows nothing before bash initialized its
+ * variables (after the constructors ran). NULL when name is not set. */
+const char *shim_env_raw(const char *name);
+
+/* s without its leading and trailing spaces (trailing ones overwritten with
+ * NUL; tap.c): the items of comma-separated environment lists. */
+char *shim_trim_spaces(char *s);
+
 #endif

@@ -11,6 +11,16 @@
 
 #include "shim.h"
 
+char *shim_trim_spaces(char *s)
+{
+    while (*s == ' ')
+        ++s;
+    size_t len = strlen(s);
+    while (len && s[len - 1] == ' ')
+        s[--len] = '\0';
+    return s;
+}
+
 static atomic_ullong next_seq;
 static atomic_int warned_foreign;
 static atomic_int cuda_info_taken;
@@ -204,12 +214,7 @@ void shim_capture_config(const char *spec)
     }
     size_t k = 0;
     for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            ++tok;
-        size_t len = strlen(tok);
-        while (len && tok[len - 1] == ' ')
-            tok[--len] = '\0';
-        if (!*tok)
+        if (!*(tok = shim_trim_spaces(tok)))
             continue;
         char item[SHIM_PATH_MAX + 64];
         snprintf(item, sizeof item, "%s", tok);

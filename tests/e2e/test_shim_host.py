@@ -78,7 +78,9 @@ def main():
                       WORLD_SIZE="8", LOCAL_RANK="1")
     r = run([program("shim_tap_host"), d2], env)
     check(r.returncode == 0, "filtered run exits 0")
-    with h5py.File(out2, "r") as f:
+    # rank 3 of 8: the process writes its rank file (docs/nccl.md, "Per-rank files")
+    check(not os.path.exists(out2), "a rank of a world of 8 does not write PROBE_OUT itself")
+    with h5py.File(os.path.join(d2, "cap.rank3.h5"), "r") as f:
         paths = []
         f.visititems(lambda n, o: paths.append("/" + n) if isinstance(o, h5py.Dataset) else None)
         want = sorted(["/layout/0000/contiguous", "/layout/0001/contiguous_strided", "/layout/0002/transposed"]
