@@ -464,7 +464,11 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
             const char *p = r->first_failure_path + 1, *slash = strchr(p, '/');
             snprintf(comp, sizeof comp, "%.*s", slash ? (int)(slash - p) : (int)strlen(p), p);
         }
-        fprintf(out, "first failure: component %s at %s: %s\n", comp, r->first_failure_path, why);
+        char rk[32] = ""; /* compared rank by rank: which rank's pair */
+        if (r->first_failure >= 0 && r->tensors[r->first_failure].rank_tag >= 0)
+            snprintf(rk, sizeof rk, " (rank %d)", r->tensors[r->first_failure].rank_tag);
+        fprintf(out, "first failure: component %s at %s%s: %s\n", comp, r->first_failure_path, rk,
+                why);
     }
     if (r->nothing_compared)
         fprintf(out, "nothing to compare: no dataset path is in both files%s (a --capture or "

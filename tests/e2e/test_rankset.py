@@ -362,6 +362,11 @@ def main():
     check(rc == 1 and t and t["/nccl/0000/all_gather.out"]["verdict"] == "fail"
           and j["collective_divergence"][0]["ranks"] == [1],
           "per rank: rank 1's all_gather output fails and is named")
+    p = subprocess.run([COMPARE, "--reference-rank", P("off.rank0.h5"), "--reference-rank",
+                        P("off.rank1.h5"), P("c.rank0.h5"), P("cb.rank1.h5")], capture_output=True, text=True)
+    check(p.returncode == 1 and "/nccl/0000/all_gather.out (rank 1)   " in p.stdout and
+          "first failure: component nccl at /nccl/0000/all_gather.out (rank 1): " in p.stdout and
+          "compared rank by rank" in p.stdout, "text: per-rank rows and the first failure name the rank")
     rc, _, err = run("--reference-rank", P("off.rank0.h5"), "--reference-rank", P("off.rank0.h5"),
                      P("c.rank0.h5"), P("c.rank1.h5"))
     check(rc == 2 and "rank 0 appears twice" in err, "--reference-rank set with rank 0 twice -> exit 2")
