@@ -21,12 +21,15 @@ numpy tensors split along an axis. Checked against independent values:
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
+from urllib.parse import quote
 
 BUILD = os.environ.get("PROBE_BUILD_DIR", "build")
 COMPARE = os.path.join(BUILD, "bin", "probe-compare")
@@ -367,6 +370,24 @@ def main():
     check(p.returncode == 1 and "/nccl/0000/all_gather.out (rank 1)   " in p.stdout and
           "first failure: component nccl at /nccl/0000/all_gather.out (rank 1): " in p.stdout and
           "compared rank by rank" in p.stdout, "text: per-rank rows and the first failure name the rank")
+    # HTML: rank 1's pair is selectable by itself (the same path is on both ranks)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        subprocess.run([COMPARE, "--quiet", "--html", P("pr.html"), "--reference-rank", P("off.rank0.h5"),
+                        "--reference-rank", P("off.rank1.h5"), P("c.rank0.h5"), P("cb.rank1.h5")],
+                       capture_output=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
+        for frag, want in [("/nccl/0000/all_gather.out (rank 1)", "FAIL"),
+                           ("/nccl/0000/all_gather.out (rank 0)", "PASS")]:
+            url = "file://" + quote(P("pr.html")) + "#tensor=" + quote(frag)
+            dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                                  "--user-data-dir=" + P("profile"), "--dump-dom", url],
+                                 capture_output=True, text=True, timeout=120, env=env).stdout
+            m = re.search(r'id="detail-path">([^<]*)</code>.*?id="detail-verdict"[^>]*>([A-Z]+)<', dom, re.S)
+            check(m is not None and m.group(1) == frag and m.group(2) == want,
+                  "HTML: %s selected, verdict %s (%s)" % (frag, want, m and m.groups()))
+    else:
+        print("skip HTML rendering: no chromium")
     rc, _, err = run("--reference-rank", P("off.rank0.h5"), "--reference-rank", P("off.rank0.h5"),
                      P("c.rank0.h5"), P("c.rank1.h5"))
     check(rc == 2 and "rank 0 appears twice" in err, "--reference-rank set with rank 0 twice -> exit 2")
