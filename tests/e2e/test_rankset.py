@@ -370,6 +370,12 @@ def main():
     check(p.returncode == 1 and "/nccl/0000/all_gather.out (rank 1)   " in p.stdout and
           "first failure: component nccl at /nccl/0000/all_gather.out (rank 1): " in p.stdout and
           "compared rank by rank" in p.stdout, "text: per-rank rows and the first failure name the rank")
+    p = subprocess.run([COMPARE, "--quiet", "--junit", "-", "--reference-rank", P("off.rank0.h5"),
+                        "--reference-rank", P("off.rank1.h5"), P("c.rank0.h5"), P("cb.rank1.h5")],
+                       capture_output=True, text=True)
+    check('name="/nccl/0000/all_gather.out (rank 1)">\n   <failure message="mismatch' in p.stdout and
+          'name="/nccl/0000/all_gather.out (rank 0)"/>' in p.stdout,
+          "JUnit: one test case per rank, rank 1's fails")
     # HTML: rank 1's pair is selectable by itself (the same path is on both ranks)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium:
