@@ -23,7 +23,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import BUILD, check, clean_env, finish, need_build, preload_env, run, tmpdir  # noqa: E402
+from test_shim_common import (BUILD, asan_runtime, check, clean_env, finish, need_build, preload_env,  # noqa: E402
+                              run, tmpdir)
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
@@ -95,6 +96,8 @@ def main():
     asan = preload_env().get("ASAN_OPTIONS")
     if asan is not None:
         env["ASAN_OPTIONS"] = asan + ":detect_leaks=0"
+    if asan_runtime():  # the sanitizer build's shim needs its runtime first; probe-run keeps it there
+        env["LD_PRELOAD"] = asan_runtime()
     shard = ["--shard", "/toy/*/out=0", "--shard", "dit.step/*/out=1"]
 
     # 1. two ranks finishing 2 s apart; the launcher shell writes the index

@@ -94,7 +94,7 @@ def main():
     import h5py
     import numpy as np
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from test_shim_common import BUILD, check, clean_env, finish, need_build
+    from test_shim_common import BUILD, asan_runtime, check, clean_env, finish, need_build
 
     need_build()
     d = tempfile.mkdtemp(prefix="probe-torchrun-")
@@ -114,9 +114,12 @@ def main():
     out = os.path.join(d, "on.h5")
     cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(29400 + os.getpid() % 500), worker]
     plain = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    penv = dict(env)
+    if asan_runtime():  # the sanitizer build's shim needs its runtime first; probe-run keeps it there
+        penv["LD_PRELOAD"] = asan_runtime()
     r = subprocess.run([os.path.join(BUILD, "bin", "probe-run"), "--out", out, "--label", "sp",
                         "--shard", "/dit.step/*/out=1", "--"] + cmd,
-                       env=env, capture_output=True, text=True, timeout=300)
+                       env=penv, capture_output=True, text=True, timeout=300)
     print(r.stdout, r.stderr[-3000:])
     check(r.returncode == 0 and plain.returncode == 0, "torchrun under probe-run exits 0 (%d)" % r.returncode)
     def done(text):  # the workers' results (torchrun may add its own notes around them, and
