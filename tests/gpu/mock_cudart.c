@@ -111,6 +111,37 @@ static void *work(void *arg)
     return NULL;
 }
 
+/* fork: a forked child that calls into the mock must not inherit `lock`
+ * held by the worker thread nor `cond` with the parent's waiters (either
+ * waits forever: a glibc condition variable's broadcast waits for its
+ * recorded waiters); it starts with an empty queue and no worker (one is
+ * created at its first enqueue). */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+static void fork_child(void)
+{
+    head = tail = NULL;
+    started = 0;
+    /* fresh primitives: the condition variable's state counts the parent's
+     * waiters (its worker), which do not exist here, and a broadcast would
+     * wait for them forever */
+    pthread_mutex_init(&lock, NULL);
+    pthread_cond_init(&cond, NULL);
+}
+
+__attribute__((constructor)) static void mock_atfork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 static void enqueue(struct op *o)
 {
     pthread_mutex_lock(&lock);
