@@ -5,6 +5,7 @@
 
 #include "device_loader.h"
 #include "probe/components.h"
+#include "probe/rankset.h"
 
 #include <fnmatch.h>
 #include <math.h>
@@ -82,6 +83,19 @@ static probe_status file_pair_read(void *ctx, int side, uint64_t offset, size_t 
 {
     file_pair *fp = ctx;
     return probe_file_read_range(fp->f[side], fp->idx[side], offset, count, dst);
+}
+
+/* Both sides as logical tensors of rank sets (a plain file is a set of one):
+ * a joined tensor is read from its pieces block by block (rankset.c). */
+typedef struct {
+    probe_rankset *s[2];
+    size_t idx[2];
+} set_pair;
+
+static probe_status set_pair_read(void *ctx, int side, uint64_t offset, size_t count, void *dst)
+{
+    set_pair *sp = ctx;
+    return probe_rankset_read_range(sp->s[side], sp->idx[side], offset, count, dst);
 }
 
 /* The channel axis of tensor ti (compare.h: option, table, layout rule) as a
@@ -208,10 +222,12 @@ static probe_status compare_stats_only(probe_file *rf, size_t ri, probe_file *cf
     return PROBE_OK;
 }
 
-static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size_t ci,
+static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *cset, size_t ci,
                                  const probe_compare_opts *o, probe_tensor_result *t)
 {
-    const probe_tensor_info *ct = probe_file_tensor(cf, ci);
+    const probe_rankset_entry *re = probe_rankset_entry_at(rset, ri);
+    const probe_rankset_entry *ce = probe_rankset_entry_at(cset, ci);
+    const probe_tensor_info *ct = &ce->info;
     t->dtype_cand = ct->dtype;
     t->rank_cand = ct->rank;
     memcpy(t->shape_cand, ct->shape, sizeof t->shape_cand);
@@ -220,6 +236,14 @@ static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size
 
     int have_gate = tensor_gate(o, &t->ref, &t->gate, &t->verdict);
 
+    for (int k = 0; k < 2; k++) {
+        const probe_rankset_entry *e = k ? ce : re;
+        if (e->error[0]) {
+            t->verdict.pass = 0;
+            add_reason(&t->verdict, "%s: %s", k ? "candidate" : "reference", e->error);
+            return PROBE_OK;
+        }
+    }
     int same_shape = t->ref.rank == ct->rank && t->ref.n == ct->n;
     for (int d = 0; same_shape && d < ct->rank; d++)
         same_shape = t->ref.shape[d] == ct->shape[d];
@@ -239,11 +263,18 @@ static probe_status compare_pair(probe_file *rf, size_t ri, probe_file *cf, size
     }
 
     t->rel_l2_lower_bound = t->mean_shift = NAN;
-    if (t->ref.stats_only || ct->stats_only)
-        return compare_stats_only(rf, ri, cf, ci, have_gate, t);
+    if (t->ref.stats_only || ct->stats_only) {
+        probe_file *rf, *cf;
+        size_t rfi, cfi;
+        if (probe_rankset_single(rset, ri, &rf, &rfi) && probe_rankset_single(cset, ci, &cf, &cfi))
+            return compare_stats_only(rf, rfi, cf, cfi, have_gate, t);
+        t->verdict.pass = 0;
+        add_reason(&t->verdict, "stats-only: a joined tensor has no stats-only summary%s%s", "", "");
+        return PROBE_OK;
+    }
 
-    file_pair fp = {{rf, cf}, {ri, ci}};
-    probe_pair_source src = {t->ref.n, {t->ref.dtype, ct->dtype}, file_pair_read, &fp};
+    set_pair fp = {{rset, cset}, {ri, ci}};
+    probe_pair_source src = {t->ref.n, {t->ref.dtype, ct->dtype}, set_pair_read, &fp};
     probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
     probe_channel_spec spec = {0, 0};
     channel_axis_of(o, &t->ref, t, &spec);
@@ -382,33 +413,265 @@ static uint64_t tensor_bytes(const probe_tensor_info *ti)
     return (uint64_t)ti->n * (uint64_t)probe_dtype_size(ti->dtype);
 }
 
+/* "PATH" or, compared rank by rank, "PATH (rank R)": the names of the missing lists. */
+static void tagged_name(char *buf, size_t cap, const char *path, int tag)
+{
+    int n = tag >= 0 ? snprintf(buf, cap, "%s (rank %d)", path, tag) : snprintf(buf, cap, "%s", path);
+    if (n < 0 && cap)
+        buf[0] = 0;
+}
+
+/* Rank-set facts of a compared tensor (compare.h): the logical tensor's ranks, shard axis,
+ * replicated copies that differ (the tensor fails), and the ranks holding a partial path. */
+static probe_status rank_keys(const probe_rankset *rset, size_t ri, const probe_rankset *cset,
+                              size_t ci, probe_tensor_result *t)
+{
+    const probe_rankset *set = probe_rankset_world(cset) ? cset : rset;
+    const probe_rankset_entry *e = probe_rankset_entry_at(set, set == cset ? ci : ri);
+    int W = probe_rankset_world(set);
+    t->rank_tag = e->tag;
+    t->shard_axis = e->shard_axis;
+    t->ranks = W ? e->nholders : 0;
+    if (!W || e->tag >= 0)
+        return PROBE_OK;
+    if (e->nholders < W && e->shard_axis < 0) {
+        if (!(t->ranks_present = malloc((size_t)e->nholders * sizeof(int))))
+            return probe_set_error(PROBE_ENOMEM, "out of memory");
+        memcpy(t->ranks_present, e->holders, (size_t)e->nholders * sizeof(int));
+        t->nranks_present = e->nholders;
+    }
+    for (int side = 0; side < 2; side++) {
+        const probe_rankset_entry *x = probe_rankset_entry_at(side ? cset : rset, side ? ci : ri);
+        if (!x->nmismatch)
+            continue;
+        int *m = realloc(t->replica_mismatch_ranks,
+                         (size_t)(t->nreplica_mismatch + x->nmismatch) * sizeof(int));
+        if (!m)
+            return probe_set_error(PROBE_ENOMEM, "out of memory");
+        t->replica_mismatch_ranks = m;
+        char list[200] = "";
+        size_t len = 0;
+        for (int k = 0; k < x->nmismatch; k++) {
+            m[t->nreplica_mismatch++] = x->mismatch[k];
+            if (len < sizeof list)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? ", " : "",
+                                        x->mismatch[k]);
+        }
+        char from[64];
+        snprintf(from, sizeof from, " (from rank %d)%s", x->mismatch[0] == x->holders[0] &&
+                 x->nholders > 1 ? x->holders[1] : x->holders[0],
+                 side ? "" : " in the reference");
+        t->verdict.pass = 0;
+        add_reason(&t->verdict, "replicated tensor differs on rank %s%s", list, from);
+    }
+    return PROBE_OK;
+}
+
+static probe_status collect_set_skips(probe_compare_result *res, const probe_rankset *set,
+                                      const char *side)
+{
+    int nf = probe_rankset_world(set) ? probe_rankset_world(set) : 1;
+    probe_status s = PROBE_OK;
+    for (int r = 0; r < nf && s == PROBE_OK; r++)
+        s = collect_skips(res, probe_rankset_file(set, r), side);
+    return s;
+}
+
+static size_t set_ignored(const probe_rankset *set)
+{
+    int nf = probe_rankset_world(set) ? probe_rankset_world(set) : 1;
+    size_t n = 0;
+    for (int r = 0; r < nf; r++)
+        n += probe_file_ignored_count(probe_rankset_file(set, r));
+    return n;
+}
+
+/* The result's record of a side: world, files, index, left-out collectives and outputs of
+ * collectives that differ across the ranks (the run fails). */
+static probe_status record_set(probe_compare_result *res, int side, const probe_rankset *set,
+                               const char *const *given, size_t ngiven)
+{
+    char *name = side ? res->candidate : res->reference;
+    size_t cap = sizeof res->reference, len = 0;
+    name[0] = 0;
+    for (size_t i = 0; i < ngiven && len < cap; i++)
+        len += (size_t)snprintf(name + len, cap - len, "%s%s", i ? " " : "", given[i]);
+    int W = probe_rankset_world(set);
+    res->world[side] = W;
+    if (!W)
+        return PROBE_OK;
+    if (probe_rankset_index(set))
+        snprintf(res->index[side], sizeof res->index[side], "%s", probe_rankset_index(set));
+    if (!(res->files[side] = calloc((size_t)W, sizeof(char *))) ||
+        !(res->collectives_left_out[side] = calloc((size_t)W, sizeof(uint64_t))))
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    for (int r = 0; r < W; r++) {
+        if (!(res->files[side][r] = strdup(probe_rankset_file_path(set, r))))
+            return probe_set_error(PROBE_ENOMEM, "out of memory");
+        res->collectives_left_out[side][r] = probe_rankset_collectives_left_out(set, r);
+    }
+    size_t nd = probe_rankset_divergence_count(set);
+    if (!nd)
+        return PROBE_OK;
+    probe_collective_divergence *d = realloc(res->divergent, (res->ndivergent + nd) * sizeof *d);
+    if (!d)
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    res->divergent = d;
+    for (size_t i = 0; i < nd; i++) {
+        const probe_rankset_divergence *x = probe_rankset_divergence_at(set, i);
+        probe_collective_divergence *y = &res->divergent[res->ndivergent++];
+        snprintf(y->side, sizeof y->side, "%s", side ? "candidate" : "reference");
+        snprintf(y->path, sizeof y->path, "%s", x->path);
+        y->nranks = x->nranks;
+        memcpy(y->ranks, x->ranks, sizeof y->ranks);
+        if (i == 0) {
+            res->pass = 0;
+            add_run_reason(res, "collective output differs across the ranks of the %s run: %s on "
+                           "rank %d (from rank 0)%s", y->side, y->path, y->ranks[0],
+                           nd > 1 ? " and more" : "");
+        }
+    }
+    return PROBE_OK;
+}
+
+/* 1 in *same when logical tensors i of a and j of b hold the same bytes (same dtype and n
+ * checked by the caller), read in chunks. */
+static probe_status same_logical(probe_rankset *a, size_t i, probe_rankset *b, size_t j,
+                                 uint64_t n, size_t es, int *same)
+{
+    enum { CHUNK = 1 << 16 };
+    unsigned char *x = malloc((size_t)CHUNK * es), *y = malloc((size_t)CHUNK * es);
+    probe_status s = PROBE_OK;
+    *same = 1;
+    if (!x || !y)
+        s = probe_set_error(PROBE_ENOMEM, "out of memory comparing root inputs");
+    for (uint64_t off = 0; s == PROBE_OK && *same && off < n; off += CHUNK) {
+        size_t m = n - off < CHUNK ? (size_t)(n - off) : CHUNK;
+        if ((s = probe_rankset_read_range(a, i, off, m, x)) == PROBE_OK &&
+            (s = probe_rankset_read_range(b, j, off, m, y)) == PROBE_OK)
+            *same = memcmp(x, y, m * es) == 0;
+    }
+    free(x);
+    free(y);
+    return s;
+}
+
+/* The root-input check reads rank 0's file of a rank set (experiment.c); a root input that
+ * a joined rank set shards is checked again here as the joined tensor, and the verdict
+ * same_experiment recomputed (the --allow-root-diff rule of experiment.c). */
+static probe_status rank_roots(probe_compare_result *res, probe_rankset *rset,
+                               probe_rankset *cset, const probe_compare_opts *o)
+{
+    if (res->per_rank || (!res->world[0] && !res->world[1]))
+        return PROBE_OK;
+    for (size_t k = 0; k < res->nroots; k++) {
+        probe_root_input *ri = &res->roots[k];
+        size_t i, j;
+        if (!ri->in_reference || !ri->in_candidate ||
+            probe_rankset_find(rset, ri->path, -1, &i) != PROBE_OK ||
+            probe_rankset_find(cset, ri->path, -1, &j) != PROBE_OK)
+            continue;
+        const probe_rankset_entry *a = probe_rankset_entry_at(rset, i);
+        const probe_rankset_entry *b = probe_rankset_entry_at(cset, j);
+        if (a->shard_axis < 0 && b->shard_axis < 0)
+            continue;
+        ri->same = ri->allowed = 0;
+        ri->why[0] = 0;
+        if (a->shard_axis >= 0)
+            ri->hash_reference[0] = 0;
+        if (b->shard_axis >= 0)
+            ri->hash_candidate[0] = 0;
+        int same_shape = a->info.rank == b->info.rank;
+        for (int d = 0; same_shape && d < a->info.rank; d++)
+            same_shape = a->info.shape[d] == b->info.shape[d];
+        if (a->error[0] || b->error[0]) {
+            if (snprintf(ri->why, sizeof ri->why, "%s", a->error[0] ? a->error : b->error) < 0)
+                ri->why[0] = 0;
+        } else if (a->info.dtype != b->info.dtype || a->info.stats_only || b->info.stats_only) {
+            snprintf(ri->why, sizeof ri->why, "dtype %s vs %s", probe_dtype_name(a->info.dtype),
+                     probe_dtype_name(b->info.dtype));
+        } else if (!same_shape) {
+            char x[64], y[64];
+            shape_str(x, sizeof x, a->info.rank, a->info.shape);
+            shape_str(y, sizeof y, b->info.rank, b->info.shape);
+            if (snprintf(ri->why, sizeof ri->why, "shape %s vs %s (joined)", x, y) < 0)
+                ri->why[0] = 0;
+        } else {
+            probe_status s = same_logical(rset, i, cset, j, a->info.n,
+                                          probe_dtype_size(a->info.dtype), &ri->same);
+            if (s != PROBE_OK)
+                return s;
+            if (!ri->same)
+                snprintf(ri->why, sizeof ri->why, "contents differ (joined rank pieces)");
+        }
+    }
+    res->same_experiment = 1;
+    for (size_t k = 0; k < res->nroots; k++) {
+        probe_root_input *ri = &res->roots[k];
+        if (ri->same)
+            continue;
+        ri->allowed = 0;
+        for (size_t g = 0; o->allow_root_diff && o->allow_root_diff[g]; g++) {
+            const char *gl = o->allow_root_diff[g];
+            if (fnmatch(gl, ri->path, 0) == 0 || fnmatch(gl, ri->component, 0) == 0 ||
+                (gl[0] != '/' && ri->path[0] == '/' && fnmatch(gl, ri->path + 1, 0) == 0))
+                ri->allowed = 1;
+        }
+        if (!ri->allowed)
+            res->same_experiment = 0;
+    }
+    return PROBE_OK;
+}
+
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out)
 {
     if (!reference || !candidate || !opts || !out)
         return probe_set_error(PROBE_EINVAL, "probe_compare_files: NULL argument");
+    return probe_compare_sets(&reference, 1, &candidate, 1, opts, out);
+}
+
+probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
+                                const char *const *candidate, size_t ncands,
+                                const probe_compare_opts *opts, probe_compare_result **out)
+{
+    if (!reference || !candidate || !nrefs || !ncands || !opts || !out)
+        return probe_set_error(PROBE_EINVAL, "probe_compare_sets: NULL argument");
+    for (size_t i = 0; i < nrefs + ncands; i++)
+        if (!(i < nrefs ? reference[i] : candidate[i - nrefs]))
+            return probe_set_error(PROBE_EINVAL, "probe_compare_sets: NULL file name");
     if (opts->gate.kind == PROBE_GATE_T2 && !opts->calibration)
         return probe_set_error(PROBE_EINVAL, "gate T2 needs a calibration file");
     *out = NULL;
 
-    probe_file *rf = NULL, *cf = NULL, *isof = NULL;
-    probe_status s = probe_file_open(reference, &rf);
+    probe_rankset *rset = NULL, *cset = NULL;
+    probe_file *isof = NULL;
+    probe_status s = probe_rankset_open(reference, nrefs, &rset);
     if (s != PROBE_OK)
         return s;
-    s = probe_file_open(candidate, &cf);
-    if (s != PROBE_OK) {
-        probe_file_close(rf);
+    if ((s = probe_rankset_open(candidate, ncands, &cset)) != PROBE_OK) {
+        probe_rankset_close(rset);
         return s;
     }
+    int wr = probe_rankset_world(rset), wc = probe_rankset_world(cset);
+    int per_rank = wr && wr == wc;
+    /* Collectives have a counterpart only in a rank set of the same size. */
+    if ((s = probe_rankset_build(rset, per_rank ? PROBE_RANKSET_PER_RANK : PROBE_RANKSET_JOIN,
+                                 !per_rank)) != PROBE_OK ||
+        (s = probe_rankset_build(cset, per_rank ? PROBE_RANKSET_PER_RANK : PROBE_RANKSET_JOIN,
+                                 !per_rank)) != PROBE_OK) {
+        probe_rankset_close(rset);
+        probe_rankset_close(cset);
+        return s;
+    }
+    probe_file *rf = probe_rankset_file(rset, 0), *cf = probe_rankset_file(cset, 0);
 
     probe_compare_result *res = calloc(1, sizeof *res);
-    size_t nref = probe_file_count(rf), ncand = probe_file_count(cf);
+    size_t nref = probe_rankset_count(rset), ncand = probe_rankset_count(cset);
     if (!res || (nref && !(res->tensors = calloc(nref, sizeof *res->tensors)))) {
         s = probe_set_error(PROBE_ENOMEM, "out of memory");
         goto fail;
     }
-    snprintf(res->reference, sizeof res->reference, "%s", reference);
-    snprintf(res->candidate, sizeof res->candidate, "%s", candidate);
     res->gate = opts->gate;
     if (opts->atol_set)
         res->gate.atol = opts->atol;
@@ -418,10 +681,19 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
     res->pass = 1;
     res->expect_identical = opts->expect_identical != 0;
     res->same_experiment = 1;
+    res->per_rank = per_rank;
+    if ((s = record_set(res, 0, rset, reference, nrefs)) ||
+        (s = record_set(res, 1, cset, candidate, ncands)))
+        goto fail;
     if ((s = copy_manifest(&res->manifest_reference, rf)) ||
         (s = copy_manifest(&res->manifest_candidate, cf)))
         goto fail;
     if (opts->isolated) {
+        if (wr) {
+            s = probe_set_error(PROBE_EINVAL, "--isolated %s: the reference must be one file, not "
+                                "a rank set", opts->isolated);
+            goto fail;
+        }
         if ((s = probe_file_open(opts->isolated, &isof)) != PROBE_OK)
             goto fail;
         snprintf(res->isolated, sizeof res->isolated, "%s", opts->isolated);
@@ -436,15 +708,16 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
     }
 
     size_t sel_total = 0, sel_done = 0, ndiffer = 0;
-    char first_differ[512] = "";
+    char first_differ[512] = "", name[512];
     uint64_t bytes_total = 0, bytes_done = 0;
     for (size_t i = 0; opts->progress && i < nref; i++)
-        if (path_selected(probe_file_tensor(rf, i)->path, opts->only)) {
+        if (path_selected(probe_rankset_entry_at(rset, i)->info.path, opts->only)) {
             sel_total++;
-            bytes_total += tensor_bytes(probe_file_tensor(rf, i));
+            bytes_total += tensor_bytes(&probe_rankset_entry_at(rset, i)->info);
         }
     for (size_t i = 0; i < nref; i++) {
-        const probe_tensor_info *ti = probe_file_tensor(rf, i);
+        const probe_rankset_entry *re = probe_rankset_entry_at(rset, i);
+        const probe_tensor_info *ti = &re->info;
         if (!path_selected(ti->path, opts->only))
             continue;
         if (opts->progress && sel_done)
@@ -452,8 +725,9 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         sel_done++;
         bytes_done += tensor_bytes(ti);
         size_t ci;
-        if (probe_file_find(cf, ti->path, &ci) != PROBE_OK) {
-            if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, ti->path)))
+        if (probe_rankset_find(cset, ti->path, re->tag, &ci) != PROBE_OK) {
+            tagged_name(name, sizeof name, ti->path, re->tag);
+            if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, name)))
                 goto fail;
             res->pass = 0;
             if (!res->first_failure_path[0])
@@ -462,10 +736,16 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         }
         probe_tensor_result *t = &res->tensors[res->ntensors];
         t->ref = *ti;
-        if ((s = compare_pair(rf, i, cf, ci, opts, t)) != PROBE_OK)
+        if ((s = compare_pair(rset, i, cset, ci, opts, t)) != PROBE_OK)
+            goto fail;
+        res->ntensors++; /* from here on the result owns what t holds */
+        if ((s = rank_keys(rset, i, cset, ci, t)) != PROBE_OK)
             goto fail;
         t->amplification = NAN;
-        if (isof && (s = isolate(rf, i, isof, opts, t)) != PROBE_OK)
+        probe_file *irf;
+        size_t iri;
+        if (isof && probe_rankset_single(rset, i, &irf, &iri) &&
+            (s = isolate(irf, iri, isof, opts, t)) != PROBE_OK)
             goto fail;
         res->nisolated += t->has_isolated != 0;
         if (!t->compared || !t->m.identical) {
@@ -481,25 +761,27 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         if (!t->verdict.pass) {
             res->pass = 0;
             if (!res->first_failure_path[0]) {
-                res->first_failure = (long)res->ntensors;
+                res->first_failure = (long)(res->ntensors - 1);
                 snprintf(res->first_failure_path, sizeof res->first_failure_path, "%s", ti->path);
             }
         }
-        res->ntensors++;
     }
     for (size_t i = 0; i < ncand; i++) {
-        const probe_tensor_info *ti = probe_file_tensor(cf, i);
+        const probe_rankset_entry *ce = probe_rankset_entry_at(cset, i);
         size_t ri;
-        if (!path_selected(ti->path, opts->only) || probe_file_find(rf, ti->path, &ri) == PROBE_OK)
+        if (!path_selected(ce->info.path, opts->only) ||
+            probe_rankset_find(rset, ce->info.path, ce->tag, &ri) == PROBE_OK)
             continue;
-        if ((s = push_name(&res->missing_in_reference, &res->nmissing_ref, ti->path)))
+        tagged_name(name, sizeof name, ce->info.path, ce->tag);
+        if ((s = push_name(&res->missing_in_reference, &res->nmissing_ref, name)))
             goto fail;
         res->pass = 0;
     }
-    if ((s = collect_skips(res, rf, "reference")) || (s = collect_skips(res, cf, "candidate")))
+    if ((s = collect_set_skips(res, rset, "reference")) ||
+        (s = collect_set_skips(res, cset, "candidate")))
         goto fail;
-    res->ignored_ref = probe_file_ignored_count(rf);
-    res->ignored_cand = probe_file_ignored_count(cf);
+    res->ignored_ref = set_ignored(rset);
+    res->ignored_cand = set_ignored(cset);
     if (res->ntensors == 0 && res->nmissing_cand == 0 && res->nmissing_ref == 0) {
         /* Nothing matched: a gate that checked nothing must not pass. */
         res->nothing_compared = 1;
@@ -531,7 +813,8 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         add_run_reason(res, "injection failed in the candidate run: %s", why);
     }
     if (opts->check_roots) {
-        if ((s = probe_experiment_roots(res, rf, cf, opts)) != PROBE_OK)
+        if ((s = probe_experiment_roots(res, rf, cf, opts)) != PROBE_OK ||
+            (s = rank_roots(res, rset, cset, opts)) != PROBE_OK)
             goto fail;
         if (!res->same_experiment) {
             size_t ndiff = 0, first = 0;
@@ -545,15 +828,15 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
         }
     }
 
-    probe_file_close(rf);
-    probe_file_close(cf);
+    probe_rankset_close(rset);
+    probe_rankset_close(cset);
     probe_file_close(isof);
     *out = res;
     return PROBE_OK;
 fail:
     probe_compare_result_free(res);
-    probe_file_close(rf);
-    probe_file_close(cf);
+    probe_rankset_close(rset);
+    probe_rankset_close(cset);
     probe_file_close(isof);
     return s;
 }
@@ -562,8 +845,18 @@ void probe_compare_result_free(probe_compare_result *r)
 {
     if (!r)
         return;
-    for (size_t i = 0; r->tensors && i < r->ntensors; i++)
+    for (size_t i = 0; r->tensors && i < r->ntensors; i++) {
         probe_tensor_stats_free(&r->tensors[i].stats);
+        free(r->tensors[i].replica_mismatch_ranks);
+        free(r->tensors[i].ranks_present);
+    }
+    for (int side = 0; side < 2; side++) {
+        for (int k = 0; r->files[side] && k < r->world[side]; k++)
+            free(r->files[side][k]);
+        free(r->files[side]);
+        free(r->collectives_left_out[side]);
+    }
+    free(r->divergent);
     free(r->tensors);
     free(r->missing_in_candidate);
     free(r->missing_in_reference);

@@ -96,7 +96,11 @@ probe_status probe_compare_write_junit(const probe_compare_result *r, FILE *f)
 
     for (size_t i = 0; i < r->ntensors; i++) {
         const probe_tensor_result *t = &r->tensors[i];
-        testcase_open(f, t->ref.component, t->ref.path);
+        char name[600]; /* rank-by-rank comparison: one test case per rank (docs/nccl.md) */
+        if (t->rank_tag < 0 ||
+            snprintf(name, sizeof name, "%s (rank %d)", t->ref.path, t->rank_tag) < 0)
+            snprintf(name, sizeof name, "%s", t->ref.path);
+        testcase_open(f, t->ref.component, name);
         if (t->verdict.pass) {
             fputs("/>\n", f);
             continue;

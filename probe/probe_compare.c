@@ -27,6 +27,7 @@
 #include "probe/compare.h"
 #include "probe/components.h"
 #include "probe/kernels.h"
+#include "probe/rankset.h"
 
 #define MAX_ONLY 64
 #define MAX_ALLOW 64
@@ -35,8 +36,10 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: probe-compare [options] REF.h5 CAND.h5\n"
-            "Compare a reference capture (feature off) with a candidate (feature on).\n\n"
+            "usage: probe-compare [options] REF.h5 CAND.h5 [CAND.h5...]\n"
+            "Compare a reference capture (feature off) with a candidate (feature on).\n"
+            "Several CAND files (or one index file of a per-rank run) are one candidate made\n"
+            "of per-rank files (docs/nccl.md \"Comparing rank sets\").\n\n"
             "  --gate G            T1 (default), T1-relaxed:CAUSE, or T2 (needs --calibration)\n"
             "                      CAUSE: reduction-reordering, backend-swap, compile-fusion,\n"
             "                      parallel-partial-sum\n"
@@ -73,6 +76,9 @@ static void usage(FILE *f)
             "                      match (docs/kernels.md)\n"
             "  --kernels           list every kernel only one run launched (default: a few\n"
             "                      per component)\n"
+            "  --reference-rank FILE\n"
+            "                      a per-rank file of the reference (repeatable; then every\n"
+            "                      positional file is a candidate file)\n"
             "  --quiet             print only the final verdict line (and no progress)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 all pass, 1 a gate failed, a tensor is missing, nothing was\n"
@@ -115,11 +121,67 @@ static void fmt_num(char *buf, size_t cap, double x, int present)
         snprintf(buf, cap, "%.3e", x);
 }
 
+/* The path as the table shows it: "PATH (rank R)" when compared rank by rank. */
+static void rank_path(char *buf, size_t cap, const probe_tensor_result *t)
+{
+    int n = t->rank_tag >= 0 ? snprintf(buf, cap, "%s (rank %d)", t->ref.path, t->rank_tag)
+                             : snprintf(buf, cap, "%s", t->ref.path);
+    if (n < 0)
+        buf[0] = 0;
+}
+
+/* Rank sets (docs/nccl.md "Comparing rank sets"): what each side is made of, how they
+ * were compared, the collectives without counterpart, and collective outputs that differ
+ * across the ranks of one run. Nothing when both sides are plain files. */
+static void print_rank_sets(FILE *out, const probe_compare_result *r)
+{
+    if (!r->world[0] && !r->world[1])
+        return;
+    for (int side = 0; side < 2; side++) {
+        fprintf(out, "%-9s ", side ? "candidate" : "reference");
+        if (!r->world[side]) {
+            fprintf(out, "one file\n");
+            continue;
+        }
+        fprintf(out, "rank set of %d files", r->world[side]);
+        if (r->index[side][0])
+            fprintf(out, " (index %s)", r->index[side]);
+        fputc(':', out);
+        for (int k = 0; k < r->world[side]; k++)
+            fprintf(out, " %s", r->files[side][k]);
+        fputc('\n', out);
+    }
+    fprintf(out, "%s\n", r->per_rank ? "compared rank by rank (rank r against rank r)"
+                                      : "rank sets joined: sharded tensors reassembled along "
+                                        "their shard axis, replicated ones checked across ranks");
+    for (int side = 0; side < 2; side++) {
+        uint64_t tot = 0;
+        for (int k = 0; r->collectives_left_out[side] && k < r->world[side]; k++)
+            tot += r->collectives_left_out[side][k];
+        if (!tot)
+            continue;
+        fprintf(out, "collectives of the %s without counterpart (not compared, not missing):",
+                side ? "candidate" : "reference");
+        for (int k = 0; k < r->world[side]; k++)
+            fprintf(out, "%s rank %d: %llu", k ? "," : "", k,
+                    (unsigned long long)r->collectives_left_out[side][k]);
+        fputc('\n', out);
+    }
+    for (size_t i = 0; i < r->ndivergent; i++) {
+        const probe_collective_divergence *d = &r->divergent[i];
+        fprintf(out, "collective output differs across ranks (%s): %s on rank", d->side, d->path);
+        for (int k = 0; k < d->nranks && k < 8; k++)
+            fprintf(out, "%s %d", k ? "," : "", d->ranks[k]);
+        fprintf(out, " (from rank 0)\n");
+    }
+    fputc('\n', out);
+}
+
 static void print_table(FILE *out, const probe_compare_result *r, const char *gate)
 {
     int w = 4;
     for (size_t i = 0; i < r->ntensors; i++) {
-        int len = (int)strlen(r->tensors[i].ref.path);
+        int len = (int)strlen(r->tensors[i].ref.path) + (r->tensors[i].rank_tag >= 0 ? 10 : 0);
         if (len > w)
             w = len;
     }
@@ -154,7 +216,9 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
             snprintf(cs, sizeof cs, "%.8f", m->cosine);
         else
             snprintf(cs, sizeof cs, "%s", t->compared ? "null" : "-");
-        fprintf(out, "%-*s  %-9s %10llu %10s %12s %10s %10s %9s  %s%s%s\n", w, t->ref.path,
+        char disp[600];
+        rank_path(disp, sizeof disp, t);
+        fprintf(out, "%-*s  %-9s %10llu %10s %12s %10s %10s %9s  %s%s%s\n", w, disp,
                 probe_dtype_name(t->ref.dtype), (unsigned long long)t->ref.n, rl, cs, mx, p99, mm,
                 t->verdict.pass ? "pass" : "FAIL", t->verdict.nreasons ? ": " : "",
                 t->verdict.nreasons ? t->verdict.reasons[0] : "");
@@ -242,7 +306,7 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         {"TF32 matmul", "dtypes.cuda_matmul_allow_tf32"},
         {"output dtypes", "dtypes.outputs"}, {"scheduler", "scheduler"},
         {"capture", "capture"}, {"taps", "taps"}, {"staging waits", "staging.waits"},
-        {"staging wait s", "staging.wait_s"}, {"inject", ""}, {"skips", ""}};
+        {"staging wait s", "staging.wait_s"}, {"inject", ""}, {"skips", ""}, {"files", ""}};
     char v[2][1024];
     int w = 30;
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
@@ -260,6 +324,12 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         for (int s = 0; s < 2; s++) {
             if (strcmp(rows[k].label, "inject") == 0) {
                 inject_summary(m[s], v[s], sizeof v[s]);
+            } else if (strcmp(rows[k].label, "files") == 0) {
+                if (r->world[0] || r->world[1])
+                    snprintf(v[s], sizeof v[s], r->world[s] ? "rank set (%d files)" : "one file",
+                             r->world[s]);
+                else
+                    v[s][0] = 0;
             } else if (strcmp(rows[k].label, "skips") == 0) {
                 size_t n = 0;
                 for (size_t i = 0; i < r->nskipped; i++)
@@ -394,7 +464,11 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
             const char *p = r->first_failure_path + 1, *slash = strchr(p, '/');
             snprintf(comp, sizeof comp, "%.*s", slash ? (int)(slash - p) : (int)strlen(p), p);
         }
-        fprintf(out, "first failure: component %s at %s: %s\n", comp, r->first_failure_path, why);
+        char rk[32] = ""; /* compared rank by rank: which rank's pair */
+        if (r->first_failure >= 0 && r->tensors[r->first_failure].rank_tag >= 0)
+            snprintf(rk, sizeof rk, " (rank %d)", r->tensors[r->first_failure].rank_tag);
+        fprintf(out, "first failure: component %s at %s%s: %s\n", comp, r->first_failure_path, rk,
+                why);
     }
     if (r->nothing_compared)
         fprintf(out, "nothing to compare: no dataset path is in both files%s (a --capture or "
@@ -649,6 +723,20 @@ static char *file_manifest(const char *path)
     return copy;
 }
 
+/* The manifest of a side given as files (one file, an index, or per-rank files): rank 0's
+ * file's for a rank set (the index itself records no weights), else the file's; NULL when
+ * it cannot be read (the compare then reports why). */
+static char *side_manifest(const char *const *paths, size_t n)
+{
+    probe_rankset *rs = NULL;
+    if (probe_rankset_open(paths, n, &rs) != PROBE_OK)
+        return n == 1 ? file_manifest(paths[0]) : NULL;
+    const char *m = probe_file_manifest(probe_rankset_file(rs, 0));
+    char *copy = m ? strdup(m) : NULL;
+    probe_rankset_close(rs);
+    return copy;
+}
+
 /* --- kernel-path evidence (docs/kernels.md) --- */
 
 /* The kernel logs side by side and the --expect-kernel results; NULL diff
@@ -877,7 +965,7 @@ int main(int argc, char **argv)
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
            OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
            OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF, OPT_EXPECT_KERNEL,
-           OPT_KERNELS };
+           OPT_KERNELS, OPT_REFERENCE_RANK };
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
@@ -894,6 +982,7 @@ int main(int argc, char **argv)
         {"allow-weight-diff", no_argument, 0, OPT_ALLOW_WEIGHT_DIFF},
         {"expect-kernel", required_argument, 0, OPT_EXPECT_KERNEL},
         {"kernels", no_argument, 0, OPT_KERNELS},
+        {"reference-rank", required_argument, 0, OPT_REFERENCE_RANK},
         {0, 0, 0, 0}};
     const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
     const char *junit_path = NULL;
@@ -905,6 +994,8 @@ int main(int argc, char **argv)
     const char *expect_kernel[MAX_EXPECT_KERNEL + 1] = {0};
     size_t nexpect_kernel = 0;
     int all_kernels = 0;
+    const char *ref_ranks[PROBE_RANKSET_MAX];
+    size_t nref_ranks = 0;
     int quiet = 0, allow_weight_diff = 0;
     probe_compare_opts opts;
     memset(&opts, 0, sizeof opts);
@@ -993,6 +1084,14 @@ int main(int argc, char **argv)
             expect_kernel[nexpect_kernel++] = optarg;
             break;
         case OPT_KERNELS: all_kernels = 1; break;
+        case OPT_REFERENCE_RANK:
+            if (nref_ranks == PROBE_RANKSET_MAX) {
+                fprintf(stderr, "probe-compare: at most %d --reference-rank options\n",
+                        PROBE_RANKSET_MAX);
+                return 2;
+            }
+            ref_ranks[nref_ranks++] = optarg;
+            break;
         case OPT_QUIET: quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
@@ -1007,12 +1106,21 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (argc - optind != 2) {
-        fprintf(stderr, "probe-compare: expected 2 files (REF.h5 CAND.h5), got %d\n"
-                        "usage: probe-compare [options] REF.h5 CAND.h5 (--help for more)\n",
-                argc - optind);
+    int npos = argc - optind, need = nref_ranks ? 1 : 2;
+    if (npos < need || npos - (need - 1) > PROBE_RANKSET_MAX) {
+        fprintf(stderr, "probe-compare: expected %s, got %d file%s\n"
+                        "usage: probe-compare [options] REF.h5 CAND.h5 [CAND.h5...] (--help for "
+                        "more)\n", nref_ranks ? "1 or more candidate files after --reference-rank"
+                                               : "2 files (REF.h5 CAND.h5) or more (several "
+                                                 "per-rank CAND files)",
+                npos, npos == 1 ? "" : "s");
         return 2;
     }
+    /* The reference: --reference-rank files, else the first file; then the candidate's. */
+    const char *const *refs = nref_ranks ? ref_ranks : (const char *const *)argv + optind;
+    size_t nrefs = nref_ranks ? nref_ranks : 1;
+    const char *const *cands = (const char *const *)argv + optind + (nref_ranks ? 0 : 1);
+    size_t ncands = (size_t)npos - (nref_ranks ? 0 : 1);
     const char *outs[3] = {json_path, html_path, junit_path};
     const char *out_opt[3] = {"--json", "--html", "--junit"};
     for (int a = 0; a < 3; a++)
@@ -1023,10 +1131,10 @@ int main(int argc, char **argv)
                 return 2;
             }
     for (int k = 0; k < 3; k++)
-        for (int i = 0; outs[k] && strcmp(outs[k], "-") && i < 2; i++)
-            if (same_file(outs[k], argv[optind + i])) {
+        for (size_t i = 0; outs[k] && strcmp(outs[k], "-") && i < nrefs + ncands; i++)
+            if (same_file(outs[k], i < nrefs ? refs[i] : cands[i - nrefs])) {
                 fprintf(stderr, "probe-compare: %s %s is the %s input file; refusing to overwrite "
-                                "it\n", out_opt[k], outs[k], i ? "candidate" : "reference");
+                                "it\n", out_opt[k], outs[k], i >= nrefs ? "candidate" : "reference");
                 return 2;
             }
     if (probe_gate_parse(gate_spec, &opts.gate) != PROBE_OK) {
@@ -1059,10 +1167,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "probe-compare: --gate T2 needs --calibration FILE\n");
         return 2;
     }
-    if (iso_path && (same_file(iso_path, argv[optind]) || same_file(iso_path, argv[optind + 1]))) {
+    if (iso_path && (same_file(iso_path, refs[0]) || same_file(iso_path, cands[0]))) {
         fprintf(stderr, "probe-compare: --isolated %s is the %s file; it must be a third run "
                         "(probe-run --replay REF.h5)\n", iso_path,
-                same_file(iso_path, argv[optind]) ? "reference" : "candidate");
+                same_file(iso_path, refs[0]) ? "reference" : "candidate");
         probe_calibration_free(cal);
         return 2;
     }
@@ -1101,12 +1209,12 @@ int main(int argc, char **argv)
     }
 
     int report_fd = -1;
-    contain(argv[optind], argv[optind + 1], iso_path, &report_fd); /* returns in the child */
+    contain(refs[0], cands[0], iso_path, &report_fd); /* returns in the child */
     /* Weight fingerprints (docs/gemm.md "Weights"), read from both manifests
      * before comparing: different weights make the comparison meaningless;
      * refuse unless allowed. An unreadable file is reported by the compare. */
     probe_weights_verdict wv;
-    char *wm[2] = {file_manifest(argv[optind]), file_manifest(argv[optind + 1])};
+    char *wm[2] = {side_manifest(refs, nrefs), side_manifest(cands, ncands)};
     probe_status wst = probe_weights_check(wm[0], wm[1], &wv);
     free(wm[0]);
     free(wm[1]);
@@ -1125,7 +1233,7 @@ int main(int argc, char **argv)
         return report(report_fd, 2);
     }
     probe_compare_result *res = NULL;
-    probe_status cs = probe_compare_files(argv[optind], argv[optind + 1], &opts, &res);
+    probe_status cs = probe_compare_sets(refs, nrefs, cands, ncands, &opts, &res);
     if (prog.shown) {
         fprintf(stderr, "\r\033[K");
         fflush(stderr);
@@ -1160,7 +1268,7 @@ int main(int argc, char **argv)
         weights_json = wv.json, wv.json = NULL;
     char gate[160];
     gate_label(gate, sizeof gate, &opts);
-    note_recovered((const char *const[2]){argv[optind], argv[optind + 1]});
+    note_recovered((const char *const[2]){refs[0], cands[0]});
     if (!quiet && wv.line[0])
         fprintf(human, "%s%s\n", !strcmp(wv.status, "differ") ? "weights: DIFFER: " : "",
                 !strcmp(wv.status, "differ") ? wv.line + strlen("the runs loaded different weights: ")
@@ -1168,6 +1276,7 @@ int main(int argc, char **argv)
     probe_weights_verdict_free(&wv);
     if (!quiet) {
         print_runs(human, res);
+        print_rank_sets(human, res);
         print_table(human, res, gate);
         print_roots(human, res);
         print_isolation(human, res);

@@ -112,6 +112,67 @@ static void stats_only_json(json_t *o, const probe_tensor_result *t, json_t *rea
             "is not"));
 }
 
+static json_t *int_list(const int *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+/* (additive) rank sets (docs/compare-json.md "Rank sets"): only on tensors of a rank set. */
+static void rank_keys_json(json_t *o, const probe_tensor_result *t)
+{
+    if (t->rank_tag >= 0)
+        json_object_set_new(o, "rank", json_integer(t->rank_tag));
+    if (t->ranks > 0)
+        json_object_set_new(o, "ranks", json_integer(t->ranks));
+    if (t->shard_axis >= 0)
+        json_object_set_new(o, "shard_axis", json_integer(t->shard_axis));
+    if (t->nreplica_mismatch)
+        json_object_set_new(o, "replica_mismatch_ranks",
+                            int_list(t->replica_mismatch_ranks, t->nreplica_mismatch));
+    if (t->nranks_present)
+        json_object_set_new(o, "ranks_present", int_list(t->ranks_present, t->nranks_present));
+}
+
+/* (additive) top level, only when a side is a rank set: "rank_sets", "collectives_unmatched",
+ * "collective_divergence". */
+static void rank_sets_json(json_t *o, const probe_compare_result *r)
+{
+    if (!r->world[0] && !r->world[1])
+        return;
+    json_t *rs = json_object(), *cu = json_array(), *cd = json_array();
+    for (int side = 0; side < 2; side++) {
+        const char *name = side ? "candidate" : "reference";
+        if (!r->world[side]) {
+            json_object_set_new(rs, name, json_null());
+            continue;
+        }
+        json_t *files = json_array();
+        for (int k = 0; k < r->world[side]; k++) {
+            json_array_append_new(files, json_string(r->files[side][k]));
+            if (r->collectives_left_out[side][k])
+                json_array_append_new(cu, json_pack("{s:s,s:i,s:I}", "side", name, "rank", k,
+                                                    "count", (json_int_t)
+                                                    r->collectives_left_out[side][k]));
+        }
+        json_object_set_new(rs, name, json_pack("{s:i,s:o,s:o}", "world_size", r->world[side],
+                                                "files", files, "index", r->index[side][0]
+                                                ? json_string(r->index[side]) : json_null()));
+    }
+    json_object_set_new(rs, "per_rank", json_boolean(r->per_rank));
+    for (size_t i = 0; i < r->ndivergent; i++) {
+        const probe_collective_divergence *d = &r->divergent[i];
+        json_array_append_new(cd, json_pack("{s:s,s:s,s:o}", "side", d->side, "path", d->path,
+                                            "ranks", int_list(d->ranks, d->nranks < 8 ? d->nranks
+                                                                                       : 8)));
+    }
+    json_object_set_new(o, "rank_sets", rs);
+    json_object_set_new(o, "collectives_unmatched", cu);
+    json_object_set_new(o, "collective_divergence", cd);
+}
+
 static json_t *tensor_json(const probe_tensor_result *t)
 {
     json_t *o = json_object();
@@ -165,6 +226,7 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "seq", json_integer(t->ref.seq));
     if (t->gate.kind == PROBE_GATE_T2)
         json_object_set_new(o, "gate", gate_json(&t->gate));
+    rank_keys_json(o, t);
     return o;
 }
 
@@ -263,6 +325,7 @@ static json_t *result_json(const probe_compare_result *r)
                                   (json_int_t)r->nmissing_cand, "missing_in_reference",
                                   (json_int_t)r->nmissing_ref, "skipped", (json_int_t)r->nskipped));
     experiment_json(o, r);
+    rank_sets_json(o, r);
     json_object_set_new(o, "tensors", ts);
     return o;
 }
@@ -367,14 +430,15 @@ static const char html_script[] =
     " if(!c){tr.appendChild(el('td',{'class':'hm none'},'\\u00b7'));return;}\n"
     " var td=el('td',{'class':'hm'+(c.fail?' failcell':''),'data-component':cn,'data-step':String(col),'data-rel-l2':isFinite(c.v)?String(c.v):'null','data-tensor':String(c.i),title:D.tensors[c.i].path+': rel_l2 '+fmt(c.v)},isFinite(c.v)?fmt(c.v):'n/a');\n"
     " td.style.background=!isFinite(c.v)?'#600':c.v===0?'#e8f0ff':heat((Math.log10(c.v)-lo)/(hi-lo));if(!isFinite(c.v))td.style.color='#fff';\n"
-    " td.onclick=function(){location.hash='tensor='+encodeURIComponent(D.tensors[c.i].path);};tr.appendChild(td);});hm.appendChild(tr);});\n"
+    " td.onclick=function(){location.hash='tensor='+encodeURIComponent(tkey(D.tensors[c.i]));};tr.appendChild(td);});hm.appendChild(tr);});\n"
     "$('hm-legend').innerHTML='';var lg=$('hm-legend');lg.appendChild(document.createTextNode('log10 scale: 1e'+lo));var bar=el('span',{'class':'bar'});bar.style.background='linear-gradient(to right,'+[0,.25,.5,.75,1].map(heat).join(',')+')';lg.appendChild(bar);\n"
     "lg.appendChild(document.createTextNode('1e'+hi+'; bold outline: a tensor of the cell fails the gate'+(D.gate.rel_l2_max!==null?' (T1 rel_l2_max '+D.gate.rel_l2_max+')':'')+'; rows with outputs show output slots only'));\n"
-    "/* tensor table */\n"
+    "/* tensor table; a rank-by-rank comparison names the rank (docs/nccl.md) */\n"
+    "function tkey(t){return t.rank===undefined?t.path:t.path+' (rank '+t.rank+')';}\n"
     "var tb=$('tensors').querySelector('tbody');\n"
     "D.tensors.forEach(function(t,i){var tr=el('tr',{'class':t.verdict,'data-index':String(i)});\n"
-    " [t.path,t.component,S[i].column,t.dtype,JSON.stringify(t.shape),(t.rel_l2===null&&t.stats_only&&t.rel_l2_lower_bound!==null?'>= '+fmt(t.rel_l2_lower_bound)+' (stats-only)':fmt(t.rel_l2)),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
-    " tr.onclick=function(){location.hash='tensor='+encodeURIComponent(t.path);};tb.appendChild(tr);});\n"
+    " [tkey(t),t.component,S[i].column,t.dtype,JSON.stringify(t.shape),(t.rel_l2===null&&t.stats_only&&t.rel_l2_lower_bound!==null?'>= '+fmt(t.rel_l2_lower_bound)+' (stats-only)':fmt(t.rel_l2)),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
+    " tr.onclick=function(){location.hash='tensor='+encodeURIComponent(tkey(t));};tb.appendChild(tr);});\n"
     "['missing_in_candidate','missing_in_reference'].forEach(function(k){var ul=$(k);D[k].forEach(function(p){ul.appendChild(el('li',{},p));});});\n"
     "/* per-tensor charts */\n"
     "function histogram(t,s,box){var h=s.hist,B=h.counts.length,bars=[['0',null,null,h.zero]];\n"
@@ -411,7 +475,7 @@ static const char html_script[] =
     "   'hottest cell: frame '+(f0===f1?f0:f0+'\\u2013'+f1)+', pixel rows '+(r0===r1?r0:r0+'\\u2013'+r1)+', columns '+(c0===c1?c0:c0+'\\u2013'+c1)+': mean |c \\u2212 r| = '+fmt(mx)));}\n"
     " box.appendChild(d);}\n"
     "function select(){var m=/^#tensor=(.*)$/.exec(location.hash),i=-1;\n"
-    " if(m){var p=decodeURIComponent(m[1]);i=D.tensors.findIndex(function(t){return t.path===p;});}\n"
+    " if(m){var p=decodeURIComponent(m[1]);i=D.tensors.findIndex(function(t){return tkey(t)===p;});}\n"
     " if(i<0&&ff)i=D.tensors.findIndex(function(t){return t.path===ff;});\n"
     " if(i<0&&D.tensors.length)i=0;\n"
     " var box=$('detail');box.innerHTML='';\n"
@@ -419,7 +483,7 @@ static const char html_script[] =
     " if(i<0){box.appendChild(el('p',{},'no tensor was compared'));return;}\n"
     " var row=document.querySelector('#tensors tr[data-index=\"'+i+'\"]');if(row)row.classList.add('sel');\n"
     " var t=D.tensors[i],s=S[i];\n"
-    " var h=el('h2');h.appendChild(document.createTextNode('tensor '));h.appendChild(el('code',{id:'detail-path'},t.path));h.appendChild(document.createTextNode(' \\u2014 '));h.appendChild(el('span',{id:'detail-verdict','class':t.verdict},t.verdict.toUpperCase()));box.appendChild(h);\n"
+    " var h=el('h2');h.appendChild(document.createTextNode('tensor '));h.appendChild(el('code',{id:'detail-path'},tkey(t)));h.appendChild(document.createTextNode(' \\u2014 '));h.appendChild(el('span',{id:'detail-verdict','class':t.verdict},t.verdict.toUpperCase()));box.appendChild(h);\n"
     " box.appendChild(el('p',{'class':'info',id:'detail-metrics'},'component '+t.component+', '+s.column_kind+' '+s.column+', '+t.dtype+' '+JSON.stringify(t.shape)+'; rel_l2 '+fmt(t.rel_l2)+', cosine '+(t.cosine===null?'n/a':t.cosine.toFixed(8))+', max_abs '+fmt(t.max_abs)+(t.max_abs_index?' at '+JSON.stringify(t.max_abs_index):'')+', p99_abs '+fmt(t.p99_abs)+', mean_abs '+fmt(t.mean_abs)+', mismatch '+fmt(t.mismatch_fraction)+(t.reasons.length?'; '+t.reasons.join('; '):'')));\n"
     " if(!s.hist){box.appendChild(el('p',{},'not compared: no histogram or map'));return;}\n"
     " var ch=el('div',{'class':'charts'});histogram(t,s,ch);if(s.channel_shift)shift(s,ch);box.appendChild(ch);\n"
@@ -429,8 +493,8 @@ static const char html_script[] =
     "function mget(m,k){var v=m;k.split('.').forEach(function(p){v=(v&&typeof v==='object')?v[p]:undefined;});if(v===undefined||v===null)return '';if(k==='command'&&Array.isArray(v))return v.join(' ');return typeof v==='string'?v:JSON.stringify(v);}\n"
     "function injs(m){var i=m.inject;return i?(i.status+': '+i.injected+' of '+i.selected+' from '+i.reference+(i.error?' ('+i.error+')':'')):(MF.reference||MF.candidate?'none':'');}\n"
     "var rt=$('runs'),h0=el('tr');['','reference','candidate'].forEach(function(x){h0.appendChild(el('th',{},x));});rt.appendChild(h0);\n"
-    "[['label','label'],['command','command'],['host','host'],['start','start_time'],['GPU','cuda.devices'],['NVIDIA driver','nvidia_driver'],['CUDA driver API','cuda.driver_version'],['CUDA runtime','cuda.runtime_version'],['python','python'],['torch','torch'],['diffusers','diffusers'],['transformers','transformers'],['tensorrt_llm','tensorrt_llm'],['probe','probe_version'],['dtype settings','dtypes'],['scheduler','scheduler'],['capture','capture'],['taps','taps'],['inject',null],['skips',null],['gate',null]].forEach(function(row){\n"
-    " var a,b;if(row[0]==='inject'){a=injs(MR);b=injs(MC);}else if(row[0]==='skips'){a=String((D.skipped||[]).filter(function(s){return s.side==='reference';}).length);b=String((D.skipped||[]).filter(function(s){return s.side==='candidate';}).length);}else if(row[0]==='gate'){a=b=JSON.stringify(D.gate);}else{a=mget(MR,row[1]);b=mget(MC,row[1]);}\n"
+    "[['label','label'],['command','command'],['host','host'],['start','start_time'],['GPU','cuda.devices'],['NVIDIA driver','nvidia_driver'],['CUDA driver API','cuda.driver_version'],['CUDA runtime','cuda.runtime_version'],['python','python'],['torch','torch'],['diffusers','diffusers'],['transformers','transformers'],['tensorrt_llm','tensorrt_llm'],['probe','probe_version'],['dtype settings','dtypes'],['scheduler','scheduler'],['capture','capture'],['taps','taps'],['inject',null],['skips',null],['files',null],['gate',null]].forEach(function(row){\n"
+    " var a,b;if(row[0]==='files'){var RS=D.rank_sets;if(RS){var fs=function(x){return x?('rank set ('+x.world_size+' files'+(x.index?', index '+x.index:'')+'): '+x.files.join(' ')):'one file';};a=fs(RS.reference);b=fs(RS.candidate);}}else if(row[0]==='inject'){a=injs(MR);b=injs(MC);}else if(row[0]==='skips'){a=String((D.skipped||[]).filter(function(s){return s.side==='reference';}).length);b=String((D.skipped||[]).filter(function(s){return s.side==='candidate';}).length);}else if(row[0]==='gate'){a=b=JSON.stringify(D.gate);}else{a=mget(MR,row[1]);b=mget(MC,row[1]);}\n"
     " if(!a&&!b)return;var tr=el('tr',{'class':'run-row','data-key':row[0]});tr.appendChild(el('th',{'class':'runkey'},row[0]));tr.appendChild(el('td',{'class':'mono'},a||'-'));tr.appendChild(el('td',{'class':'mono'},b||'-'));if(a!==b)tr.style.background='#fff3cd';rt.appendChild(tr);});\n"
     "var RI=D.root_inputs;\n"
     "if(!RI){$('roots-summary').textContent='not checked';}else{var nd=RI.filter(function(x){return !x.same&&!x.allowed;}).length;$('roots-summary').textContent=RI.length?(RI.length+' root inputs checked; '+(D.same_experiment?'the same experiment':'NOT the same experiment: '+nd+' differ')):'no root input recorded in either file';\n"

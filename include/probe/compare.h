@@ -165,7 +165,31 @@ typedef struct probe_tensor_result {
     probe_summary summary_ref, summary_cand;
     double rel_l2_lower_bound;
     double mean_shift;
+    /* (additive) rank sets (probe_compare_sets, docs/nccl.md "Comparing rank sets").
+     * rank_tag: the rank when the two rank sets are compared rank by rank, else -1.
+     * ranks: how many rank files the (candidate's, else the reference's) logical tensor
+     * was taken from (0: a plain file; a joined tensor: W); shard_axis: the axis its
+     * pieces were joined along, -1 when not joined. replica_mismatch_ranks: the ranks
+     * whose copy of a replicated tensor differs from rank 0's (malloc'd, freed with the
+     * result); ranks_present: the ranks that hold a tensor that only some ranks hold
+     * (malloc'd; 0 entries when every rank holds it). */
+    int rank_tag;
+    int ranks;
+    int shard_axis;
+    int nreplica_mismatch;
+    int *replica_mismatch_ranks;
+    int nranks_present;
+    int *ranks_present;
 } probe_tensor_result;
+
+/* (additive) A collective output that must be equal on every rank of one run
+ * (the "out" of all_gather, all_reduce, broadcast) and is not. */
+typedef struct probe_collective_divergence {
+    char side[16];          /* "reference" or "candidate" */
+    char path[512];
+    int nranks;             /* ranks that differ from rank 0 (rank 0 when it is the odd one) */
+    int ranks[8];           /* the first 8 of them */
+} probe_collective_divergence;
 
 /* One root input of the root-input check: a tensor of a root component, or the
  * manifest's scheduler configuration (path "manifest:scheduler", component "scheduler"). */
@@ -227,6 +251,20 @@ typedef struct probe_compare_result {
     char isolated[1024];                /* "" when none */
     char *manifest_isolated;
     size_t nisolated;                   /* tensors with has_isolated */
+    /* (additive) rank sets: [0] reference, [1] candidate. world: 0 for a plain file, W
+     * for W per-rank files; files: their paths by rank (world entries); index: the
+     * index file they were found from ("" if given one by one). per_rank: both are
+     * rank sets of the same W and were compared rank r against rank r. */
+    int world[2];
+    char **files[2];
+    char index[2][1024];
+    int per_rank;
+    /* collectives_left_out[side][r]: collective operands of rank r that have no
+     * counterpart (the other side is not a rank set of the same world size): not
+     * compared and not counted as missing (NULL when world is 0). */
+    uint64_t *collectives_left_out[2];
+    size_t ndivergent;
+    probe_collective_divergence *divergent;
 } probe_compare_result;
 
 /* The lower bound on rel_l2 that two summaries prove (see
@@ -245,6 +283,21 @@ double probe_summary_rel_l2_lower_bound(const probe_summary *ref, const probe_su
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out);
 void probe_compare_result_free(probe_compare_result *r);
+
+/* Compare two captures each given as one file, an index file of a per-rank
+ * run, or nref/ncand per-rank files (probe/rankset.h; docs/nccl.md
+ * "Comparing rank sets"): a rank set against a plain file is joined (sharded
+ * tensors reassembled along the manifest's "shard" axes, replicated ones
+ * checked for identical copies, collective operands listed as unmatched);
+ * two rank sets of the same world size are compared rank by rank; of
+ * different sizes, both are joined. With one file on each side that is not an
+ * index, exactly probe_compare_files. Errors as probe_compare_files, and
+ * PROBE_EINVAL for a bad rank set (a file without rank/world_size, a rank
+ * twice or missing, world sizes that differ; the message names the file),
+ * or --isolated with a reference that is a rank set. */
+probe_status probe_compare_sets(const char *const *reference, size_t nref,
+                                const char *const *candidate, size_t ncand,
+                                const probe_compare_opts *opts, probe_compare_result **out);
 
 /* Write the result as CONTRACT.md's JSON version 1 (plus the additive keys
  * "dtype_candidate", "skipped", "summary"). PROBE_EIO if the stream fails. */
