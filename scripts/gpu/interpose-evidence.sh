@@ -9,7 +9,8 @@
 #             then probe-oracle on it; and the kernel log of SDPA math vs flash
 #             (probe-compare --kernels)
 #   bench     bench/interpose_overhead and bench/launch_overhead, if built
-#   nccl      scripts/gpu/nccl-check.sh (torchrun, 2 ranks)
+#   nccl      scripts/gpu/nccl-check.sh (torchrun, 2 ranks) and
+#             scripts/gpu/rankset-check.sh (probe-compare over those rank sets)
 #   parallel  scripts/gpu/parallel-check.sh (2-way sequence-parallel block vs 1 GPU)
 # Everything is logged under $OUT/interpose (default ./gpu-out/interpose); the
 # summary table is printed last. Exit 0 when every section passed.
@@ -96,6 +97,7 @@ fi
 
 if [ "$ngpu" -ge 2 ]; then
   want nccl && [ -f scripts/gpu/nccl-check.sh ] && run_section nccl_check bash scripts/gpu/nccl-check.sh
+  want nccl && [ -f scripts/gpu/rankset-check.sh ] && run_section rankset_check bash scripts/gpu/rankset-check.sh
   want parallel && [ -f scripts/gpu/parallel-check.sh ] && run_section parallel_check bash scripts/gpu/parallel-check.sh
 else
   { want nccl || want parallel; } && record "nccl/parallel" "not run: $ngpu GPU(s)"
