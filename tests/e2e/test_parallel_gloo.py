@@ -19,7 +19,7 @@ Checked on the capture side (always):
   - gloo does not go through libnccl: even with '*nccl*' selected, no rank
     file holds a /nccl... or nccl.* dataset and the manifests have no "nccl"
     counts (the collectives list of the compare is therefore empty);
-  - SP_BLOCK_PERTURB_RANK=1 (rank 1 scales its fc2 by 1.01): at step 0 rank
+  - SP_BLOCK_PERTURB_RANK=1 (rank 1 scales its fc2 by 1.05): at step 0 rank
     0's half of the output is still bit-identical to the reference, and the
     largest difference lies in rank 1's half.
 Checked on the compare side, once probe-compare accepts a rank set
@@ -228,6 +228,8 @@ def main():
         for p in ref_paths:
             a, b = bfiles[0]["t"][p], bfiles[1]["t"][p]
             bad_m[p] = metrics(ref_t[p], np.concatenate([a, b], axis=1) if sharded(p) else a)
+    for p in sorted(bad_m):
+        print("INFO numpy perturbed %-36s rel_l2 %.6g max_abs %.6g" % (p, bad_m[p]["rel_l2"], bad_m[p]["max_abs"]))
     if bfiles and p0 in bfiles[0]["t"] and p0 in bfiles[1]["t"]:
         bj = np.concatenate([bfiles[0]["t"][p0], bfiles[1]["t"][p0]], axis=1)
         half = SEQ // 2

@@ -38,7 +38,7 @@ cast to --dtype and moved to --device, so the single-process run and every
 rank of the parallel run use the same numbers.
 
 SP_BLOCK_PERTURB_RANK=R (a negative test): rank R (R=0 in a single process)
-multiplies its MLP output weight fc2 by 1.01 after building the block, so its
+multiplies its MLP output weight fc2 by 1.05 after building the block, so its
 own sequence piece of the output differs from the single-process run.
 
 Each rank prints one line:
@@ -162,7 +162,7 @@ def main(argv=None):
     perturb = os.environ.get("SP_BLOCK_PERTURB_RANK")
     if perturb is not None and perturb.strip() == str(rank):
         with torch.no_grad():
-            model.fc2.mul_(1.01)
+            model.fc2.mul_(1.05)
     model = model.to(device=dev, dtype=dt)
     sched = SPScheduler(a.steps)
 
