@@ -78,7 +78,7 @@ compare() {
   local c=$?
   cat "$W/$name.txt" >> "$REPORT"; cat "$W/$name.txt"
   local v
-  v=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j.get("verdict"), "first_failure", j.get("first_failure"), "reasons", j.get("reasons"))' "$OUT/$name.json" 2>/dev/null)
+  v=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j.get("verdict"), "first_failure", j.get("first_failure"), "reasons", j.get("reasons"), "collectives_unmatched", j.get("collectives_unmatched"), "collective_divergence", j.get("collective_divergence"))' "$OUT/$name.json" 2>/dev/null)
   say VERDICT "$name: $gate $* -> exit $c, ${v:-no JSON}"
   return $c
 }
@@ -129,6 +129,10 @@ for DT in float32 bfloat16; do
   if [ -f "$D/on2.h5" ]; then
     log "$DT: rank set against rank set (on.h5 vs on2.h5, the same 2-rank run twice)"
     compare "$D/on.h5" "$D/on2.h5" "$DT-ranks-vs-ranks" T1 --expect-identical; c=$?
+    "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j.get("collective_divergence") == [] else 1)' \
+      "$OUT/$DT-ranks-vs-ranks.json" 2>/dev/null &&
+      say PASS "$DT: probe-compare finds every collective output identical across the ranks of both runs (collective_divergence [])" ||
+      say FAIL "$DT: collective_divergence is not [] in $DT-ranks-vs-ranks.json (collective outputs differ across ranks, or no rank-set compare)"
     [ $c = 0 ] && say PASS "$DT: two 2-rank runs are bit-identical, collectives identical across ranks (probe-compare exit 0)" ||
       { compare "$D/on.h5" "$D/on2.h5" "$DT-ranks-vs-ranks-T1" T1; c2=$?
         [ $c2 = 0 ] && say PASS "$DT: two 2-rank runs differ (GPU floor not zero) but pass T1" ||
