@@ -223,13 +223,13 @@ def main():
     bfiles = read_ranks("bad")
     p0 = "/dit.step/0000/out"
     bad_idx = None
-    bad_m = {}
+    pert_m = {}
     if bfiles and all(bfiles[0]["t"].get(p) is not None and bfiles[1]["t"].get(p) is not None for p in ref_paths):
         for p in ref_paths:
             a, b = bfiles[0]["t"][p], bfiles[1]["t"][p]
-            bad_m[p] = metrics(ref_t[p], np.concatenate([a, b], axis=1) if sharded(p) else a)
-    for p in sorted(bad_m):
-        print("INFO numpy perturbed %-36s rel_l2 %.6g max_abs %.6g" % (p, bad_m[p]["rel_l2"], bad_m[p]["max_abs"]))
+            pert_m[p] = metrics(ref_t[p], np.concatenate([a, b], axis=1) if sharded(p) else a)
+    for p in sorted(pert_m):
+        print("INFO numpy perturbed %-36s rel_l2 %.6g max_abs %.6g" % (p, pert_m[p]["rel_l2"], pert_m[p]["max_abs"]))
     if bfiles and p0 in bfiles[0]["t"] and p0 in bfiles[1]["t"]:
         bj = np.concatenate([bfiles[0]["t"][p0], bfiles[1]["t"][p0]], axis=1)
         half = SEQ // 2
@@ -287,9 +287,9 @@ def main():
               "%s form: every dit.step tensor reports ranks 2 and shard_axis 1 (null for the replicated timestep): %s"
               % (form, [(t["path"], t.get("ranks"), t.get("shard_axis")) for t in dit if
                         t.get("ranks") != 2 or t.get("shard_axis") != (1 if sharded(t["path"]) else None)]))
-        bad_m = [p for p, t in tens.items() if p in np_m and not (
+        off_m = [p for p, t in tens.items() if p in np_m and not (
             close(t.get("rel_l2"), np_m[p]["rel_l2"]) and close(t.get("max_abs"), np_m[p]["max_abs"]))]
-        check(not bad_m, "%s form: rel_l2 and max_abs equal numpy's on the reassembled tensors to 1e-12 (%s)" % (form, bad_m[:3]))
+        check(not off_m, "%s form: rel_l2 and max_abs equal numpy's on the reassembled tensors to 1e-12 (%s)" % (form, off_m[:3]))
         check(js.get("collectives_unmatched") == [],
               "%s form: collectives_unmatched is empty (gloo makes no NCCL calls): %s" % (form, js.get("collectives_unmatched")))
 
@@ -299,12 +299,15 @@ def main():
         check(rc == 1 and js.get("verdict") == "fail" and t.get("verdict") == "fail",
               "perturbed: the rank set fails even %s (exit %d, first failure %s)" % (CAUSE, rc, js.get("first_failure")))
         tens = {x["path"]: x for x in js.get("tensors", [])}
-        off = [p for p in bad_m if not (p in tens and close(tens[p].get("rel_l2"), bad_m[p]["rel_l2"]) and
-                                        close(tens[p].get("max_abs"), bad_m[p]["max_abs"]))]
-        check(bad_m and not off, "perturbed: rel_l2 and max_abs of every tensor equal numpy's on the reassembled "
-              "tensors to 1e-12 (%d tensors, %d non-zero; off: %s)" % (len(bad_m), sum(m["rel_l2"] > 0 for m in bad_m.values()), off[:3]))
-        idx = t.get("max_abs_index")
-        check(idx is not None and idx == bad_idx and (idx // DIM) % SEQ >= SEQ // 2,
+        off = [p for p in pert_m if not (p in tens and close(tens[p].get("rel_l2"), pert_m[p]["rel_l2"]) and
+                                         close(tens[p].get("max_abs"), pert_m[p]["max_abs"]))]
+        check(pert_m and not off, "perturbed: rel_l2 and max_abs of every tensor equal numpy's on the reassembled "
+              "tensors to 1e-12 (%d tensors, %d non-zero; off: %s)"
+              % (len(pert_m), sum(m["rel_l2"] > 0 for m in pert_m.values()), off[:3]))
+        idx = t.get("max_abs_index")  # the multi-index [b, token, channel] of the logical tensor
+        if isinstance(idx, list) and len(idx) == 3:
+            idx = int(np.ravel_multi_index(tuple(idx), (1, SEQ, DIM)))
+        check(isinstance(idx, int) and idx == bad_idx and (idx // DIM) % SEQ >= SEQ // 2,
               "perturbed: %s max_abs_index %s lies in rank 1's half of the logical tensor (numpy: %s)" % (p0, idx, bad_idx))
     finish()
 
