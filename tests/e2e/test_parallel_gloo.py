@@ -106,7 +106,7 @@ def main():
     import numpy as np
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    from test_shim_common import BUILD, SOURCE, check, clean_env, finish, need_build
+    from test_shim_common import BUILD, SOURCE, asan_runtime, check, clean_env, finish, need_build
 
     need_build()
     src = SOURCE or os.path.dirname(os.path.dirname(here))
@@ -117,6 +117,8 @@ def main():
     d = tempfile.mkdtemp(prefix="probe-parallel-")
     env = clean_env()
     env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    if asan_runtime():  # a sanitizer build's shim needs its runtime first (probe-run keeps it first)
+        env["LD_PRELOAD"] = asan_runtime()
     env["OMP_NUM_THREADS"] = "1"  # what torchrun sets for its workers; the same for the reference
     env.pop("PROBE_TORCHRUN_REEXEC", None)
     env.pop("SP_BLOCK_PERTURB_RANK", None)
