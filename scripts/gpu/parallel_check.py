@@ -96,12 +96,12 @@ def verify(ref, on, steps, cmp_json=None):
     shard = ranks[0][0].get("shard")
 
     # the collectives: identical on both ranks, and the gather of the inputs
-    outs = sorted(p for p in ranks[0][1] if p.endswith(".all_gather.out"))
+    outs = sorted(p for p in ranks[0][1] if p.endswith("all_gather.out"))  # in a scope or /nccl/K/
     say(len(outs) == 2 * steps, "%d all_gather outputs captured per rank (want %d: K and V of %d steps)"
         % (len(outs), 2 * steps, steps))
     for p in outs:
         a, b = ranks[0][1].get(p), ranks[1][1].get(p)
-        pin = p[:-len(".out")] + ".in"
+        pin = p[:-len("out")] + "in"
         i0, i1 = ranks[0][1].get(pin), ranks[1][1].get(pin)
         same = b is not None and a.shape == b.shape and a.tobytes() == b.tobytes()
         gathered = i0 is not None and i1 is not None and np.concatenate([i0, i1]).tobytes() == a.tobytes()
@@ -145,9 +145,14 @@ def verify(ref, on, steps, cmp_json=None):
     bad = [(p, tens[p].get("ranks"), tens[p].get("shard_axis")) for p in mine if p in tens and
            (tens[p].get("ranks") != 2 or tens[p].get("shard_axis") != mine[p][2])]
     say(not bad, "every compared tensor reports ranks 2 and the manifest's shard_axis (%s)" % bad[:3])
+    cd = js.get("collective_divergence")
+    say(cd == [], "collective_divergence is empty: every all_gather output identical on both ranks "
+        "by probe-compare's check too (%s)" % cd)
     cu = js.get("collectives_unmatched")
-    say(isinstance(cu, list) and len(cu) > 0, "collectives_unmatched lists the rank set's NCCL captures "
-        "against the single-GPU reference (%s entries)" % (len(cu) if isinstance(cu, list) else cu))
+    want = [{"side": "candidate", "rank": r, "count": 4 * steps} for r in (0, 1)]
+    got = sorted(cu, key=lambda e: e.get("rank", -1)) if isinstance(cu, list) else cu
+    say(got == want, "collectives_unmatched lists each rank's NCCL captures against the single-GPU reference "
+        "(all_gather in + out, K and V, %d steps: %s; want %s)" % (steps, got, want))
 
 
 def main():
