@@ -17,10 +17,18 @@
 #            all_gather output bit-identical on both ranks and equal to the
 #            ranks' inputs joined, numpy's rel_l2/max_abs of the reassembled
 #            tensors equal to probe-compare's;
+#   blk.h5:  the 2-rank run with --attn blockwise (each rank
+#            merges one softmax partial sum per K/V block, as ring attention
+#            does: a parallel partial-sum merge), compared and verified the
+#            same way;
 #   bfloat16 only: on2.h5, the same 2-rank run again, and probe-compare on.h5
 #            on2.h5 (rank set against rank set, --expect-identical), where
 #            probe-compare itself checks the collectives across ranks.
-# Prints PASS / FAIL / VERDICT / INFO lines and the compare tables; the same
+# Verdicts: float32 must pass T1 (or be bit-identical: T1 --expect-identical);
+# bfloat16 T1 or T1-relaxed:parallel-partial-sum, and a bfloat16 rank set whose
+# rel_l2 and cosine are within the relaxed bounds but whose elements are not
+# is printed as FINDING (not a failure of the script).
+# Prints PASS / FAIL / FINDING / VERDICT / INFO lines and the compare tables; the same
 # in OUTDIR/parallel-check.txt, the JSON in OUTDIR, the captures in
 # OUTDIR/float32 and OUTDIR/bfloat16, logs in
 # OUTDIR/parallel-check-logs.tar.gz. Exit 0 when every PASS/FAIL line passed.
@@ -83,6 +91,20 @@ compare() {
   return $c
 }
 
+# judge DT WHAT T1_EXIT RELAXED_EXIT NAME: float32 must pass T1; bfloat16 T1 or the relaxed
+# gate; a bfloat16 rank set whose rel_l2 and cosine are within the relaxed bounds but that
+# fails element-wise is a FINDING (the gate's atol = rtol = 1e-2 is about 1-2 bf16 ulps)
+judge() {
+  local dt=$1 what=$2 a=$3 b=$4 name=$5 line
+  line=$("$PY" "$CHECK" summary "$OUT/$name-relaxed.json" 2>&1); local s=$?
+  say INFO "$dt $what: $line"
+  if [ "$a" = 0 ]; then say PASS "$dt $what: the rank set passes T1 against the single-GPU run"
+  elif [ "$dt" = float32 ]; then say FAIL "$dt $what: the rank set fails T1 against the single-GPU run (exit $a)"
+  elif [ "$b" = 0 ]; then say PASS "$dt $what: the rank set fails T1 and passes $RELAXED"
+  elif [ $s = 0 ]; then say FINDING "$dt $what: fails T1 and $RELAXED element-wise only (rel_l2 and cosine within the relaxed bounds)"
+  else say FAIL "$dt $what: the rank set fails T1 ($a) and $RELAXED ($b), rel_l2 or cosine beyond the relaxed bounds"; fi
+}
+
 for DT in float32 bfloat16; do
   D=$WORK/$DT
   mkdir -p "$D"
@@ -93,13 +115,15 @@ for DT in float32 bfloat16; do
   [ $e = 0 ] && say PASS "$DT: single-GPU run under probe-run exits 0" ||
     { say FAIL "$DT: single-GPU run under probe-run exits $e"; tail -5 "$W/$DT-ref.log"; continue; }
   runs=(on)
-  [ $DT = bfloat16 ] && runs=(on on2)
+  runs=(on blk)
+  [ $DT = bfloat16 ] && runs=(on on2 blk)
   for RUN in "${runs[@]}"; do
     log "$DT: 2-rank NCCL ($RUN)"
     PORT=$((PORT + 1))
     timeout 200 "$B/probe-run" --out "$D/$RUN.h5" --label "sp2-$DT" --capture '*' --capture '*nccl*' \
       "${SHARD[@]}" -- "$TORCHRUN" --nproc_per_node 2 --master_port $PORT \
-      "$PROG" "${ARGS[@]}" --dtype $DT --save "$D/$RUN" > "$W/$DT-$RUN.log" 2>&1
+      "$PROG" "${ARGS[@]}" --dtype $DT $([ $RUN = blk ] && echo --attn blockwise) --save "$D/$RUN" \
+      > "$W/$DT-$RUN.log" 2>&1
     e=$?; grep -a -o 'sp_block rank [0-9]/2 .*' "$W/$DT-$RUN.log" | tee -a "$REPORT"
     grep '^probe:' "$W/$DT-$RUN.log" | head -5 | tee -a "$REPORT"
     [ $e = 0 ] && say PASS "$DT: 2-rank NCCL torchrun ($RUN) under probe-run exits 0" ||
@@ -113,19 +137,25 @@ for DT in float32 bfloat16; do
     compare "$D/ref.h5" "$D/on.h5" "$DT-identical" T1 --expect-identical; t1=$?
     [ $t1 = 0 ] && say PASS "$DT: the rank set is bit-identical to the single-GPU run (T1 --expect-identical)" ||
       say FAIL "$DT: feature not active under T1 but not identical either"
-  elif [ $DT = float32 ]; then
-    [ $t1 = 0 ] && say PASS "float32: the rank set passes T1 against the single-GPU run" ||
-      say FAIL "float32: the rank set fails T1 against the single-GPU run (exit $t1)"
   else
-    if [ $t1 = 0 ]; then say PASS "bfloat16: the rank set passes T1 against the single-GPU run"
-    elif [ $t1r = 0 ]; then say PASS "bfloat16: the rank set fails T1 and passes $RELAXED"
-    else say FAIL "bfloat16: the rank set fails T1 ($t1) and $RELAXED ($t1r)"; fi
+    judge $DT gather $t1 $t1r $DT
   fi
   "$PY" "$CHECK" verify "$D/ref.h5" "$D/on.h5" $STEPS "$OUT/$DT-relaxed.json" 2>&1 | tee "$W/$DT-verify.txt" |
     tee -a "$REPORT"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   mkdir -p "$OUT/$DT" && cp "$D"/*.h5 "$OUT/$DT/" 2>/dev/null
 
+  if [ -f "$D/blk.h5" ]; then
+    log "$DT: ring-attention-style merge of per-rank softmax partial sums (--attn blockwise)"
+    compare "$D/ref.h5" "$D/blk.h5" "$DT-blockwise-T1" T1; b1=$?
+    compare "$D/ref.h5" "$D/blk.h5" "$DT-blockwise-relaxed" $RELAXED; b2=$?
+    if grep -q '"feature_not_active": *true' "$OUT/$DT-blockwise-T1.json" 2>/dev/null; then
+      say FAIL "$DT blockwise: bit-identical to the single softmax (the merge cannot be that exact)"
+    else judge $DT blockwise $b1 $b2 $DT-blockwise; fi
+    "$PY" "$CHECK" verify "$D/ref.h5" "$D/blk.h5" $STEPS "$OUT/$DT-blockwise-relaxed.json" 2>&1 |
+      tee "$W/$DT-blk-verify.txt" | tee -a "$REPORT"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  fi
   if [ -f "$D/on2.h5" ]; then
     log "$DT: rank set against rank set (on.h5 vs on2.h5, the same 2-rank run twice)"
     compare "$D/on.h5" "$D/on2.h5" "$DT-ranks-vs-ranks" T1 --expect-identical; c=$?

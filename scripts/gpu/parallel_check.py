@@ -3,6 +3,7 @@ NCCL sequence-parallel run of tests/programs/sp_block.py against its
 single-GPU capture, from the capture files alone (h5py + numpy, fp64).
 
     python3 parallel_check.py verify REF.h5 ON.h5 STEPS [CMP.json]
+    python3 parallel_check.py summary CMP.json
 
 REF.h5 is the single-process capture, ON.h5 the index of the 2-rank run
 (its rank files ON.rank0.h5, ON.rank1.h5 next to it). Prints PASS / FAIL /
@@ -155,9 +156,29 @@ def verify(ref, on, steps, cmp_json=None):
         "(all_gather in + out, K and V, %d steps: %s; want %s)" % (steps, got, want))
 
 
+def summary(cmp_json):
+    """One line about a probe-compare JSON: worst rel_l2, lowest cosine, the
+    tensors with element-wise mismatches; exit 0 when rel_l2 <= 5e-2 and
+    cosine >= 0.999 everywhere (T1-relaxed's aggregate bounds, docs/gates.md),
+    i.e. when only the element-wise test can have failed the relaxed gate."""
+    with open(cmp_json) as f:
+        js = json.load(f)
+    ts = [t for t in js.get("tensors", []) if t.get("rel_l2") is not None]
+    rel = max((t["rel_l2"] for t in ts), default=float("nan"))
+    cos = min((t["cosine"] for t in ts if t.get("cosine") is not None), default=float("nan"))
+    mis = [t for t in ts if (t.get("mismatch_fraction") or 0) > 0]
+    worst = max(mis, key=lambda t: t["mismatch_fraction"]) if mis else None
+    print("worst rel_l2 %.4g, lowest cosine %.8f, %d of %d tensors with element-wise mismatches%s"
+          % (rel, cos, len(mis), len(ts), " (most: %s %.4g of the elements, max_abs %.4g)"
+             % (worst["path"], worst["mismatch_fraction"], worst["max_abs"]) if worst else ""))
+    return 0 if ts and rel <= 5e-2 and cos >= 0.999 else 1
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "summary":
+        sys.exit(summary(sys.argv[2]))
     if len(sys.argv) not in (5, 6) or sys.argv[1] != "verify":
-        sys.exit("usage: parallel_check.py verify REF.h5 ON.h5 STEPS [CMP.json]")
+        sys.exit("usage: parallel_check.py verify REF.h5 ON.h5 STEPS [CMP.json] | summary CMP.json")
     verify(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) == 6 else None)
     print("parallel_check: %d check(s) failed" % len(FAILS) if FAILS else "parallel_check: all checks passed")
     sys.exit(1 if FAILS else 0)

@@ -19,6 +19,9 @@ Checked on the capture side (always):
   - gloo does not go through libnccl: even with '*nccl*' selected, no rank
     file holds a /nccl... or nccl.* dataset and the manifests have no "nccl"
     counts (the collectives list of the compare is therefore empty);
+  - --attn blockwise (each rank merges one softmax partial sum per K/V
+    block, as ring attention does): not bit-identical, rel_l2 > 0 and
+    within float32 rounding (<= 1e-5);
   - SP_BLOCK_PERTURB_RANK=1 (rank 1 scales its fc2 by 1.05): at step 0 rank
     0's half of the output is still bit-identical to the reference, and the
     largest difference lies in rank 1's half.
@@ -29,8 +32,9 @@ bit-identical to the reference is "feature not active" under T1 and is
 then required to pass --expect-identical; a T1 failure must pass
 T1-relaxed:parallel-partial-sum), ranks 2 and shard_axis 1 (null for the
 replicated timestep) on every dit.step tensor, rel_l2 / max_abs equal to
-numpy's to 1e-12 relative, an empty "collectives_unmatched", and the
-perturbed run failing with its max_abs_index in rank 1's half.
+numpy's to 1e-12 relative, an empty "collectives_unmatched", the blockwise
+run passing T1 with non-zero metrics equal to numpy's, and the perturbed
+run failing with its max_abs_index in rank 1's half.
 Runs with the venv's torch (torch 2.x + torchrun, $PROBE_VENV, default
 ~/.cache/probe-venv); exits 77 (skipped) when it is absent.
 """
@@ -135,12 +139,12 @@ def main():
     check(r.returncode == 0 and "sp_block rank 0/1" in r.stdout, "single-process run under probe-run exits 0")
 
     # -- the 2-rank gloo run ------------------------------------------------
-    def parallel(out, save, extra_env=None, port_off=0):
+    def parallel(out, save, extra_env=None, port_off=0, extra_args=()):
         e = dict(env)
         if extra_env:
             e.update(extra_env)
         cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(29000 + (os.getpid() + port_off) % 900 + 50),
-               prog] + args + ["--save", save]
+               prog] + args + list(extra_args) + ["--save", save]
         return subprocess.run([probe_run, "--out", out, "--label", "sp2", "--capture", "*", "--capture", "*nccl*"] + shard_opts +
                               ["--"] + cmd, env=e, capture_output=True, text=True, timeout=300)
 
@@ -241,6 +245,21 @@ def main():
         check((bad_idx // DIM) % SEQ >= half, "perturbed: numpy's max |c - r| of %s lies in rank 1's half "
               "(flat index %d = token %d)" % (p0, bad_idx, (bad_idx // DIM) % SEQ))
 
+    # -- a real partial-sum merge: --attn blockwise (ring attention's softmax merge) --
+    blk = os.path.join(d, "blk.h5")
+    r = parallel(blk, os.path.join(d, "blk"), port_off=203, extra_args=["--attn", "blockwise"])
+    check(r.returncode == 0, "blockwise 2-rank run exits 0 (%s)" % r.stderr[-300:])
+    bl = read_ranks("blk")
+    blk_m = {}
+    if bl and all(bl[0]["t"].get(p) is not None and bl[1]["t"].get(p) is not None for p in ref_paths):
+        for p in ref_paths:
+            a, b = bl[0]["t"][p], bl[1]["t"][p]
+            blk_m[p] = metrics(ref_t[p], np.concatenate([a, b], axis=1) if sharded(p) else a)
+            print("INFO numpy blockwise %-36s rel_l2 %.6g max_abs %.6g" % (p, blk_m[p]["rel_l2"], blk_m[p]["max_abs"]))
+        worst = max(m["rel_l2"] for m in blk_m.values())
+        check(0 < worst <= 1e-5, "blockwise: the merged softmax partial sums differ from the single softmax, "
+              "within float32 rounding (worst rel_l2 %.3g)" % worst)
+
     # -- the compare side: probe-compare REF RANKSET --------------------------
     probe_try = subprocess.run([compare, ref, os.path.join(d, "on.rank0.h5"), os.path.join(d, "on.rank1.h5"),
                                 "--json", os.path.join(d, "try.json")], capture_output=True, text=True)
@@ -294,6 +313,17 @@ def main():
         check(not off_m, "%s form: rel_l2 and max_abs equal numpy's on the reassembled tensors to 1e-12 (%s)" % (form, off_m[:3]))
         check(js.get("collectives_unmatched") == [],
               "%s form: collectives_unmatched is empty (gloo makes no NCCL calls): %s" % (form, js.get("collectives_unmatched")))
+
+    rc, js = run_compare([blk], "T1")
+    if check(js is not None, "blockwise: probe-compare wrote its JSON (exit %d)" % rc):
+        tens = {x["path"]: x for x in js.get("tensors", [])}
+        check(rc == 0 and js.get("verdict") == "pass" and js.get("feature_active") is True,
+              "blockwise: the rank set differs from the single process (feature active) and passes T1 (exit %d)" % rc)
+        off = [p for p in blk_m if not (p in tens and close(tens[p].get("rel_l2"), blk_m[p]["rel_l2"]) and
+                                        close(tens[p].get("max_abs"), blk_m[p]["max_abs"]))]
+        check(blk_m and not off, "blockwise: rel_l2 and max_abs of every tensor equal numpy's on the reassembled "
+              "tensors to 1e-12 (%d tensors, %d non-zero; off: %s)"
+              % (len(blk_m), sum(m["rel_l2"] > 0 for m in blk_m.values()), off[:3]))
 
     rc, js = run_compare([bad], CAUSE)
     if check(js is not None, "perturbed: probe-compare wrote its JSON (exit %d)" % rc):

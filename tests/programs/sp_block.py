@@ -3,7 +3,7 @@ sequence parallel under torch.distributed: the program behind
 tests/e2e/test_parallel_gloo.py (CPU, gloo) and scripts/gpu/parallel-check.sh
 (CUDA, NCCL). docs/parallel.md walks through both.
 
-    python sp_block.py [--device cpu|cuda] [--dtype float32|bfloat16]
+    python sp_block.py [--device cpu|cuda] [--dtype float32|bfloat16] [--attn gather|blockwise]
                        [--steps N] [--seq L] [--dim D] [--heads H] [--batch B]
                        [--seed S] [--save PREFIX]
     torchrun --nproc_per_node 2 sp_block.py ...        (sequence parallel)
@@ -26,6 +26,13 @@ queries against the full K/V. The block's output on rank R is therefore the
 R-th sequence piece of the single-process output: captures are sharded along
 axis 1 (probe-run --shard '/dit.step/*/out=1' ...).
 
+--attn gather (default) attends against the gathered K/V at once: the same
+reductions as one process. --attn blockwise computes one softmax partial sum
+per K/V block (one block per rank; ring attention's merge, running maximum
+m, normaliser l and output o rescaled by exp(m_old - m_new)) and merges them:
+a parallel partial-sum merge, whose rounding differs from the single
+softmax (in one process it is one block).
+
 Steps: the block runs --steps times as a denoising loop; SPScheduler.step
 (tapped as scheduler.step by "*Scheduler.step") mixes the block's output
 into the sample, sample' = sample + (out - sample) / steps, and the next step
@@ -42,7 +49,7 @@ multiplies its MLP output weight fc2 by 1.05 after building the block, so its
 own sequence piece of the output differs from the single-process run.
 
 Each rank prints one line:
-    sp_block rank R/W device DEV dtype DT steps N out [B, L/W, D] sum S l2 E
+    sp_block rank R/W device DEV dtype DT attn A steps N out [B, L/W, D] sum S l2 E
 --save PREFIX also writes the last output as PREFIX.rank<R>.npy (float32).
 """
 import argparse
@@ -57,11 +64,13 @@ import torch.nn.functional as F
 class SPBlockDiT(torch.nn.Module):
     """The transformer block; group = None runs on the whole sequence."""
 
-    def __init__(self, dim, heads, seed, group=None):
+    def __init__(self, dim, heads, seed, group=None, attn="gather"):
         super().__init__()
         if dim % heads:
             raise ValueError("--dim %d is not a multiple of --heads %d" % (dim, heads))
-        self.dim, self.heads, self.group = dim, heads, group
+        if attn not in ("gather", "blockwise"):
+            raise ValueError("attn must be gather or blockwise, not %r" % attn)
+        self.dim, self.heads, self.group, self.attn = dim, heads, group, attn
         g = torch.Generator().manual_seed(seed)
 
         def w(*shape, scale):
@@ -83,7 +92,7 @@ class SPBlockDiT(torch.nn.Module):
         self.fc2, self.b2 = w(dim, 4 * dim, scale=0.5 / math.sqrt(dim)), w(dim, scale=0.02)
 
     def _gather_seq(self, t):
-        """[B, Lr, D] on each rank -> [B, W*Lr, D], the ranks' pieces in rank order."""
+        """[B, Lr, D] on each rank -> the W ranks' pieces [B, Lr, D], in rank order."""
         import torch.distributed as dist
         n = dist.get_world_size(self.group)
         t = t.contiguous()
@@ -94,7 +103,7 @@ class SPBlockDiT(torch.nn.Module):
         else:
             pieces = [torch.empty_like(t) for _ in range(n)]
             dist.all_gather(pieces, t, group=self.group)
-        return torch.cat(pieces, dim=1)
+        return pieces
 
     def forward(self, hidden_states, timestep):
         B, L, D = hidden_states.shape
@@ -105,14 +114,40 @@ class SPBlockDiT(torch.nn.Module):
         k = F.linear(h, self.wk, self.bk)
         v = F.linear(h, self.wv, self.bv)
         if self.group is not None:
-            k, v = self._gather_seq(k), self._gather_seq(v)
-        Lk = k.shape[1]
-        q = q.reshape(B, L, H, D // H).transpose(1, 2)          # [B, H, L, hd]
-        k = k.reshape(B, Lk, H, D // H).transpose(1, 2)         # [B, H, Lk, hd]
-        v = v.reshape(B, Lk, H, D // H).transpose(1, 2)
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D // H)
-        p = torch.softmax(scores.float(), dim=-1).to(v.dtype)
-        a = torch.matmul(p, v).transpose(1, 2).reshape(B, L, D)
+            kb, vb = self._gather_seq(k), self._gather_seq(v)
+        else:
+            kb, vb = [k], [v]
+        hd = D // H
+
+        def heads(t):  # [B, Lt, D] -> [B, H, Lt, hd]
+            return t.reshape(B, t.shape[1], H, hd).transpose(1, 2)
+
+        q = heads(q)
+        if self.attn == "gather":
+            k, v = heads(torch.cat(kb, dim=1)), heads(torch.cat(vb, dim=1))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
+            p = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+            a = torch.matmul(p, v)
+        else:
+            # ring-attention style: one softmax partial sum per K/V block (rank), merged with
+            # the running maximum (Milakov & Gimelshein 2018, "Online normalizer calculation
+            # for softmax"; Liu et al. 2023, "Ring Attention"): a reordered reduction
+            m = l = o = None
+            for kt, vt in zip(kb, vb):
+                kt, vt = heads(kt), heads(vt)
+                sc = (torch.matmul(q, kt.transpose(-1, -2)) / math.sqrt(hd)).float()
+                mb = sc.amax(-1, keepdim=True)
+                pb = torch.exp(sc - mb)
+                lb = pb.sum(-1, keepdim=True)
+                ob = torch.matmul(pb.to(vt.dtype), vt).float()
+                if m is None:
+                    m, l, o = mb, lb, ob
+                else:
+                    mn = torch.maximum(m, mb)
+                    ca, cb = torch.exp(m - mn), torch.exp(mb - mn)
+                    m, l, o = mn, l * ca + lb * cb, o * ca + ob * cb
+            a = (o / l).to(v.dtype)
+        a = a.transpose(1, 2).reshape(B, L, D)
         x = x + F.linear(a, self.wo, self.bo)
         hf = x.float()
         r = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.rms_w
@@ -139,6 +174,7 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attn", choices=("gather", "blockwise"), default="gather")
     ap.add_argument("--save", default=None)
     a = ap.parse_args(argv)
     if a.steps < 1 or a.seq < 1 or a.dim < 1 or a.heads < 1 or a.batch < 1:
@@ -158,7 +194,7 @@ def main(argv=None):
     dev = torch.device("cuda", torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
     dt = getattr(torch, a.dtype)
 
-    model = SPBlockDiT(a.dim, a.heads, a.seed, group)
+    model = SPBlockDiT(a.dim, a.heads, a.seed, group, a.attn)
     perturb = os.environ.get("SP_BLOCK_PERTURB_RANK")
     if perturb is not None and perturb.strip() == str(rank):
         with torch.no_grad():
@@ -179,8 +215,8 @@ def main(argv=None):
     if a.save:
         import numpy as np
         np.save("%s.rank%d.npy" % (a.save, rank), res.numpy())
-    print("sp_block rank %d/%d device %s dtype %s steps %d out %s sum %.9g l2 %.9g"
-          % (rank, world, dev.type, a.dtype, a.steps, list(res.shape), float(res.sum()),
+    print("sp_block rank %d/%d device %s dtype %s attn %s steps %d out %s sum %.9g l2 %.9g"
+          % (rank, world, dev.type, a.dtype, a.attn, a.steps, list(res.shape), float(res.sum()),
              float(res.norm())), flush=True)
     if group is not None:
         import torch.distributed as dist
