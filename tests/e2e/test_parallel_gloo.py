@@ -98,6 +98,15 @@ def metrics(r, c):
             "max_abs_index": int(np.argmax(d)) if d.size else 0}
 
 
+def free_port():
+    """A TCP port nobody listens on now (the kernel's pick), for torchrun's rendezvous:
+    several test suites may run on one machine at once."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def close(a, b, rel=1e-12):
     if a is None or b is None:
         return a is None and b is None
@@ -139,11 +148,11 @@ def main():
     check(r.returncode == 0 and "sp_block rank 0/1" in r.stdout, "single-process run under probe-run exits 0")
 
     # -- the 2-rank gloo run ------------------------------------------------
-    def parallel(out, save, extra_env=None, port_off=0, extra_args=()):
+    def parallel(out, save, extra_env=None, extra_args=()):
         e = dict(env)
         if extra_env:
             e.update(extra_env)
-        cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(29000 + (os.getpid() + port_off) % 900 + 50),
+        cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()),
                prog] + args + list(extra_args) + ["--save", save]
         return subprocess.run([probe_run, "--out", out, "--label", "sp2", "--capture", "*", "--capture", "*nccl*"] + shard_opts +
                               ["--"] + cmd, env=e, capture_output=True, text=True, timeout=300)
@@ -224,7 +233,7 @@ def main():
 
     # -- the negative case: rank 1 perturbed ----------------------------------
     bad = os.path.join(d, "bad.h5")
-    r = parallel(bad, os.path.join(d, "bad"), {"SP_BLOCK_PERTURB_RANK": "1"}, port_off=101)
+    r = parallel(bad, os.path.join(d, "bad"), {"SP_BLOCK_PERTURB_RANK": "1"})
     check(r.returncode == 0, "perturbed 2-rank run exits 0 (%s)" % r.stderr[-300:])
     bfiles = read_ranks("bad")
     p0 = "/dit.step/0000/out"
@@ -247,7 +256,7 @@ def main():
 
     # -- a real partial-sum merge: --attn blockwise (ring attention's softmax merge) --
     blk = os.path.join(d, "blk.h5")
-    r = parallel(blk, os.path.join(d, "blk"), port_off=203, extra_args=["--attn", "blockwise"])
+    r = parallel(blk, os.path.join(d, "blk"), extra_args=["--attn", "blockwise"])
     check(r.returncode == 0, "blockwise 2-rank run exits 0 (%s)" % r.stderr[-300:])
     bl = read_ranks("blk")
     blk_m = {}
