@@ -77,6 +77,14 @@ if [ ! -x "$BUILD/bin/probe-run" ]; then
 fi
 B=$(cd "$BUILD/bin" && pwd)
 PORT=$((29600 + $$ % 200))
+BUDGET=${BUDGET:-210}  # seconds: no new run starts after this (the whole check must stay under 4 min)
+SECONDS=0
+# budget_ok WHAT: 0 when there is time left for WHAT, else one FAIL line
+budget_ok() {
+  [ $SECONDS -lt $BUDGET ] && return 0
+  say FAIL "time budget: $1 not run (${SECONDS}s used of ${BUDGET}s; the runs are slower than expected, see the logs)"
+  return 1
+}
 
 # compare REF CAND NAME GATE [more options]: runs probe-compare, prints its table
 # and a VERDICT line; returns probe-compare's exit status
@@ -108,8 +116,9 @@ judge() {
 for DT in float32 bfloat16; do
   D=$WORK/$DT
   mkdir -p "$D"
+  budget_ok "$DT single-GPU run" || break
   log "$DT: single GPU"
-  timeout 150 "$B/probe-run" --out "$D/ref.h5" --label "single-$DT" -- \
+  timeout 90 "$B/probe-run" --out "$D/ref.h5" --label "single-$DT" -- \
     "$PY" "$PROG" "${ARGS[@]}" --dtype $DT --save "$D/ref" > "$W/$DT-ref.log" 2>&1
   e=$?; grep '^sp_block' "$W/$DT-ref.log" | tee -a "$REPORT"
   [ $e = 0 ] && say PASS "$DT: single-GPU run under probe-run exits 0" ||
@@ -118,9 +127,10 @@ for DT in float32 bfloat16; do
   runs=(on blk)
   [ $DT = bfloat16 ] && runs=(on on2 blk)
   for RUN in "${runs[@]}"; do
+    budget_ok "$DT 2-rank run $RUN" || break
     log "$DT: 2-rank NCCL ($RUN)"
     PORT=$((PORT + 1))
-    timeout 200 "$B/probe-run" --out "$D/$RUN.h5" --label "sp2-$DT" --capture '*' --capture '*nccl*' \
+    timeout 120 "$B/probe-run" --out "$D/$RUN.h5" --label "sp2-$DT" --capture '*' --capture '*nccl*' \
       "${SHARD[@]}" -- "$TORCHRUN" --nproc_per_node 2 --master_port $PORT \
       "$PROG" "${ARGS[@]}" --dtype $DT $([ $RUN = blk ] && echo --attn blockwise) --save "$D/$RUN" \
       > "$W/$DT-$RUN.log" 2>&1
