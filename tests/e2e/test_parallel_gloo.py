@@ -33,8 +33,10 @@ then required to pass --expect-identical; a T1 failure must pass
 T1-relaxed:parallel-partial-sum), ranks 2 and shard_axis 1 (null for the
 replicated timestep) on every dit.step tensor, rel_l2 / max_abs equal to
 numpy's to 1e-12 relative, an empty "collectives_unmatched", the blockwise
-run passing T1 with non-zero metrics equal to numpy's, and the perturbed
-run failing with its max_abs_index in rank 1's half.
+run passing T1 with non-zero metrics equal to numpy's, the gather run's
+rank set against the blockwise run's (rank r against rank r, per-rank
+metrics equal to numpy's), and the perturbed run failing with its
+max_abs_index in rank 1's half.
 Runs with the venv's torch (torch 2.x + torchrun, $PROBE_VENV, default
 ~/.cache/probe-venv); exits 77 (skipped) when it is absent.
 """
@@ -333,6 +335,33 @@ def main():
         check(blk_m and not off, "blockwise: rel_l2 and max_abs of every tensor equal numpy's on the reassembled "
               "tensors to 1e-12 (%d tensors, %d non-zero; off: %s)"
               % (len(blk_m), sum(m["rel_l2"] > 0 for m in blk_m.values()), off[:3]))
+
+    # rank set against rank set: the gather run as the reference of the blockwise run, rank by rank
+    if files and bl:
+        j = os.path.join(d, "sets.json")
+        r = subprocess.run([compare, on, blk, "--gate", "T1", "--json", j], capture_output=True, text=True, timeout=300)
+        print(r.stdout[-1500:], r.stderr[-500:])
+        try:
+            with open(j) as f:
+                js = json.load(f)
+        except (OSError, ValueError):
+            js = {}
+        ts = js.get("tensors", [])
+        per = {(t.get("rank"), t["path"]): t for t in ts}
+        want_keys = {(k, p) for k in (0, 1) for p in ref_paths}
+        check(r.returncode == 0 and js.get("verdict") == "pass" and set(per) == want_keys,
+              "rank set vs rank set (gather vs blockwise): rank r against rank r, %d tensors, passes T1 (exit %d)"
+              % (len(ts), r.returncode))
+        off = []
+        for (k, p), t in per.items():
+            if (k, p) in want_keys:
+                mm = metrics(files[k]["t"][p], bl[k]["t"][p])
+                if not (close(t.get("rel_l2"), mm["rel_l2"]) and close(t.get("max_abs"), mm["max_abs"])):
+                    off.append((k, p))
+        check(per and not off, "rank set vs rank set: per-rank rel_l2 and max_abs equal numpy's to 1e-12 (off: %s)" % off[:3])
+        check(js.get("collective_divergence") == [] and js.get("collectives_unmatched") == [],
+              "rank set vs rank set: no collective divergence, nothing unmatched (%s, %s)"
+              % (js.get("collective_divergence"), js.get("collectives_unmatched")))
 
     rc, js = run_compare([bad], CAUSE)
     if check(js is not None, "perturbed: probe-compare wrote its JSON (exit %d)" % rc):
