@@ -35,8 +35,12 @@ replicated timestep) on every dit.step tensor, rel_l2 / max_abs equal to
 numpy's to 1e-12 relative, an empty "collectives_unmatched", the blockwise
 run passing T1 with non-zero metrics equal to numpy's, the gather run's
 rank set against the blockwise run's (rank r against rank r, per-rank
-metrics equal to numpy's), and the perturbed run failing with its
-max_abs_index in rank 1's half.
+metrics equal to numpy's), the perturbed run failing with its
+max_abs_index in rank 1's half, and scripts/gpu/parallel_check.py verify
+(the GPU check's verifier) on the gloo rank files with NCCL all_gather
+captures added here with h5py: passing when consistent, failing (its own
+check and probe-compare's collective_divergence) when one rank's output
+differs.
 Runs with the venv's torch (torch 2.x + torchrun, $PROBE_VENV, default
 ~/.cache/probe-venv); exits 77 (skipped) when it is absent.
 """
@@ -362,6 +366,51 @@ def main():
         check(js.get("collective_divergence") == [] and js.get("collectives_unmatched") == [],
               "rank set vs rank set: no collective divergence, nothing unmatched (%s, %s)"
               % (js.get("collective_divergence"), js.get("collectives_unmatched")))
+
+    # scripts/gpu/parallel_check.py (the GPU check's verifier) on NCCL captures made here: the
+    # gloo rank files plus all_gather datasets and "nccl" counts as an NCCL run writes them
+    # (docs/nccl.md), once consistent and once with one rank's all_gather output changed
+    if files:
+        import shutil
+        checker = os.path.join(src, "scripts", "gpu", "parallel_check.py")
+        rng = np.random.default_rng(5)
+        n_el = SEQ // 2 * DIM
+        ins = {(k, c, g): rng.standard_normal(n_el).astype(np.float32)
+               for k in (0, 1) for c in range(STEPS) for g in (0, 1)}
+        for case, broken in (("ok", None), ("diverged", (1, STEPS - 1, 1))):
+            fd = os.path.join(d, "fake-" + case)
+            os.mkdir(fd)
+            for name in ("on.h5", "on.rank0.h5", "on.rank1.h5"):
+                shutil.copy(os.path.join(d, name), fd)
+            for k in (0, 1):
+                with h5py.File(os.path.join(fd, "on.rank%d.h5" % k), "a") as f:
+                    m = json.loads(f.attrs["probe.manifest"])
+                    m["nccl"] = {"rank": k, "nranks": 2, "communicators": 1, "calls": {
+                        "dit.step": {"all_gather": {"count": 2 * STEPS, "bytes": 2 * STEPS * n_el * 4}}}}
+                    f.attrs["probe.manifest"] = json.dumps(m)
+                    for c in range(STEPS):
+                        for g in (0, 1):
+                            base = "/dit.step/%04d/nccl.%04d.all_gather." % (c, g)
+                            f[base + "in"] = ins[(k, c, g)]
+                            out = np.concatenate([ins[(0, c, g)], ins[(1, c, g)]])
+                            if broken == (k, c, g):
+                                out[7] += 1.0
+                            f[base + "out"] = out
+            j = os.path.join(fd, "cmp.json")
+            subprocess.run([compare, ref, os.path.join(fd, "on.h5"), "--expect-identical", "--json", j],
+                           capture_output=True, text=True, timeout=300)
+            r = subprocess.run([sys.executable, checker, "verify", ref, os.path.join(fd, "on.h5"), str(STEPS), j],
+                               capture_output=True, text=True, timeout=300)
+            fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL")]
+            if broken is None:
+                check(r.returncode == 0 and not fails and "PASS %d all_gather outputs captured" % (2 * STEPS) in r.stdout,
+                      "parallel_check.py verify passes consistent NCCL captures (%s)" % (fails or r.stderr[-300:]))
+            else:
+                path = "/dit.step/%04d/nccl.%04d.all_gather.out" % broken[1:]
+                check(r.returncode == 1 and len(fails) == 2 and fails[0].startswith("FAIL " + path) and
+                      "collective_divergence" in fails[1] and path in fails[1],
+                      "parallel_check.py verify fails an all_gather output changed on rank 1, by its own "
+                      "check and by probe-compare's collective_divergence (%s)" % fails)
 
     rc, js = run_compare([bad], CAUSE)
     if check(js is not None, "perturbed: probe-compare wrote its JSON (exit %d)" % rc):
