@@ -80,7 +80,9 @@ def venv_python():
 
 def main():
     py = venv_python()
-    if os.path.realpath(sys.executable) != os.path.realpath(py) and os.environ.get("PROBE_TORCHRUN_REEXEC") != "1":
+    venv = os.path.dirname(os.path.dirname(py))
+    # sys.prefix, not the executable: a venv's python may link to the very base interpreter
+    if os.path.realpath(sys.prefix) != os.path.realpath(venv) and os.environ.get("PROBE_TORCHRUN_REEXEC") != "1":
         if not os.path.exists(py):
             print("SKIP: no venv python at %s (scripts/setup creates it; PROBE_VENV names another)" % py)
             sys.exit(77)
