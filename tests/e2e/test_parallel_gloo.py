@@ -57,28 +57,6 @@ SHARD = ["/dit.step/*/out=1", "/dit.step/*/in.hidden_states=1", "/scheduler.step
 CAUSE = "T1-relaxed:parallel-partial-sum"
 
 
-def venv_python():
-    return os.path.join(os.environ.get("PROBE_VENV") or os.path.expanduser("~/.cache/probe-venv"),
-                        "bin", "python")
-
-
-def reexec_in_venv():
-    py = venv_python()
-    venv = os.path.dirname(os.path.dirname(py))
-    # sys.prefix, not the executable: a venv's python is a link to the base interpreter
-    if os.path.realpath(sys.prefix) != os.path.realpath(venv) and os.environ.get("PROBE_TORCHRUN_REEXEC") != "1":
-        if not os.path.exists(py):
-            print("SKIP: no venv python at %s (scripts/setup creates it; PROBE_VENV names another)" % py)
-            sys.exit(77)
-        r = subprocess.run([py, "-c", "import torch, torch.distributed, numpy, h5py"], capture_output=True)
-        if r.returncode != 0 or not os.path.exists(os.path.join(os.path.dirname(py), "torchrun")):
-            print("SKIP: the venv at %s lacks torch/torchrun/numpy/h5py" % py)
-            sys.exit(77)
-        os.environ["PROBE_TORCHRUN_REEXEC"] = "1"
-        os.execv(py, [py] + sys.argv)
-    return py
-
-
 def datasets(f):
     import h5py
     n = []
@@ -120,11 +98,12 @@ def close(a, b, rel=1e-12):
 
 
 def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    from test_shim_common import reexec_in_venv
     py = reexec_in_venv()
     import h5py
     import numpy as np
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
     from test_shim_common import BUILD, SOURCE, asan_runtime, check, clean_env, finish, need_build
 
     need_build()

@@ -73,29 +73,13 @@ if __name__ == "__main__":
 '''
 
 
-def venv_python():
-    return os.path.join(os.environ.get("PROBE_VENV") or os.path.expanduser("~/.cache/probe-venv"),
-                        "bin", "python")
-
-
 def main():
-    py = venv_python()
-    venv = os.path.dirname(os.path.dirname(py))
-    # sys.prefix, not the executable: a venv's python may link to the very base interpreter
-    if os.path.realpath(sys.prefix) != os.path.realpath(venv) and os.environ.get("PROBE_TORCHRUN_REEXEC") != "1":
-        if not os.path.exists(py):
-            print("SKIP: no venv python at %s (scripts/setup creates it; PROBE_VENV names another)" % py)
-            sys.exit(77)
-        r = subprocess.run([py, "-c", "import torch, torch.distributed, numpy, h5py"], capture_output=True)
-        if r.returncode != 0 or not os.path.exists(os.path.join(os.path.dirname(py), "torchrun")):
-            print("SKIP: the venv at %s lacks torch/torchrun/numpy/h5py" % py)
-            sys.exit(77)
-        os.environ["PROBE_TORCHRUN_REEXEC"] = "1"
-        os.execv(py, [py] + sys.argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_shim_common import reexec_in_venv
+    py = reexec_in_venv()
 
     import h5py
     import numpy as np
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from test_shim_common import BUILD, asan_runtime, check, clean_env, finish, need_build
 
     need_build()

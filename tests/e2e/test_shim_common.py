@@ -110,6 +110,33 @@ def _needed(lib):
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
 
 
+
+def venv_python():
+    """The probe venv's python ($PROBE_VENV, default ~/.cache/probe-venv):
+    torch 2.11 with torchrun, numpy and h5py (scripts/setup makes it)."""
+    return os.path.join(os.environ.get("PROBE_VENV") or os.path.expanduser("~/.cache/probe-venv"),
+                        "bin", "python")
+
+
+def reexec_in_venv():
+    """Run the calling test again under the venv's python unless it already
+    runs there; exit 77 (skipped) when the venv or its torchrun, numpy or
+    h5py is missing. Returns the venv's python."""
+    py = venv_python()
+    venv = os.path.dirname(os.path.dirname(py))
+    # sys.prefix, not the executable: a venv's python may resolve to the base interpreter
+    if os.path.realpath(sys.prefix) != os.path.realpath(venv) and os.environ.get("PROBE_TORCHRUN_REEXEC") != "1":
+        if not os.path.exists(py):
+            print("SKIP: no venv python at %s (scripts/setup creates it; PROBE_VENV names another)" % py)
+            sys.exit(77)
+        r = subprocess.run([py, "-c", "import torch, torch.distributed, numpy, h5py"], capture_output=True)
+        if r.returncode != 0 or not os.path.exists(os.path.join(os.path.dirname(py), "torchrun")):
+            print("SKIP: the venv at %s lacks torch/torchrun/numpy/h5py" % py)
+            sys.exit(77)
+        os.environ["PROBE_TORCHRUN_REEXEC"] = "1"
+        os.execv(py, [py] + sys.argv)
+    return py
+
 def asan_runtime():
     """Path of the sanitizer runtime (libasan.so, or libtsan.so in the TSan
     build) when the shim was built with one, else None: a sanitizer-built
