@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "finish.h"
+#include "nsum.h"
 #include "select.h"
 
 enum {
@@ -60,34 +61,6 @@ static const int DIGIT_BITS[4] = {20, 16, 16, 12};
 static const int KNOWN_BITS[5] = {0, 20, 36, 52, 64}; /* bits known after each level */
 #define INMEM_MAX ((uint64_t)1 << 23) /* keep |c - r| in memory up to this n (64 MiB) */
 #define CAND_MAX ((uint64_t)1 << 23)  /* collect a bucket of at most this many (64 MiB) */
-
-/* ---- compensated sum (see metrics.c) ---- */
-
-typedef struct {
-    double s, c;
-} nsum;
-
-static inline void nsum_add(nsum *a, double x)
-{
-    double t = a->s + x;
-    if (fabs(a->s) >= fabs(x))
-        a->c += (a->s - t) + x;
-    else
-        a->c += (x - t) + a->s;
-    a->s = t;
-}
-
-/* Fold b into a: its running sum, then its compensation. */
-static inline void nsum_merge(nsum *a, const nsum *b)
-{
-    nsum_add(a, b->s);
-    a->c += b->c;
-}
-
-static inline double nsum_get(const nsum *a)
-{
-    return isfinite(a->s) ? a->s + a->c : a->s;
-}
 
 static inline uint64_t bits_of(double x)
 {

@@ -15,25 +15,7 @@
 #include <string.h>
 
 #include "probe/dtype.h"
-
-typedef struct {
-    double s, c;
-} nsum;
-
-static void nsum_add(nsum *a, double x)
-{
-    double t = a->s + x;
-    if (fabs(a->s) >= fabs(x))
-        a->c += (a->s - t) + x;
-    else
-        a->c += (x - t) + a->s;
-    a->s = t;
-}
-
-static double nsum_get(const nsum *a)
-{
-    return isfinite(a->s) ? a->s + a->c : a->s;
-}
+#include "nsum.h"
 
 /* x before m in the order used for min: numeric, then -0 before +0 */
 static int before_min(double x, double m)

@@ -7,20 +7,7 @@
 
 #include "probe/references.h"
 
-/* Neumaier's compensated sum (Higham 2nd ed., sec. 4.3, "Kahan-Babuska"). */
-typedef struct { double s, c; } csum;
-
-static inline void csum_add(csum *a, double x)
-{
-    double t = a->s + x;
-    if (fabs(a->s) >= fabs(x))
-        a->c += (a->s - t) + x;
-    else
-        a->c += (x - t) + a->s;
-    a->s = t;
-}
-
-static inline double csum_get(const csum *a) { return a->s + a->c; }
+#include "../metrics/nsum.h" /* Neumaier's compensated sum */
 
 /* a * b without overflow of the size_t product; 0 on overflow */
 static int mul_ok(size_t a, size_t b, size_t *out)
@@ -58,29 +45,29 @@ probe_status probe_ref_gemm(const probe_ref_gemm_args *g, double *out, double *a
         const double *B = g->b ? g->b + (g->b_batched ? bi * kn : 0) : NULL;
         for (size_t j = 0; j < n; j++) {
             for (size_t i = 0; i < m; i++) {
-                csum s = {0, 0}, sa = {0, 0};
+                nsum s = {0, 0}, sa = {0, 0};
                 for (size_t l = 0; l < k; l++) {
                     double x = g->transa ? A[i * k + l] : A[l * m + i];
                     double y = g->transb ? B[l * n + j] : B[j * k + l];
-                    csum_add(&s, x * y);
+                    nsum_add(&s, x * y);
                     if (abs_out)
-                        csum_add(&sa, fabs(x) * fabs(y));
+                        nsum_add(&sa, fabs(x) * fabs(y));
                 }
                 size_t o = bi * mn + j * m + i;
-                csum pre = {0, 0};
-                csum_add(&pre, as * csum_get(&s));
+                nsum pre = {0, 0};
+                nsum_add(&pre, as * nsum_get(&s));
                 if (g->c != NULL && g->beta != 0.0)
-                    csum_add(&pre, g->beta * g->c[o]);
+                    nsum_add(&pre, g->beta * g->c[o]);
                 if (g->bias != NULL)
-                    csum_add(&pre, g->bias[i]);
-                double v = csum_get(&pre);
+                    nsum_add(&pre, g->bias[i]);
+                double v = nsum_get(&pre);
                 if (g->epilogue == PROBE_REF_EPI_RELU)
                     v = v > 0 ? v : 0.0;
                 else if (g->epilogue == PROBE_REF_EPI_GELU_TANH)
                     probe_ref_gelu(&v, 1, PROBE_REF_GELU_TANH, &v, NULL);
                 out[o] = v;
                 if (abs_out)
-                    abs_out[o] = csum_get(&sa);
+                    abs_out[o] = nsum_get(&sa);
             }
         }
     }
@@ -113,10 +100,10 @@ probe_status probe_ref_rmsnorm(const double *x, int64_t rows, int64_t d, const d
         return PROBE_EINVAL;
     for (int64_t r = 0; r < rows; r++) {
         const double *xr = x + (size_t)r * (size_t)d;
-        csum ss = {0, 0};
+        nsum ss = {0, 0};
         for (int64_t i = 0; i < d; i++)
-            csum_add(&ss, xr[i] * xr[i]);
-        double inv = 1.0 / sqrt(csum_get(&ss) / (double)(d > 0 ? d : 1) + eps);
+            nsum_add(&ss, xr[i] * xr[i]);
+        double inv = 1.0 / sqrt(nsum_get(&ss) / (double)(d > 0 ? d : 1) + eps);
         for (int64_t i = 0; i < d; i++)
             out[(size_t)r * (size_t)d + (size_t)i] = xr[i] * inv * (weight ? weight[i] : 1.0);
     }
@@ -132,14 +119,14 @@ probe_status probe_ref_layernorm(const double *x, int64_t rows, int64_t d, const
         return PROBE_EINVAL;
     for (int64_t r = 0; r < rows; r++) {
         const double *xr = x + (size_t)r * (size_t)d;
-        csum s = {0, 0};
+        nsum s = {0, 0};
         for (int64_t i = 0; i < d; i++)
-            csum_add(&s, xr[i]);
-        double mean = d > 0 ? csum_get(&s) / (double)d : 0.0;
-        csum v = {0, 0};
+            nsum_add(&s, xr[i]);
+        double mean = d > 0 ? nsum_get(&s) / (double)d : 0.0;
+        nsum v = {0, 0};
         for (int64_t i = 0; i < d; i++)
-            csum_add(&v, (xr[i] - mean) * (xr[i] - mean));
-        double rstd = 1.0 / sqrt((d > 0 ? csum_get(&v) / (double)d : 0.0) + eps);
+            nsum_add(&v, (xr[i] - mean) * (xr[i] - mean));
+        double rstd = 1.0 / sqrt((d > 0 ? nsum_get(&v) / (double)d : 0.0) + eps);
         for (int64_t i = 0; i < d; i++)
             out[(size_t)r * (size_t)d + (size_t)i] =
                 (xr[i] - mean) * rstd * (weight ? weight[i] : 1.0) + (bias ? bias[i] : 0.0);
@@ -205,28 +192,28 @@ probe_status probe_ref_attention(const double *q, const double *k, const double 
         for (int64_t i = 0; i < sq; i++) {
             double mx = -INFINITY;
             for (int64_t j = 0; j < sk; j++) {
-                csum a = {0, 0}, aa = {0, 0};
+                nsum a = {0, 0}, aa = {0, 0};
                 for (int64_t l = 0; l < d; l++) {
                     double x = Q[i * d + l], y = K[j * d + l];
-                    csum_add(&a, x * y);
-                    csum_add(&aa, fabs(x) * fabs(y));
+                    nsum_add(&a, x * y);
+                    nsum_add(&aa, fabs(x) * fabs(y));
                 }
-                double val = csum_get(&a) * scale;
+                double val = nsum_get(&a) * scale;
                 if (mask)
                     val += mask[i * sk + j];
                 if (causal && j > i)
                     val = -INFINITY;
                 s[j] = val;
-                qk[j] = csum_get(&aa) * fabs(scale);
+                qk[j] = nsum_get(&aa) * fabs(scale);
                 if (val > mx)
                     mx = val;
             }
-            csum z = {0, 0};
+            nsum z = {0, 0};
             for (int64_t j = 0; j < sk; j++) {
                 p[j] = mx == -INFINITY ? NAN : exp(s[j] - mx);
-                csum_add(&z, p[j]);
+                nsum_add(&z, p[j]);
             }
-            double Z = csum_get(&z);
+            double Z = nsum_get(&z);
             double pd = 0.0; /* sum_l p_l delta_l */
             for (int64_t j = 0; j < sk; j++) {
                 p[j] /= Z;
@@ -235,16 +222,16 @@ probe_status probe_ref_attention(const double *q, const double *k, const double 
                 pd += p[j] * qk[j];
             }
             for (int64_t c = 0; c < dv; c++) {
-                csum o = {0, 0};
+                nsum o = {0, 0};
                 double pv = 0.0, pdv = 0.0;
                 for (int64_t j = 0; j < sk; j++) {
                     double vv = V[j * dv + c];
-                    csum_add(&o, p[j] * vv);
+                    nsum_add(&o, p[j] * vv);
                     pv += p[j] * fabs(vv);
                     pdv += p[j] * qk[j] * fabs(vv);
                 }
                 size_t idx = ((size_t)hh * (size_t)sq + (size_t)i) * (size_t)dv + (size_t)c;
-                out[idx] = csum_get(&o);
+                out[idx] = nsum_get(&o);
                 if (bound_out && u > 0)
                     bound_out[idx] = pdv + pd * pv + (g_sum + 4 * u) * pv;
             }
