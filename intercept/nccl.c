@@ -193,6 +193,10 @@ struct call {
 };
 
 static _Thread_local int in_hook;
+/* > 0 while this thread is inside a forwarded NCCL call: NCCL's own
+ * ncclBcast calls the exported ncclBroadcast, which reaches the hook again;
+ * such a nested call is NCCL's, not the program's, and is not recorded. */
+static _Thread_local int in_nccl;
 static _Thread_local int group_depth;
 static _Thread_local struct call *group_q;
 static _Thread_local size_t group_n, group_cap;
@@ -334,7 +338,7 @@ static void capture_operand(const struct call *c, const char *operand, const voi
 static void before(struct call *c)
 {
     c->active = 0;
-    if (in_hook || shim_cfg.mode != SHIM_OWNER || shim_is_foreign_process() || shim_closed())
+    if (in_hook || in_nccl || shim_cfg.mode != SHIM_OWNER || shim_is_foreign_process() || shim_closed())
         return;
     in_hook = 1;
     c->active = 1;
@@ -448,7 +452,9 @@ typedef nccl_result (*fn_send)(const void *, size_t, int, int, void *, void *);
         if (!f)                                                                                    \
             return NCCL_INTERNAL_ERROR;                                                           \
         before(&c);                                                                                \
+        ++in_nccl;                                                                                 \
         nccl_result r = f(__VA_ARGS__);                                                            \
+        --in_nccl;                                                                                 \
         after(&c, r);                                                                              \
         return r;                                                                                  \
     } while (0)
@@ -536,7 +542,7 @@ SHIM_EXPORT nccl_result ncclGroupStart(void)
     if (!f)
         return NCCL_INTERNAL_ERROR;
     nccl_result r = f();
-    if (r == NCCL_OK && !in_hook)
+    if (r == NCCL_OK && !in_hook && !in_nccl)
         ++group_depth;
     return r;
 }
@@ -551,7 +557,7 @@ SHIM_EXPORT nccl_result ncclGroupEnd(void)
     if (!f)
         return NCCL_INTERNAL_ERROR;
     nccl_result r = f();
-    if (in_hook)
+    if (in_hook || in_nccl)
         return r;
     if (group_depth > 0 && --group_depth == 0) {
         in_hook = 1;

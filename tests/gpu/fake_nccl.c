@@ -201,10 +201,15 @@ EXPORT ncclResult_t pncclBroadcast(const void *s, void *r, size_t n, int dt, int
     LOG_CALL("Broadcast", "%p %p %zu %d %d %p %p depth=%d", s, r, n, dt, root, comm, st, depth);
     return submit((struct qop){BC, s, r, n, dt, -1, root, -1}, comm, st);
 }
+EXPORT ncclResult_t ncclBroadcast(const void *, void *, size_t, int, int, void *, void *);
+
+/* As NCCL's own ncclBcast does (src/collectives.cc): it calls the exported
+ * ncclBroadcast, so a preloaded library that defines ncclBroadcast sees this
+ * nested call too. */
 EXPORT ncclResult_t pncclBcast(void *b, size_t n, int dt, int root, void *comm, void *st)
 {
     LOG_CALL("Bcast", "%p %zu %d %d %p %p depth=%d", b, n, dt, root, comm, st, depth);
-    return submit((struct qop){BC, b, b, n, dt, -1, root, -1}, comm, st);
+    return ncclBroadcast(b, b, n, dt, root, comm, st);
 }
 EXPORT ncclResult_t pncclSend(const void *s, size_t n, int dt, int peer, void *comm, void *st)
 {
@@ -272,6 +277,7 @@ EXPORT ncclResult_t ncclAllReduce(const void *, void *, size_t, int, int, void *
 EXPORT ncclResult_t ncclAllGather(const void *, void *, size_t, int, void *, void *) ALIAS(pncclAllGather);
 EXPORT ncclResult_t ncclReduceScatter(const void *, void *, size_t, int, int, void *, void *) ALIAS(pncclReduceScatter);
 EXPORT ncclResult_t ncclBroadcast(const void *, void *, size_t, int, int, void *, void *) ALIAS(pncclBroadcast);
+
 EXPORT ncclResult_t ncclBcast(void *, size_t, int, int, void *, void *) ALIAS(pncclBcast);
 EXPORT ncclResult_t ncclSend(const void *, size_t, int, int, void *, void *) ALIAS(pncclSend);
 EXPORT ncclResult_t ncclRecv(void *, size_t, int, int, void *, void *) ALIAS(pncclRecv);
