@@ -21,6 +21,9 @@ import tempfile
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import bf16_type  # noqa: E402
+
 try:
     import torch
 except ImportError:  # Debian's /usr/bin/python3 has torch; another interpreter may not
@@ -56,14 +59,6 @@ def run_json(path, *args):
 
 
 # --- writing tensors as the probe writer does (docs/file-format.md) ----------
-
-def bf16_type():
-    t = h5py.h5t.IEEE_F32LE.copy()
-    t.set_fields(15, 7, 8, 0, 7)
-    t.set_precision(16)
-    t.set_size(2)
-    t.set_ebias(127)
-    return t
 
 
 SEQ = [0]

@@ -137,6 +137,19 @@ def reexec_in_venv():
         os.execv(py, [py] + sys.argv)
     return py
 
+
+def bf16_type():
+    """The HDF5 file type probe's writer gives bfloat16 (probe/h5types.c):
+    IEEE binary32 cut to its upper 16 bits (sign 15, exponent 7..14, bias 127,
+    mantissa 0..6), little-endian."""
+    import h5py
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_fields(15, 7, 8, 0, 7)
+    t.set_precision(16)
+    t.set_size(2)
+    t.set_ebias(127)
+    return t
+
 def asan_runtime():
     """Path of the sanitizer runtime (libasan.so, or libtsan.so in the TSan
     build) when the shim was built with one, else None: a sanitizer-built

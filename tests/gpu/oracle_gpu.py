@@ -21,6 +21,9 @@ import h5py
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from test_shim_common import bf16_type  # noqa: E402
+
 ORACLE, OUT = sys.argv[1], sys.argv[2]
 os.makedirs(OUT, exist_ok=True)
 if not torch.cuda.is_available():
@@ -30,14 +33,6 @@ dev = "cuda"
 torch.manual_seed(0)
 fails = 0
 
-
-def bf16_type():
-    t = h5py.h5t.IEEE_F32LE.copy()
-    t.set_fields(15, 7, 8, 0, 7)
-    t.set_precision(16)
-    t.set_size(2)
-    t.set_ebias(127)
-    return t
 
 
 NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
