@@ -1033,7 +1033,11 @@ int main(int argc, char **argv)
     if (rc == 0) {
         fprintf(json_stdout ? stderr : stdout,
                 "probe-oracle: %s: %zu op%s: %zu pass, %zu fail, %zu not checkable -> %s\n", g_file,
-               nres, nres == 1 ? "" : "s", npass, nfail, nnc, nfail ? "FAIL" : "pass");
+               nres, nres == 1 ? "" : "s", npass, nfail, nnc,
+               nfail ? "FAIL"
+               : npass ? "pass"
+                       : "nothing checked (no checkable op: capture GEMM operands with "
+                         "probe-run --capture 'COMPONENT/*/gemm.*', docs/gemm.md)");
         rc = nfail ? 1 : 0;
         if (json_out != NULL) {
             json_t *root = json_object(), *arr = json_array();
