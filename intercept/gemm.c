@@ -703,6 +703,7 @@ static void gemm_pre(struct gcall *g, struct plan *p)
         o->span = 4;
     }
     int any = 0;
+    int may_be_last = shim_scope_may_be_last(&p->sc, SHIM_COUNT_GEMM, p->k);
     for (int i = 0; i < NOPS; ++i) {
         if (!p->ops[i].present)
             continue;
@@ -712,7 +713,8 @@ static void gemm_pre(struct gcall *g, struct plan *p)
             snprintf(p->slots[i], sizeof p->slots[i], "%s", op_names[i]);
         char path[SHIM_PATH_MAX];
         snprintf(path, sizeof path, "/%s/%04lld/%s", p->comp, (long long)p->call, p->slots[i]);
-        p->selected[i] = shim_tap_selected_interposed(path, p->sc.step, p->sc.cfg_branch, "gemm");
+        p->selected[i] = shim_tap_selected_interposed(path, p->sc.step, p->sc.cfg_branch, "gemm",
+                                                      may_be_last);
         any |= p->selected[i];
     }
     if (!any)

@@ -230,9 +230,10 @@ static size_t out_elems(const struct call *c)
 
 /* Selection of an interposed tensor: an item of PROBE_CAPTURE whose glob
  * contains `nccl` and matches path, with its step/branch selectors (tap.c). */
-static int nccl_selected(const char *path, int64_t step, int64_t branch)
+static int nccl_selected(const struct call *c, const char *path, int64_t step, int64_t branch)
 {
-    return shim_tap_selected_interposed(path, step, branch, "nccl");
+    return shim_tap_selected_interposed(path, step, branch, "nccl",
+                                        shim_scope_may_be_last(&c->sc, SHIM_COUNT_NCCL, c->k));
 }
 
 static void make_path(const struct call *c, const char *operand, char *buf, size_t cap)
@@ -357,8 +358,8 @@ static void before(struct call *c)
     int64_t step = c->in_scope ? c->sc.step : -1, br = c->in_scope ? c->sc.cfg_branch : -1;
     make_path(c, "in", c->path_in, sizeof c->path_in);
     make_path(c, "out", c->path_out, sizeof c->path_out);
-    c->sel_in = in_elems(c) > 0 && nccl_selected(c->path_in, step, br);
-    c->sel_out = out_elems(c) > 0 && nccl_selected(c->path_out, step, br);
+    c->sel_in = in_elems(c) > 0 && nccl_selected(c, c->path_in, step, br);
+    c->sel_out = out_elems(c) > 0 && nccl_selected(c, c->path_out, step, br);
     if ((c->sel_in || c->sel_out) && !shim_tap_process_captures())
         c->sel_in = c->sel_out = 0;
     c->in_done = 0;

@@ -169,6 +169,114 @@ static int64_t trailing_number(const char *name)
     return strtoll(name + i, NULL, 10);
 }
 
+/* `gemm.last` / `nccl.last` (PROBE_CAPTURE, docs/gemm.md "Selection"):
+ * per component and kind, how many calls its latest completed instance
+ * made. A frame takes a snapshot when it opens (shim_scope.last_n, so the
+ * hooks read it without a lock) and reports its own count when it closes.
+ * Kept only when an item names `.last`; a small table under a lock, taken
+ * twice per component call. */
+#define LAST_NAMES_MAX 64
+#define LAST_MISMATCH_KEPT 16
+struct last_entry {
+    char name[SHIM_NAME_MAX];
+    long long first_call;               /* call of the first instance (captured whole) */
+    long long n[SHIM_COUNT_KINDS];      /* latest completed instance's count, -1 none */
+    long long instances;                /* completed instances */
+    long long mismatched[SHIM_COUNT_KINDS];
+    long long mismatch_calls[SHIM_COUNT_KINDS][LAST_MISMATCH_KEPT];
+};
+static struct last_entry last_table[LAST_NAMES_MAX];
+static size_t nlast;
+static long long last_overflow; /* components beyond the table: .last never applies */
+static pthread_mutex_t last_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct last_entry *last_find(const char *component, int create)
+{
+    for (size_t i = 0; i < nlast; ++i)
+        if (strcmp(last_table[i].name, component) == 0)
+            return &last_table[i];
+    if (!create)
+        return NULL;
+    if (nlast == LAST_NAMES_MAX) {
+        ++last_overflow;
+        return NULL;
+    }
+    struct last_entry *e = &last_table[nlast++];
+    snprintf(e->name, sizeof e->name, "%s", component);
+    e->first_call = -1;
+    for (int k = 0; k < SHIM_COUNT_KINDS; ++k)
+        e->n[k] = -1;
+    return e;
+}
+
+/* A frame opens: snapshot the learned counts into f->s.last_n. */
+static void last_open(struct frame *f)
+{
+    for (int k = 0; k < SHIM_COUNT_KINDS; ++k)
+        f->s.last_n[k] = -1;
+    if (!shim_cfg.last_kinds)
+        return;
+    pthread_mutex_lock(&last_lock);
+    struct last_entry *e = last_find(f->s.component, 1);
+    if (e) {
+        for (int k = 0; k < SHIM_COUNT_KINDS; ++k)
+            f->s.last_n[k] = e->n[k];
+        if (e->first_call < 0)
+            e->first_call = f->s.call;
+    } else {
+        for (int k = 0; k < SHIM_COUNT_KINDS; ++k)
+            f->s.last_n[k] = -2; /* untracked component: .last never applies */
+    }
+    pthread_mutex_unlock(&last_lock);
+}
+
+/* A frame closes: its counts become the component's, and an instance whose
+ * count differs from the snapshot it was selected by is recorded (what was
+ * captured as its `.last` was not its last call, or nothing was). */
+static void last_close(const struct frame *f)
+{
+    if (!shim_cfg.last_kinds)
+        return;
+    static const char *const kind_name[SHIM_COUNT_KINDS] = {"GEMM", "NCCL call", "", ""};
+    int warn_kind = -1;
+    long long warn_was = 0;
+    pthread_mutex_lock(&last_lock);
+    struct last_entry *e = last_find(f->s.component, 0);
+    if (e) {
+        ++e->instances;
+        for (int k = 0; k < SHIM_COUNT_KINDS; ++k) {
+            if (!(shim_cfg.last_kinds & (1 << k)))
+                continue;
+            long long was = f->s.last_n[k], now = f->count[k];
+            if (was >= 0 && was != now) {
+                if (e->mismatched[k] < LAST_MISMATCH_KEPT)
+                    e->mismatch_calls[k][e->mismatched[k]] = f->s.call;
+                if (e->mismatched[k]++ == 0) {
+                    warn_kind = k;
+                    warn_was = was;
+                }
+            }
+            e->n[k] = now;
+        }
+    }
+    pthread_mutex_unlock(&last_lock);
+    if (warn_kind >= 0)
+        shim_warn("capture '%s.last': %s call %lld made %lld %ss, the instance before it %lld, so "
+                  "its last was not the one selected (manifest capture_last lists such calls)",
+                  warn_kind == SHIM_COUNT_NCCL ? "nccl" : "gemm", f->s.component,
+                  (long long)f->s.call, (long long)f->count[warn_kind], kind_name[warn_kind],
+                  warn_was);
+}
+
+int shim_scope_may_be_last(const struct shim_scope *sc, int kind, int64_t k)
+{
+    if (kind < 0 || kind >= SHIM_COUNT_KINDS || !(shim_cfg.last_kinds & (1 << kind)) ||
+        sc->component[0] == '\0')
+        return 0;
+    int64_t n = sc->last_n[kind];
+    return n == -1 || (n > 0 && k == n - 1);
+}
+
 static struct frame *push_frame(int kind)
 {
     struct scope_stack *st = &tls_scopes;
@@ -183,6 +291,7 @@ static struct frame *push_frame(int kind)
 static void remove_frame(int i)
 {
     struct scope_stack *st = &tls_scopes;
+    last_close(&st->f[i]);
     memmove(&st->f[i], &st->f[i + 1], (size_t)(st->depth - 1 - i) * sizeof st->f[0]);
     --st->depth;
 }
@@ -204,6 +313,7 @@ unsigned shim_scope_nvtx_enter(const char *range_name)
         f->s.call = atomic_fetch_add(&nvtx_calls[maps[i].slot], 1);
         f->s.step = trailing_number(range_name);
         f->s.cfg_branch = -1;
+        last_open(f);
         return f->token;
     }
     return 0;
@@ -281,6 +391,7 @@ SHIM_EXPORT int probe_scope_enter_v1(const probe_scope_v1 *s)
         if (f->s.cfg_branch < 0)
             f->s.cfg_branch = up->cfg_branch;
     }
+    last_open(f);
     return PROBE_OK;
 }
 
@@ -325,6 +436,40 @@ int64_t shim_scope_next(int kind)
     return st->f[st->depth - 1].count[kind]++;
 }
 
+/* ,"capture_last":{component:{"instances":N,"first_call":C,
+ *   "gemm":{"n":N,"mismatched":M,"mismatched_calls":[...]}, "nccl":{...}}} */
+static void last_json(struct shim_json *b)
+{
+    static const char *const fam[SHIM_COUNT_KINDS] = {"gemm", "nccl", NULL, NULL};
+    shim_json_raw(b, ",\"capture_last\":{");
+    pthread_mutex_lock(&last_lock);
+    for (size_t i = 0; i < nlast; ++i) {
+        const struct last_entry *e = &last_table[i];
+        if (i)
+            shim_json_raw(b, ",");
+        shim_json_string(b, e->name);
+        shim_json_printf(b, ":{\"instances\":%lld,\"first_call\":%lld", e->instances,
+                         e->first_call);
+        for (int k = 0; k < SHIM_COUNT_KINDS; ++k) {
+            if (!fam[k] || !(shim_cfg.last_kinds & (1 << k)))
+                continue;
+            shim_json_printf(b, ",\"%s\":{\"n\":%lld,\"mismatched\":%lld,\"mismatched_calls\":[",
+                             fam[k], e->n[k], e->mismatched[k]);
+            long long kept = e->mismatched[k] < LAST_MISMATCH_KEPT ? e->mismatched[k]
+                                                                   : LAST_MISMATCH_KEPT;
+            for (long long j = 0; j < kept; ++j)
+                shim_json_printf(b, "%s%lld", j ? "," : "", e->mismatch_calls[k][j]);
+            shim_json_raw(b, "]}");
+        }
+        shim_json_raw(b, "}");
+    }
+    if (last_overflow)
+        shim_json_printf(b, "%s\"(other components)\":{\"untracked_instances\":%lld}",
+                         nlast ? "," : "", last_overflow);
+    pthread_mutex_unlock(&last_lock);
+    shim_json_raw(b, "}");
+}
+
 void shim_scope_json(struct shim_json *b)
 {
     shim_json_raw(b, ",\"nvtx_scopes\":{\"spec\":");
@@ -362,4 +507,6 @@ void shim_scope_json(struct shim_json *b)
         shim_json_printf(b, "%s\"(other)\":%lld", nadapter ? "," : "", adapter_overflow);
     pthread_mutex_unlock(&adapter_lock);
     shim_json_raw(b, "}");
+    if (shim_cfg.last_kinds)
+        last_json(b);
 }

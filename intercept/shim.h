@@ -67,6 +67,7 @@ struct shim_config {
     struct shim_select *sel;  /* nglobs entries: the step/branch selectors of each glob */
     char *capture_error;      /* PROBE_CAPTURE rejected (nothing is captured), else NULL */
     int stats_only;           /* PROBE_STATS_ONLY: write summaries and hashes, not bytes */
+    int last_kinds;           /* union of sel[].last: scope.c learns per-instance counts */
 };
 
 /* The selectors of one PROBE_CAPTURE item (docs/intercept.md "Selection"):
@@ -77,6 +78,7 @@ struct shim_range {
     int64_t lo, hi;
 };
 struct shim_select {
+    int last; /* the glob names `<family>.last` (1 << SHIM_COUNT_*): see shim_scope_may_be_last */
     size_t nstep, nbranch;
     struct shim_range step[SHIM_SELECT_MAX_RANGES], branch[SHIM_SELECT_MAX_RANGES];
 };
@@ -460,9 +462,12 @@ probe_status shim_tap_hash_device(const probe_tap_tensor_v1 *t, size_t slot);
 /* Selection of a tensor of an interposed library call (docs/gemm.md
  * "Selection"): 1 if an item of PROBE_CAPTURE whose glob contains the text
  * `family` ("gemm" or "nccl") matches path with its step/branch selectors,
- * else 0. The default "*" therefore never selects library-call operands. */
+ * else 0. The default "*" therefore never selects library-call operands.
+ * An item naming `<family>.last` is matched, only when may_be_last
+ * (shim_scope_may_be_last), against path with the index of its last
+ * component's `<family>.<k>.` written `<family>.last.`. */
 int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
-                                 const char *family);
+                                 const char *family, int may_be_last);
 
 /* Record path as skipped with reason (no tensor; graphs.c). */
 void shim_tap_skip_path(const char *path, const char *reason);
@@ -536,6 +541,10 @@ struct shim_scope {
     char component[SHIM_NAME_MAX]; /* "" outside any scope */
     int64_t call, step;            /* -1 unknown */
     int32_t cfg_branch;            /* -1 unknown */
+    /* per kind, when PROBE_CAPTURE names `<family>.last` (shim_cfg.last_kinds):
+     * the number of calls the component's previous completed instance made,
+     * -1 while no instance has completed */
+    int64_t last_n[SHIM_COUNT_KINDS];
 };
 
 /* Read PROBE_NVTX_SCOPES (constructor): COMPONENT=GLOB items, comma-
@@ -551,6 +560,13 @@ int shim_scope_current(struct shim_scope *out);
  * thread's innermost scope instance; outside any scope a process-wide
  * counter per kind. -1 for a bad kind. */
 int64_t shim_scope_next(int kind);
+/* 1 when call k (of counter `kind`) of the scope instance sc may be the
+ * instance's last such call, so a `<family>.last` item applies to it: k is
+ * the previous completed instance's count - 1, or no instance of sc's
+ * component has completed yet (the first instance: every k, docs/gemm.md
+ * "Selection"). 0 outside any scope, for other k, or when no item names
+ * `.last`. */
+int shim_scope_may_be_last(const struct shim_scope *sc, int kind, int64_t k);
 /* nvtx.c: a push/pop range named range_name opened on this thread. Returns
  * a token (!= 0) when it matches PROBE_NVTX_SCOPES and a scope was opened
  * (component from the item; call = that component's count of such ranges;

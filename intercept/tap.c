@@ -225,11 +225,18 @@ void shim_capture_config(const char *spec)
             shim_cfg.capture_error = strdup(msg);
             shim_warn("PROBE_CAPTURE='%s': %s; nothing is captured (every tap counts as filtered)",
                       spec, msg);
+            shim_cfg.last_kinds = 0;
             free(g);
             free(sel);
             free(copy);
             return;
         }
+        /* `gemm.last` / `nccl.last`: the last call of each scope instance */
+        if (strstr(tok, "gemm.last"))
+            sel[k].last |= 1 << SHIM_COUNT_GEMM;
+        if (strstr(tok, "nccl.last"))
+            sel[k].last |= 1 << SHIM_COUNT_NCCL;
+        shim_cfg.last_kinds |= sel[k].last;
         g[k++] = tok;
     }
     shim_cfg.globs = g;
@@ -295,15 +302,46 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
     return shim_tap_capture(t, NULL, 1);
 }
 
-int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
-                                 const char *family)
+/* path with the index of its last component's "<family>.<digits>." written
+ * "<family>.last." into buf; 0 when that component does not start so. */
+static int last_alias(const char *path, const char *family, char *buf, size_t cap)
 {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t fl = strlen(family), d = 0;
+    if (strncmp(base, family, fl) != 0 || base[fl] != '.')
+        return 0;
+    const char *digits = base + fl + 1;
+    while (digits[d] >= '0' && digits[d] <= '9')
+        ++d;
+    if (d == 0 || digits[d] != '.')
+        return 0;
+    int n = snprintf(buf, cap, "%.*s.last%s", (int)(digits - 1 - path), path, digits + d);
+    return n > 0 && (size_t)n < cap;
+}
+
+int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
+                                 const char *family, int may_be_last)
+{
+    char alias[SHIM_PATH_MAX];
+    int have_alias = -1; /* not built yet */
     for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
         const char *g = shim_cfg.globs[i];
         const struct shim_select *s = &shim_cfg.sel[i];
         if (!strstr(g, family))
             continue;
-        if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
+        const char *p = path;
+        int bit = 1 << (strcmp(family, "nccl") == 0 ? SHIM_COUNT_NCCL : SHIM_COUNT_GEMM);
+        if (s->last & bit) {
+            if (!may_be_last)
+                continue;
+            if (have_alias < 0)
+                have_alias = last_alias(path, family, alias, sizeof alias);
+            if (!have_alias)
+                continue;
+            p = alias;
+        }
+        if ((fnmatch(g, p, 0) == 0 || (g[0] != '/' && fnmatch(g, p + 1, 0) == 0)) &&
             in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch))
             return 1;
     }

@@ -8,6 +8,8 @@
 #             on the first DiT block (--scope dit.block=WanTransformerBlock.forward)
 #             then probe-oracle on it; and the kernel log of SDPA math vs flash
 #             (probe-compare --kernels)
+#   last      the same Wan run with --capture 'dit.block/*/gemm.last.*' (the last
+#             GEMM of every DiT block): scripts/gpu/last_check.py, then probe-oracle
 #   bench     bench/interpose_overhead and bench/launch_overhead, if built
 #   nccl      scripts/gpu/nccl-check.sh (torchrun, 2 ranks) and
 #             scripts/gpu/rankset-check.sh (probe-compare over those rank sets)
@@ -21,7 +23,7 @@ BUILD=${BUILD:-build}
 LOG=$OUT/interpose
 mkdir -p "$LOG"
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(checks wan bench nccl parallel)
+[ ${#sections[@]} -gt 0 ] || sections=(checks wan last bench nccl parallel)
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 . scripts/gpu/debs-env.sh && probe_debs_env .
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -80,6 +82,17 @@ if want wan; then
   krc=$?
   tail -60 "$LOG/wan_kernels.log"
   if [ $krc -eq 0 ]; then record wan_kernels PASS; else record wan_kernels "FAIL (exit $krc)"; fi
+fi
+
+if want last; then
+  W=$LOG/wan
+  mkdir -p "$W"
+  run_section wan_last_capture "$BIN/probe-run" --force --out "$W/last.h5" --label last \
+    --scope dit.block=WanTransformerBlock.forward --capture 'dit.block/*/gemm.last.*' \
+    -- "$PY" scripts/gpu/wan_run.py --config tiny --dtype bf16 --steps 4 --no-time --attn math \
+    --out "$W/video_last.npy"
+  run_section wan_last_check "$PY" scripts/gpu/last_check.py "$W/last.h5" --component dit.block
+  run_section wan_last_oracle "$BIN/probe-oracle" "$W/last.h5" --json "$W/last_oracle.json"
 fi
 
 if want bench; then

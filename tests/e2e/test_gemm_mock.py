@@ -291,6 +291,47 @@ def main():
     off = manifest(scope_run("s4.h5", PROBE_WEIGHTS="0"))
     check("weights" not in off, "PROBE_WEIGHTS=0: no weights key")
 
+    # 5b. `gemm.last`: the last GEMM of each scope instance (docs/gemm.md
+    # "Selection"). Blocks make 3, 3, 4, 3, 3 GEMMs inside one dit.step that
+    # makes one GEMM before them and one after.
+    out5 = os.path.join(d, "last.h5")
+    r = run(args[:-1] + [d, "last"], preload_env(out5, leaks=False, PROBE_CAPTURE="*/gemm.last.*"))
+    print(r.stdout, r.stderr)
+    warn = probe_lines(r.stderr)
+    check(r.returncode == 0, "last: rc 0 (rc=%d)" % r.returncode)
+    check(len(warn) == 1 and "dit.block call 2 made 4 GEMMs, the instance before it 3" in warn[0],
+          "last: one probe: line, naming the block whose count changed (%s)" % warn)
+    # first instance of each component: whole; then the previous count - 1
+    want_k = {("dit.step", 0): [0, 1], ("dit.block", 0): [0, 1, 2], ("dit.block", 1): [2],
+              ("dit.block", 2): [2], ("dit.block", 4): [2]}
+    want = {"/%s/%04d/gemm.%04d.%s" % (c, call, k, o)
+            for (c, call), ks in want_k.items() for k in ks for o in ("a", "b", "out")}
+    with h5py.File(out5, "r") as f:
+        got = set()
+        f.visititems(lambda n, o: got.add("/" + n) if isinstance(o, h5py.Dataset) else None)
+        check(got == want, "last: captured exactly %s (got %s)" % (sorted(want), sorted(got)))
+        for (c, call), ks in want_k.items():
+            for k in ks:
+                base = "/%s/%04d/gemm.%04d." % (c, call, k)
+                if base + "out" not in f:
+                    continue
+                outv = f[base + "out"][()]
+                ref = np.fromfile(os.path.join(d, "last.%s.%d.%d.out.bin" % (c, call, k)), dtype=np.float32)
+                a = f[base + "a"][()].astype(np.float64)
+                b = f[base + "b"][()].astype(np.float64)
+                check(outv.shape == (2, 2) and a.shape == (3, 2) and b.shape == (2, 3) and
+                      np.array_equal(outv.reshape(-1), ref) and np.allclose(b @ a, outv, rtol=1e-6, atol=0),
+                      "last: %s holds GEMM %d of %s call %d (bytes as computed; out = b @ a in float64)"
+                      % (base + "*", k, c, call))
+    cl = manifest(out5).get("capture_last", {})
+    check(cl.get("dit.block") == {"instances": 5, "first_call": 0,
+                                  "gemm": {"n": 3, "mismatched": 2, "mismatched_calls": [2, 3]}},
+          "manifest capture_last dit.block: 5 instances, calls 2 and 3 mismatched (%s)" % cl.get("dit.block"))
+    check(cl.get("dit.step") == {"instances": 1, "first_call": 0,
+                                 "gemm": {"n": 2, "mismatched": 0, "mismatched_calls": []}},
+          "manifest capture_last dit.step: its own 2 GEMMs, not the blocks' (%s)" % cl.get("dit.step"))
+    check("capture_last" not in manifest(s1), "no capture_last key when no item names .last")
+
     # 6. 4 threads x 100 GEMMs, each thread in its own scope instance
     out6 = os.path.join(d, "threads.h5")
     r = run(args[:-1] + [d, "threads"], preload_env(out6, leaks=False, PROBE_CAPTURE="*/gemm.*.out"))

@@ -197,6 +197,21 @@ def main():
     with h5py.File(out, "r") as f:
         want = sorted(p for p in exp if p.startswith("/dit.step/"))
         check(sorted(datasets(f)) == want, "'*nccl*@step=1': only the scope's operands (%s)" % datasets(f))
+
+    # `nccl.last` (docs/gemm.md "Selection"): the scope's only instance is its
+    # first, so both of its calls may be the last; calls outside scopes never
+    out = os.path.join(d, "cap-last.h5")
+    run_prog(libs, d, "global", preload_env(out, leaks=False, PROBE_CAPTURE="*/nccl.last.*.out"), "last")
+    with h5py.File(out, "r") as f:
+        want = ["/dit.step/0003/nccl.0000.all_reduce.out", "/dit.step/0003/nccl.0001.broadcast.out"]
+        check(sorted(datasets(f)) == want, "'*/nccl.last.*.out': the scope's outputs only (%s)" % datasets(f))
+        for p in want:
+            if p in f:
+                check(np.array_equal(f[p][()], exp[p]), "%s: the value the fake computed" % p)
+        m = json.loads(f.attrs["probe.manifest"])
+        check(m.get("capture_last", {}).get("dit.step") ==
+              {"instances": 1, "first_call": 3, "nccl": {"n": 2, "mismatched": 0, "mismatched_calls": []}},
+              "manifest capture_last: dit.step call 3 made 2 NCCL calls (%s)" % m.get("capture_last"))
     finish()
 
 

@@ -4,7 +4,7 @@
  * fake_cublaslt.c (loaded RTLD_LOCAL under their real sonames, as torch
  * loads cuBLAS, so the shim must find them with RTLD_NOLOAD).
  *
- * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|threads
+ * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|last|threads
  *   main  the GEMMs listed in run_main (k0..k12) (outside any scope, so GEMM k is the
  *         k-th call of the process), each followed by a stream sync; for each
  *         operand a base buffer (DIR/<k>.<operand>.bin, saved when the shim
@@ -22,6 +22,7 @@
  *         then one cublasSgemm_v2 outside any scope. The weights' values
  *         depend on the environment variable SHIM_GEMM_SEED (default 0), so
  *         a test can make two runs load different weights.
+ *   last  GEMMs in nested scopes for `gemm.last` selection (run_last).
  * Prints "FAIL ..." for each broken expectation; exit 0 when there is none.
  */
 #include <dlfcn.h>
@@ -544,6 +545,51 @@ static int run_scope(void)
     return failures ? 1 : 0;
 }
 
+/* last: one scope "dit.step" (call 0, step 0) holding a GEMM, five "dit.block"
+ * instances (calls 0..4) and another GEMM; block c makes last_plan[c]
+ * cublasSgemm_v2 (2x2x3, transa/transb N) whose operands come from seed
+ * 100 + 10c + i, so each result says which call and GEMM made it.
+ * DIR/last.<component>.<call>.<k>.out.bin: the result of GEMM k of that call. */
+static const int last_plan[5] = {3, 3, 4, 3, 3};
+
+static void last_gemm(const char *component, int call, int k, int seed)
+{
+    float *P = fill(12, 6, seed), *Q = fill(12, 6, seed + 1000), *R = calloc(4, sizeof(float));
+    float alpha = 1.0f, beta = 0.0f;
+    check_status("cublasSgemm_v2 (last)", sgemm(handle, 0, 0, 2, 2, 3, &alpha, P, 2, Q, 3, &beta, R, 2), 0);
+    sync_stream();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/last.%s.%d.%d.out.bin", dir, component, call, k);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(R, sizeof(float), 4, f) != 4)
+        FAIL("cannot write %s", path);
+    if (f)
+        fclose(f);
+}
+
+static int run_last(void)
+{
+    if (!scope_enter || !scope_exit) {
+        FAIL("probe_scope_enter_v1 / probe_scope_exit_v1 not found (shim not preloaded?)");
+        return 1;
+    }
+    struct scope_desc step = {sizeof step, 1, "dit.step", 0, 0, 0};
+    if (scope_enter(&step) != 0)
+        FAIL("probe_scope_enter_v1 failed");
+    last_gemm("dit.step", 0, 0, 90);
+    for (int c = 0; c < 5; ++c) {
+        struct scope_desc sd = {sizeof sd, 1, "dit.block", c, -1, -1};
+        if (scope_enter(&sd) != 0)
+            FAIL("probe_scope_enter_v1 failed");
+        for (int i = 0; i < last_plan[c]; ++i)
+            last_gemm("dit.block", c, i, 100 + 10 * c + i);
+        scope_exit();
+    }
+    last_gemm("dit.step", 0, 1, 91);
+    scope_exit();
+    return failures ? 1 : 0;
+}
+
 /* threads: 4 threads, each in its own scope "worker" call t (step t), each
  * making 100 cublasSgemm_v2 on its own handle and stream; thread t's
  * operands come from seed t, so every captured out says which thread made it.
@@ -596,7 +642,7 @@ static int run_threads(void)
 int main(int argc, char **argv)
 {
     if (argc != 6) {
-        fprintf(stderr, "usage: %s MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|threads\n", argv[0]);
+        fprintf(stderr, "usage: %s MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|last|threads\n", argv[0]);
         return 2;
     }
     if (!dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) || !(blaslt = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL)) ||
@@ -657,6 +703,8 @@ int main(int argc, char **argv)
         rc = run_fork();
     else if (strcmp(argv[5], "scope") == 0)
         rc = run_scope();
+    else if (strcmp(argv[5], "last") == 0)
+        rc = run_last();
     else if (strcmp(argv[5], "threads") == 0)
         rc = run_threads();
     fclose(cases);
