@@ -499,28 +499,13 @@ static int overlaps(const struct operand *x, const struct operand *y)
 
 static atomic_int warned_device, warned_tap, warned_decode, warned_order;
 
-static void capture_one(const struct operand *o, const struct shim_scope *sc, int64_t k,
+static void capture_one(const struct operand *o, const struct shim_scope *sc,
                         const char *slot_comp, int64_t call, const char *slot, int device,
                         void *stream, const char *op_json)
 {
     probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = slot_comp;
-    t.slot = slot;
-    t.call = call;
-    t.step = sc->step;
-    t.cfg_branch = sc->cfg_branch;
-    t.device = device;
-    t.dtype = o->dtype;
-    t.rank = o->rank;
-    t.shape = o->shape;
-    t.strides = o->strides;
-    t.data = o->data;
-    t.stream = stream;
-    t.timestep = NAN;
-    (void)k;
+    shim_tap_operand(&t, slot_comp, slot, call, sc->step, sc->cfg_branch, device, o->dtype, o->rank,
+                     o->shape, o->strides, o->data, stream);
     probe_status st = shim_tap_capture(&t, op_json, 0);
     if (st != PROBE_OK && atomic_exchange(&warned_tap, 1) == 0)
         shim_warn("GEMM operand capture failed: %s (the call itself ran normally)",
@@ -620,22 +605,9 @@ static void weights_post(const struct gcall *g, struct plan *p, int status)
     char slot[SHIM_NAME_MAX];
     snprintf(slot, sizeof slot, "gemm.%04lld.a", (long long)p->k);
     probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = p->sc.component;
-    t.slot = slot;
-    t.call = 0;
-    t.step = p->sc.step;
-    t.cfg_branch = p->sc.cfg_branch;
-    t.device = p->device;
-    t.dtype = p->wop.dtype;
-    t.rank = p->wop.rank;
-    t.shape = p->wop.shape;
-    t.strides = p->wop.strides;
-    t.data = p->wop.data;
-    t.stream = g->stream;
-    t.timestep = NAN;
+    shim_tap_operand(&t, p->sc.component, slot, 0, p->sc.step, p->sc.cfg_branch, p->device,
+                     p->wop.dtype, p->wop.rank, p->wop.shape, p->wop.strides, p->wop.data,
+                     g->stream);
     if (shim_tap_hash_device(&t, p->wslot) != PROBE_OK)
         shim_weights_failed(p->wslot);
 }
@@ -734,7 +706,7 @@ static void gemm_pre(struct gcall *g, struct plan *p)
             continue;
         if (i == OP_C || overlaps(&p->ops[i], &p->ops[OP_OUT])) {
             p->early[i] = 1;
-            capture_one(&p->ops[i], &p->sc, p->k, p->comp, p->call, p->slots[i], p->device,
+            capture_one(&p->ops[i], &p->sc, p->comp, p->call, p->slots[i], p->device,
                         g->stream, p->json);
         }
     }
@@ -746,7 +718,7 @@ static void gemm_post(const struct gcall *g, struct plan *p, int status)
     if (p->active && status == 0) {
         for (int i = 0; i < NOPS; ++i)
             if (p->selected[i] && !p->early[i])
-                capture_one(&p->ops[i], &p->sc, p->k, p->comp, p->call, p->slots[i], p->device,
+                capture_one(&p->ops[i], &p->sc, p->comp, p->call, p->slots[i], p->device,
                             g->stream, p->json);
     }
     free(p->json);

@@ -310,21 +310,9 @@ static void capture_operand(const struct call *c, const char *operand, const voi
     snprintf(comp, sizeof comp, "%s", c->in_scope ? c->sc.component : "nccl");
     int64_t shape[1] = {(int64_t)elems};
     probe_tap_tensor_v1 t;
-    memset(&t, 0, sizeof t);
-    t.struct_size = sizeof t;
-    t.abi_version = PROBE_TAP_ABI_VERSION;
-    t.component = comp;
-    t.slot = slot;
-    t.call = c->in_scope ? c->sc.call : c->k;
-    t.step = c->in_scope ? c->sc.step : -1;
-    t.cfg_branch = c->in_scope ? c->sc.cfg_branch : -1;
-    t.device = c->ci.device;
-    t.dtype = (int32_t)dt;
-    t.rank = 1;
-    t.shape = shape;
-    t.data = data;
-    t.stream = c->stream;
-    t.timestep = __builtin_nan("");
+    shim_tap_operand(&t, comp, slot, c->in_scope ? c->sc.call : c->k, c->in_scope ? c->sc.step : -1,
+                     c->in_scope ? c->sc.cfg_branch : -1, c->ci.device, (int32_t)dt, 1, shape, NULL,
+                     data, c->stream);
     char *json = op_json(c);
     /* selected by nccl_selected; json becomes the dataset's probe.op attribute */
     int st = shim_tap_capture(&t, json, 0);

@@ -459,6 +459,15 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
  * nothing is written and no path is taken. PROBE_OK when queued. */
 probe_status shim_tap_hash_device(const probe_tap_tensor_v1 *t, size_t slot);
 
+/* Fill *t for an operand of an interposed library call: the ABI fields,
+ * the scope's names (component, slot, call, step, CFG branch), a device
+ * tensor (device, probe_dtype, rank, shape, strides or NULL = contiguous,
+ * data, stream) and no timestep (NaN). shape/strides are not copied. */
+void shim_tap_operand(probe_tap_tensor_v1 *t, const char *component, const char *slot,
+                      int64_t call, int64_t step, int32_t cfg_branch, int device, int32_t dtype,
+                      int32_t rank, const int64_t *shape, const int64_t *strides, const void *data,
+                      void *stream);
+
 /* Selection of a tensor of an interposed library call (docs/gemm.md
  * "Selection"): 1 if an item of PROBE_CAPTURE whose glob contains the text
  * `family` ("gemm" or "nccl") matches path with its step/branch selectors,

@@ -302,6 +302,29 @@ SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
     return shim_tap_capture(t, NULL, 1);
 }
 
+void shim_tap_operand(probe_tap_tensor_v1 *t, const char *component, const char *slot,
+                      int64_t call, int64_t step, int32_t cfg_branch, int device, int32_t dtype,
+                      int32_t rank, const int64_t *shape, const int64_t *strides, const void *data,
+                      void *stream)
+{
+    memset(t, 0, sizeof *t);
+    t->struct_size = sizeof *t;
+    t->abi_version = PROBE_TAP_ABI_VERSION;
+    t->component = component;
+    t->slot = slot;
+    t->call = call;
+    t->step = step;
+    t->cfg_branch = cfg_branch;
+    t->device = device;
+    t->dtype = dtype;
+    t->rank = rank;
+    t->shape = shape;
+    t->strides = strides;
+    t->data = data;
+    t->stream = stream;
+    t->timestep = NAN;
+}
+
 /* path with the index of its last component's "<family>.<digits>." written
  * "<family>.last." into buf; 0 when that component does not start so. */
 static int last_alias(const char *path, const char *family, char *buf, size_t cap)
