@@ -536,6 +536,8 @@ char *shim_manifest_build(int final)
     if (!user_has("inject"))
         shim_inject_json(&b);
     shim_stats_json(&b); /* stats.c: stats_only, capture_error */
+    if (final)
+        shim_capture_items_json(&b, 1); /* tap.c: capture_items (and a line per unmatched item) */
     shim_scope_json(&b); /* scope.c: nvtx_scopes */
     shim_gemm_json(&b);  /* gemm.c, weights.c: "gemm", "weights" */
     if (!user_has("kernels"))

@@ -357,6 +357,20 @@ static void count_adapter_scope(const char *component)
     pthread_mutex_unlock(&adapter_lock);
 }
 
+void shim_scope_names(char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    pthread_mutex_lock(&adapter_lock);
+    for (size_t i = 0; i < nadapter && used < cap; ++i) {
+        int n = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", adapter_counts[i].name);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    pthread_mutex_unlock(&adapter_lock);
+}
+
 /* Announce a component call on the calling thread (probe/tap.h). */
 SHIM_EXPORT int probe_scope_enter_v1(const probe_scope_v1 *s)
 {

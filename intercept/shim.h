@@ -68,6 +68,11 @@ struct shim_config {
     char *capture_error;      /* PROBE_CAPTURE rejected (nothing is captured), else NULL */
     int stats_only;           /* PROBE_STATS_ONLY: write summaries and hashes, not bytes */
     int last_kinds;           /* union of sel[].last: scope.c learns per-instance counts */
+    char **items;             /* nglobs entries: each item as given (glob and selectors) */
+    atomic_ullong *item_hits; /* nglobs entries: tensors each item matched (tap.c) */
+    /* selections evaluated in this process: [0] adapter taps, [1 + SHIM_COUNT_GEMM]
+     * GEMM operands, [1 + SHIM_COUNT_NCCL] collective operands (tap.c) */
+    atomic_ullong selections[3];
 };
 
 /* The selectors of one PROBE_CAPTURE item (docs/intercept.md "Selection"):
@@ -478,6 +483,14 @@ void shim_tap_operand(probe_tap_tensor_v1 *t, const char *component, const char 
 int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
                                  const char *family, int may_be_last);
 
+/* Append ,"capture_items":[{"item":TEXT,"matched":N},...] when PROBE_CAPTURE
+ * was given, and, when warn, one `probe:` line per item that matched no
+ * tensor although this process evaluated selections of its kind (an item
+ * naming `gemm` / `nccl`: that library's operands; any other: adapter taps).
+ * Such an item is almost always a typo in a path or a @step= outside the
+ * run's steps. */
+void shim_capture_items_json(struct shim_json *b, int warn);
+
 /* Record path as skipped with reason (no tensor; graphs.c). */
 void shim_tap_skip_path(const char *path, const char *reason);
 
@@ -576,6 +589,9 @@ int64_t shim_scope_next(int kind);
  * "Selection"). 0 outside any scope, for other k, or when no item names
  * `.last`. */
 int shim_scope_may_be_last(const struct shim_scope *sc, int kind, int64_t k);
+/* The components the adapter opened scopes for, in first-seen order,
+ * ", "-separated into buf (truncated to cap - 1 bytes). */
+void shim_scope_names(char *buf, size_t cap);
 /* nvtx.c: a push/pop range named range_name opened on this thread. Returns
  * a token (!= 0) when it matches PROBE_NVTX_SCOPES and a scope was opened
  * (component from the item; call = that component's count of such ranges;

@@ -205,10 +205,14 @@ void shim_capture_config(const char *spec)
         n += *c == ',';
     char **g = calloc(n, sizeof *g);
     struct shim_select *sel = calloc(n, sizeof *sel);
+    char **items = calloc(n, sizeof *items);
+    atomic_ullong *hits = calloc(n, sizeof *hits);
     char *copy = strdup(spec);
-    if (!g || !sel || !copy) {
+    if (!g || !sel || !items || !hits || !copy) {
         free(g);
         free(sel);
+        free(items);
+        free(hits);
         free(copy);
         return; /* nglobs stays 0: nothing is selected */
     }
@@ -226,8 +230,12 @@ void shim_capture_config(const char *spec)
             shim_warn("PROBE_CAPTURE='%s': %s; nothing is captured (every tap counts as filtered)",
                       spec, msg);
             shim_cfg.last_kinds = 0;
+            for (size_t i = 0; i < k; ++i)
+                free(items[i]);
             free(g);
             free(sel);
+            free(items);
+            free(hits);
             free(copy);
             return;
         }
@@ -237,8 +245,11 @@ void shim_capture_config(const char *spec)
         if (strstr(tok, "nccl.last"))
             sel[k].last |= 1 << SHIM_COUNT_NCCL;
         shim_cfg.last_kinds |= sel[k].last;
+        items[k] = strdup(item); /* NULL on ENOMEM: the item is then shown as its glob */
         g[k++] = tok;
     }
+    shim_cfg.items = items;
+    shim_cfg.item_hits = hits;
     shim_cfg.globs = g;
     shim_cfg.sel = sel;
     shim_cfg.nglobs = k;
@@ -256,16 +267,53 @@ static int in_ranges(int64_t v, const struct shim_range *r, size_t nr)
     return 0;
 }
 
+/* Every item is tried (not only up to the first that matches), so that each
+ * item's count says whether it selected anything (shim_capture_items_json). */
 static int selected(const char *path, int64_t step, int64_t branch)
 {
+    int any = 0;
+    atomic_fetch_add_explicit(&shim_cfg.selections[0], 1, memory_order_relaxed);
     for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
         const char *g = shim_cfg.globs[i];
         const struct shim_select *s = &shim_cfg.sel[i];
         if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
-            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch))
-            return 1;
+            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch)) {
+            atomic_fetch_add_explicit(&shim_cfg.item_hits[i], 1, memory_order_relaxed);
+            any = 1;
+        }
     }
-    return 0;
+    return any;
+}
+
+void shim_capture_items_json(struct shim_json *b, int warn)
+{
+    if (!getenv("PROBE_CAPTURE") || shim_cfg.nglobs == 0)
+        return;
+    shim_json_raw(b, ",\"capture_items\":[");
+    for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
+        const char *item = shim_cfg.items[i] ? shim_cfg.items[i] : shim_cfg.globs[i];
+        unsigned long long n = atomic_load(&shim_cfg.item_hits[i]);
+        shim_json_printf(b, "%s{\"item\":", i ? "," : "");
+        shim_json_string(b, item);
+        shim_json_printf(b, ",\"matched\":%llu}", n);
+        const char *g = shim_cfg.globs[i];
+        int kind = strstr(g, "gemm") ? 1 + SHIM_COUNT_GEMM : strstr(g, "nccl") ? 1 + SHIM_COUNT_NCCL : 0;
+        if (!warn || n != 0 || atomic_load(&shim_cfg.selections[kind]) == 0)
+            continue;
+        if (kind == 0) {
+            char names[256];
+            shim_scope_names(names, sizeof names);
+            shim_warn("--capture item '%s' matched no tensor in this run (paths are "
+                      "/<component>/<call:04>/<slot>; components: %s)",
+                      item, names[0] ? names : "none announced");
+        } else {
+            shim_warn("--capture item '%s' matched no tensor in this run (operand paths are "
+                      "/<component>/<call:04>/%s.<k:04>.%s)", item,
+                      kind == 1 + SHIM_COUNT_GEMM ? "gemm" : "nccl",
+                      kind == 1 + SHIM_COUNT_GEMM ? "<a|b|c|bias|out>" : "<op>.<in|out>");
+        }
+    }
+    shim_json_raw(b, "]");
 }
 
 static void fill_record(struct shim_job *j, const probe_tap_tensor_v1 *t, const char *path)
@@ -348,13 +396,15 @@ int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
 {
     char alias[SHIM_PATH_MAX];
     int have_alias = -1; /* not built yet */
+    int any = 0;
+    int kind = strcmp(family, "nccl") == 0 ? SHIM_COUNT_NCCL : SHIM_COUNT_GEMM, bit = 1 << kind;
+    atomic_fetch_add_explicit(&shim_cfg.selections[1 + kind], 1, memory_order_relaxed);
     for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
         const char *g = shim_cfg.globs[i];
         const struct shim_select *s = &shim_cfg.sel[i];
         if (!strstr(g, family))
             continue;
         const char *p = path;
-        int bit = 1 << (strcmp(family, "nccl") == 0 ? SHIM_COUNT_NCCL : SHIM_COUNT_GEMM);
         if (s->last & bit) {
             if (!may_be_last)
                 continue;
@@ -365,10 +415,12 @@ int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
             p = alias;
         }
         if ((fnmatch(g, p, 0) == 0 || (g[0] != '/' && fnmatch(g, p + 1, 0) == 0)) &&
-            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch))
-            return 1;
+            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch)) {
+            atomic_fetch_add_explicit(&shim_cfg.item_hits[i], 1, memory_order_relaxed);
+            any = 1;
+        }
     }
-    return 0;
+    return any;
 }
 
 probe_status shim_tap_hash_device(const probe_tap_tensor_v1 *t, size_t slot)

@@ -140,6 +140,25 @@ def selection_tests(tmp):
               f"(a) manifest taps: accepted {t['accepted']} == {len(want)}, filtered "
               f"{t['filtered']} == {len(taps) - len(want)}")
 
+    # items that match nothing (a typo in a component, a step the run does not
+    # have): one probe: line each, and the manifest's capture_items counts
+    # what each item matched
+    out = os.path.join(tmp, "unmatched.h5")
+    items = ["dit.step/*/out*@step=0-1", "dit.stpe/*/out", "/scheduler.step/*@step=99"]
+    p = probe_run(out, *[a for it in items for a in ("--capture", it)])
+    warn = [ln for ln in p.stderr.splitlines() if ln.startswith("probe: ")]
+    check(p.returncode == 0 and len(warn) == 2 and "'dit.stpe/*/out' matched no tensor" in warn[0]
+          and "'/scheduler.step/*@step=99' matched no tensor" in warn[1],
+          f"(a) unmatched items: the run goes on, one probe: line per unmatched item ({warn})")
+    want = {path for path, st, br in taps if path.startswith("/dit.step/") and "/out" in path and 0 <= st <= 1}
+    ci = manifest(out).get("capture_items")
+    check(ci == [{"item": items[0], "matched": len(want)}, {"item": items[1], "matched": 0},
+                 {"item": items[2], "matched": 0}] and set(datasets(out)) == want,
+          f"(a) manifest capture_items: {len(want)}, 0, 0 ({ci})")
+    check("capture_items" not in manifest(os.path.join(tmp, "sel0.h5")) or
+          all(x["matched"] > 0 for x in manifest(os.path.join(tmp, "sel0.h5"))["capture_items"]),
+          "(a) an item that matched has its count")
+
     # (b) bad selectors: probe-run refuses them before running the command
     marker = os.path.join(tmp, "ran")
     for bad in ("x@step=3-1", "x@foo=1", "@step=1", "x@step=", "x@step=1@step=2", "x@step=a",
