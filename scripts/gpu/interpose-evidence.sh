@@ -108,7 +108,11 @@ if want bench; then
       "$B/launch_overhead" "$B/libcudart.so.13" "$B/libcuda.so.1"
 fi
 
-if [ "$ngpu" -ge 2 ]; then
+# PROBE_SHARE_GPU=1: both ranks on GPU 0 of a one-GPU host (nccl_check.py and
+# sp_block.py give each rank its own NCCL_HOSTID, so NCCL joins them with its
+# socket transport on loopback); the probe side is the same, the transport is not
+if [ "$ngpu" -ge 2 ] || [ "${PROBE_SHARE_GPU:-0}" = 1 ]; then
+  [ "$ngpu" -ge 2 ] || echo "nccl/parallel: PROBE_SHARE_GPU=1, 2 ranks on 1 GPU" | tee -a "$LOG/summary.txt"
   want nccl && [ -f scripts/gpu/nccl-check.sh ] && run_section nccl_check bash scripts/gpu/nccl-check.sh
   want nccl && [ -f scripts/gpu/rankset-check.sh ] && run_section rankset_check bash scripts/gpu/rankset-check.sh
   want parallel && [ -f scripts/gpu/parallel-check.sh ] && run_section parallel_check bash scripts/gpu/parallel-check.sh

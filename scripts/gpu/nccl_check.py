@@ -40,7 +40,14 @@ def run(d):
     import torch.distributed as dist
     r = int(os.environ["RANK"])
     n = int(os.environ["WORLD_SIZE"])
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", r)))
+    if os.environ.get("PROBE_SHARE_GPU") == "1":
+        # every rank on GPU 0; NCCL refuses two ranks on one GPU of one host,
+        # so each rank is its own host for NCCL (socket transport on loopback)
+        dev = torch.device("cuda", 0)
+        os.environ["NCCL_HOSTID"] = "probe-share-gpu-rank%d" % r
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    else:
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", r)))
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)
     rec = []

@@ -184,7 +184,14 @@ def main(argv=None):
     rank, group = 0, None
     if world > 1:
         import torch.distributed as dist
-        if a.device == "cuda":
+        if a.device == "cuda" and os.environ.get("PROBE_SHARE_GPU") == "1":
+            # every rank on GPU 0 (scripts/gpu/parallel-check.sh, one-GPU mode): NCCL
+            # refuses two ranks on one GPU of one host, so each rank is its own host
+            # for NCCL (socket transport on loopback)
+            torch.cuda.set_device(0)
+            os.environ["NCCL_HOSTID"] = "probe-share-gpu-rank%s" % os.environ.get("RANK", "0")
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        elif a.device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if a.device == "cuda" else "gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
