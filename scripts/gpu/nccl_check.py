@@ -152,7 +152,11 @@ def verify(d, cap, plain=None):
                 "rank %d: manifest nccl rank %s nranks %s" % (r, nc.get("rank"), nc.get("nranks")))
             print("INFO rank %d nccl calls: %s" % (r, json.dumps(nc.get("calls"))))
             data = {}
-            f.visititems(lambda k, o: data.setdefault("/" + k, o) if isinstance(o, h5py.Dataset) else None)
+
+            def keep(k, o):  # returns None: visititems stops at the first non-None return
+                if isinstance(o, h5py.Dataset):
+                    data["/" + k] = o
+            f.visititems(keep)
             by_op = {}
             for p, ds in data.items():
                 slot = p.rsplit("/", 1)[1]
