@@ -298,9 +298,21 @@ void shim_capture_items_json(struct shim_json *b, int warn)
         shim_json_printf(b, ",\"matched\":%llu}", n);
         const char *g = shim_cfg.globs[i];
         int kind = strstr(g, "gemm") ? 1 + SHIM_COUNT_GEMM : strstr(g, "nccl") ? 1 + SHIM_COUNT_NCCL : 0;
-        if (!warn || n != 0 || atomic_load(&shim_cfg.selections[kind]) == 0)
+        unsigned long long offered = atomic_load(&shim_cfg.selections[kind]);
+        unsigned long long any = atomic_load(&shim_cfg.selections[0]) +
+                                 atomic_load(&shim_cfg.selections[1 + SHIM_COUNT_GEMM]) +
+                                 atomic_load(&shim_cfg.selections[1 + SHIM_COUNT_NCCL]);
+        /* nothing offered at all: a launcher or a process that only forwarded */
+        if (!warn || n != 0 || any == 0 || (kind == 0 && offered == 0))
             continue;
-        if (kind == 0) {
+        if (offered == 0) {
+            shim_warn("--capture item '%s' matched no tensor: this process offered no %s operand "
+                      "for selection (no %s call that probe hooks and can decode, e.g. a CPU "
+                      "run; manifest %s)", item,
+                      kind == 1 + SHIM_COUNT_GEMM ? "GEMM" : "NCCL",
+                      kind == 1 + SHIM_COUNT_GEMM ? "cuBLAS/cuBLASLt GEMM" : "NCCL collective",
+                      kind == 1 + SHIM_COUNT_GEMM ? "gemm" : "nccl");
+        } else if (kind == 0) {
             char names[256];
             shim_scope_names(names, sizeof names);
             shim_warn("--capture item '%s' matched no tensor in this run (paths are "

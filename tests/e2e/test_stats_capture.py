@@ -144,17 +144,22 @@ def selection_tests(tmp):
     # have): one probe: line each, and the manifest's capture_items counts
     # what each item matched
     out = os.path.join(tmp, "unmatched.h5")
-    items = ["dit.step/*/out*@step=0-1", "dit.stpe/*/out", "/scheduler.step/*@step=99"]
+    # (the toy pipeline runs on the CPU: no cuBLAS GEMM, so a GEMM item cannot match)
+    items = ["dit.step/*/out*@step=0-1", "dit.stpe/*/out", "/scheduler.step/*@step=99",
+             "dit.step/*/gemm.last.out"]
     p = probe_run(out, *[a for it in items for a in ("--capture", it)])
     warn = [ln for ln in p.stderr.splitlines() if ln.startswith("probe: ")]
-    check(p.returncode == 0 and len(warn) == 2 and "'dit.stpe/*/out' matched no tensor" in warn[0]
-          and "'/scheduler.step/*@step=99' matched no tensor" in warn[1],
+    check(p.returncode == 0 and len(warn) == 3 and "'dit.stpe/*/out' matched no tensor" in warn[0]
+          and "components: " in warn[0] and "dit.step" in warn[0]
+          and "'/scheduler.step/*@step=99' matched no tensor" in warn[1]
+          and "'dit.step/*/gemm.last.out' matched no tensor: this process offered no GEMM" in warn[2],
           f"(a) unmatched items: the run goes on, one probe: line per unmatched item ({warn})")
     want = {path for path, st, br in taps if path.startswith("/dit.step/") and "/out" in path and 0 <= st <= 1}
     ci = manifest(out).get("capture_items")
     check(ci == [{"item": items[0], "matched": len(want)}, {"item": items[1], "matched": 0},
-                 {"item": items[2], "matched": 0}] and set(datasets(out)) == want,
-          f"(a) manifest capture_items: {len(want)}, 0, 0 ({ci})")
+                 {"item": items[2], "matched": 0}, {"item": items[3], "matched": 0}]
+          and set(datasets(out)) == want,
+          f"(a) manifest capture_items: {len(want)}, 0, 0, 0 ({ci})")
     check("capture_items" not in manifest(os.path.join(tmp, "sel0.h5")) or
           all(x["matched"] > 0 for x in manifest(os.path.join(tmp, "sel0.h5"))["capture_items"]),
           "(a) an item that matched has its count")
