@@ -269,10 +269,17 @@ static int in_ranges(int64_t v, const struct shim_range *r, size_t nr)
 
 /* Every item is tried (not only up to the first that matches), so that each
  * item's count says whether it selected anything (shim_capture_items_json). */
+/* the largest denoising step an adapter tap carried (-1: none), for the
+ * message about an item that matched nothing */
+static atomic_llong step_max = -1;
+
 static int selected(const char *path, int64_t step, int64_t branch)
 {
     int any = 0;
     atomic_fetch_add_explicit(&shim_cfg.selections[0], 1, memory_order_relaxed);
+    long long seen = atomic_load_explicit(&step_max, memory_order_relaxed);
+    while (step > seen && !atomic_compare_exchange_weak(&step_max, &seen, (long long)step))
+        ;
     for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
         const char *g = shim_cfg.globs[i];
         const struct shim_select *s = &shim_cfg.sel[i];
@@ -315,9 +322,13 @@ void shim_capture_items_json(struct shim_json *b, int warn)
         } else if (kind == 0) {
             char names[256];
             shim_scope_names(names, sizeof names);
+            long long smax = atomic_load(&step_max);
+            char steps[48] = "";
+            if (smax >= 0)
+                snprintf(steps, sizeof steps, "; denoising steps 0-%lld", smax);
             shim_warn("--capture item '%s' matched no tensor in this run (paths are "
-                      "/<component>/<call:04>/<slot>; components: %s)",
-                      item, names[0] ? names : "none announced");
+                      "/<component>/<call:04>/<slot>; components: %s%s)",
+                      item, names[0] ? names : "none announced", steps);
         } else {
             shim_warn("--capture item '%s' matched no tensor in this run (operand paths are "
                       "/<component>/<call:04>/%s.<k:04>.%s)", item,

@@ -101,6 +101,20 @@ def main():
         check("blk" not in f and any(n.startswith("dit.step/0001/") for n in names),
               "dit.step tensors captured, none of the scope-only blk: %r" % sorted(names)[:6])
 
+    check("matched no method" not in r.stderr, "patterns that matched say nothing at exit")
+
+    # a --scope / --tap naming a class the program does not have: one line each at exit
+    out3 = os.path.join(d, "typo.h5")
+    r = subprocess.run([run, "--out", out3, "--tap", "dit.step=ScopeModel.forward",
+                        "--scope", "blk=ScopeBlok.forward", "--tap", "vae.decode=NoVae.decode",
+                        "--", PYTHON, script], capture_output=True, text=True)
+    lines = [l for l in r.stderr.splitlines() if l.startswith("probe: ")]
+    scope_l = [l for l in lines if "--scope blk=ScopeBlok.forward matched no method" in l]
+    check(r.returncode == 0 and r.stdout == plain.stdout and len(lines) == 2
+          and len(scope_l) == 1 and "'ScopeBlok'" in scope_l[0]
+          and any("--tap vae.decode=NoVae.decode matched no method" in l for l in lines),
+          "unmatched --scope and --tap: the run is unchanged, one probe: line each (%r)" % lines)
+
     for bad, why in (("blk", "expected NAME=PATTERN"), ("a/b=ScopeBlock.forward", "not a valid"),
                      ("blk=ScopeBlock", "malformed pattern")):
         out2 = os.path.join(d, "bad.h5")

@@ -152,6 +152,7 @@ def selection_tests(tmp):
     check(p.returncode == 0 and len(warn) == 3 and "'dit.stpe/*/out' matched no tensor" in warn[0]
           and "components: " in warn[0] and "dit.step" in warn[0]
           and "'/scheduler.step/*@step=99' matched no tensor" in warn[1]
+          and "denoising steps 0-2" in warn[1]
           and "'dit.step/*/gemm.last.out' matched no tensor: this process offered no GEMM" in warn[2],
           f"(a) unmatched items: the run goes on, one probe: line per unmatched item ({warn})")
     want = {path for path, st, br in taps if path.startswith("/dit.step/") and "/out" in path and 0 <= st <= 1}

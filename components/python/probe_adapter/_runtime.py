@@ -267,6 +267,17 @@ class Runtime:
     def at_exit(self):
         if not self.enabled or not self.lib.enabled():
             return  # nothing to flush, or the library already reported why
+        # A --tap or --scope that wrapped nothing is almost always a class name
+        # that does not exist in this program (a typo, another version).
+        try:
+            for kind, comp, text in self.table.unused_user_patterns():
+                _note_stderr("%s %s=%s matched no method in this run: no class named like '%s' "
+                             "with a method '%s' was defined or imported (classes are matched by "
+                             "their name, e.g. WanTransformerBlock.forward)"
+                             % (kind, comp, text, text.rsplit(":", 1)[-1].rsplit(".", 1)[0],
+                                text.rsplit(".", 1)[-1]))
+        except Exception:
+            pass
         try:
             self.manifest_libraries()
             self.manifest_dtypes()

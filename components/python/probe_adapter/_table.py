@@ -26,7 +26,8 @@ class TableError(Exception):
 
 
 class Pattern:
-    __slots__ = ("component", "module_glob", "class_glob", "method", "from_table", "text")
+    __slots__ = ("component", "module_glob", "class_glob", "method", "from_table", "text", "used",
+                 "kind")
 
     def __init__(self, component, text, from_table):
         m = _PATTERN_RE.match(text)
@@ -40,6 +41,8 @@ class Pattern:
         self.method = m.group("method")
         self.from_table = from_table
         self.text = text
+        self.used = False  # it selected a method of some class (Table.match)
+        self.kind = "table"  # or "--tap" / "--scope" (user patterns)
 
 
 def default_table_path():
@@ -101,7 +104,9 @@ class Table:
         if name not in self.rows:
             raise TableError("unknown component %r in --tap %s=%s (known: %s)"
                              % (name, name, text, ", ".join(self.names)))
-        self._extra.append(Pattern(name, text, False))
+        p = Pattern(name, text, False)
+        p.kind = "--tap"
+        self._extra.append(p)
         self._compile()
 
     def add_scope(self, name, text):
@@ -115,7 +120,9 @@ class Table:
                 or name in (".", "..") or any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
             raise TableError("--scope %s=%s: %r is not a valid component name (1..127 bytes, "
                              "no '/', no control characters)" % (name, text, name))
-        self._scopes.append(Pattern(name, text, False))
+        p = Pattern(name, text, False)
+        p.kind = "--scope"
+        self._scopes.append(p)
         self.scope_only.add(name)
         self._compile()
 
@@ -149,7 +156,13 @@ class Table:
                 continue
             if any(p.method in k.__dict__ for k in getattr(cls, "__mro__", ())):
                 found[p.method] = p.component
+                p.used = True
         return list(found.items())
+
+    def unused_user_patterns(self):
+        """The --tap / --scope patterns that selected no method of any class
+        seen so far: [(kind, component, pattern text)]."""
+        return [(p.kind, p.component, p.text) for p in self._extra + self._scopes if not p.used]
 
 
 def parse_taps(text):
