@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+from nccl_check import raw as dataset_bytes  # same folder (scripts/gpu)
+
 
 def run(d):
     import torch
@@ -39,7 +41,6 @@ def run(d):
 
 def verify(d, cap):
     import h5py
-    import numpy as np
     import torch
     v = {}
     for k, t in torch.load(os.path.join(d, "values.pt")).items():
@@ -59,12 +60,7 @@ def verify(d, cap):
         print("manifest nccl:", json.dumps(m.get("nccl")))
 
         def raw(p):  # the stored bytes, whatever the element type (bf16 is a custom HDF5 float)
-            ds = f[p]
-            tid = ds.id.get_type()
-            a = np.empty(ds.shape, dtype=np.dtype("V%d" % tid.get_size()))
-            if a.size:
-                ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, a, mtype=tid)
-            return a.tobytes()
+            return dataset_bytes(f[p])
 
         def one(prefix):
             return sorted(p for p in paths if p.startswith("/nccl/") and p.endswith(prefix))
