@@ -1,0 +1,198 @@
+"""One run of a diffusers WanPipeline (random weights, scripts/gpu/wan_pipe.py)
+with at most one transparent feature and at most one planted bug switched on:
+the program the mutation study (bench/mutation/study.py) runs under probe-run
+for the reference, the oracle, and every candidate.
+
+  python3 wan_mutants.py --device cpu --dtype bf16                      # reference
+  python3 wan_mutants.py --device cpu --dtype fp32 --weights-from bf16  # oracle
+  python3 wan_mutants.py --device cpu --dtype bf16 --feature sdpa-math
+  python3 wan_mutants.py --device cpu --dtype bf16 --bug chanbias:1:0.3
+
+Features (transparent: the same function, computed another way):
+  sdpa-math, sdpa-flash, sdpa-efficient   diffusers attention backend (the
+                                 reference uses the default dispatch)
+  compile                        torch.compile of the transformer
+  fused-qkv                      one QKV projection GEMM per attention
+                                 (diffusers fuse_projections)
+  tp-merge                       every FFN down projection as two partial
+                                 GEMMs over halves of its input features,
+                                 summed in the element type (what a 2-way
+                                 tensor-parallel all-reduce computes)
+  cuda-graphs                    torch.compile mode reduce-overhead (CUDA
+                                 graphs; GPU only)
+Bugs (BLOCK is the index of a transformer block):
+  chanbias:BLOCK:S   one channel (0) of block BLOCK's FFN output shifted by S
+                     times that channel's standard deviation
+  attnscale:BLOCK:E  block BLOCK's self-attention logits scaled by 1 + E
+                     (the query multiplied by 1 + E after its norm)
+  gain:BLOCK:E       block BLOCK's output multiplied by 1 + E
+  normeps:BLOCK:EPS  block BLOCK's FFN LayerNorm (norm3) with eps EPS
+  fp8:BLOCK          block BLOCK's FFN down-projection weight rounded to
+                     float8_e4m3fn (one per-tensor scale, amax / 448)
+  rope:BLOCK         block BLOCK's self-attention RoPE tables shifted by one
+                     token
+  mask:BLOCK         block BLOCK's cross-attention leaves out the last text
+                     token (a mask off by one)
+  timestep:D         the timestep given to the transformer plus D
+
+--weights-from bf16 (the oracle): the transformer is built as the reference
+builds it, rounded to bfloat16 and then held in --dtype, so the oracle
+evaluates the reference's function (the same weight values) in higher
+precision. --blocks-out FILE saves nothing; block capture is probe-run's
+--tap (docs/gates.md).
+"""
+import argparse
+import contextlib
+import os
+import sys
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "scripts", "gpu"))
+import wan_pipe  # noqa: E402
+
+FEATURES = ("sdpa-math", "sdpa-flash", "sdpa-efficient", "compile", "fused-qkv", "tp-merge",
+            "cuda-graphs")
+
+
+def parse_bug(text):
+    """'name:arg:arg' -> (name, [args]); raises SystemExit on a bad spec."""
+    if not text:
+        return None, []
+    name, *rest = text.split(":")
+    arity = {"chanbias": 2, "attnscale": 2, "gain": 2, "normeps": 2, "fp8": 1, "rope": 1,
+             "mask": 1, "timestep": 1}
+    if name not in arity or len(rest) != arity[name]:
+        sys.exit("wan_mutants: bad --bug %r (see the docstring)" % text)
+    return name, rest
+
+
+def plant(transformer, name, args):
+    """Plant bug `name` into the transformer (hooks and attribute changes)."""
+    blocks = transformer.blocks
+    if name == "timestep":
+        delta = float(args[0])
+
+        def pre(mod, a, kw):
+            if "timestep" in kw:
+                kw["timestep"] = kw["timestep"] + delta
+            else:
+                a = (a[0], a[1] + delta) + tuple(a[2:])
+            return a, kw
+        transformer.register_forward_pre_hook(pre, with_kwargs=True)
+        return
+    b = int(args[0])
+    if not 0 <= b < len(blocks):
+        sys.exit("wan_mutants: block %d out of range (0..%d)" % (b, len(blocks) - 1))
+    blk = blocks[b]
+    if name == "chanbias":
+        s = float(args[1])
+
+        def hook(mod, a, out):
+            out = out.clone()
+            ch = out[..., 0].float()
+            out[..., 0] = (ch + s * ch.std()).to(out.dtype)
+            return out
+        blk.ffn.register_forward_hook(hook)
+    elif name == "attnscale":
+        e = float(args[1])
+        blk.attn1.norm_q.register_forward_hook(lambda mod, a, out: out * (1.0 + e))
+    elif name == "gain":
+        e = float(args[1])
+        blk.register_forward_hook(lambda mod, a, out: out * (1.0 + e))
+    elif name == "normeps":
+        blk.norm3.eps = float(args[1])
+    elif name == "fp8":
+        lin = blk.ffn.net[2]
+        with torch.no_grad():
+            w = lin.weight.float()
+            scale = w.abs().max() / 448.0
+            lin.weight.copy_(((w / scale).to(torch.float8_e4m3fn).float() * scale)
+                             .to(lin.weight.dtype))
+    elif name == "rope":
+        def pre(mod, a, kw):
+            a = list(a)
+            cos, sin = a[3]
+            a[3] = (cos.roll(1, dims=1), sin.roll(1, dims=1))
+            return tuple(a), kw
+        blk.register_forward_pre_hook(pre, with_kwargs=True)
+    elif name == "mask":
+        def pre(mod, a, kw):
+            a = list(a)
+            if len(a) > 1 and a[1] is not None:
+                a[1] = a[1][:, :-1]
+            return tuple(a), kw
+        blk.attn2.register_forward_pre_hook(pre, with_kwargs=True)
+
+
+def tp_merge(transformer):
+    """Every FFN down projection as two partial GEMMs over halves of the input
+    features, summed in the element type (bias added once)."""
+    for blk in transformer.blocks:
+        lin = blk.ffn.net[2]
+        half = lin.in_features // 2
+
+        def fwd(x, lin=lin, half=half):
+            w = lin.weight
+            p0 = torch.nn.functional.linear(x[..., :half], w[:, :half])
+            p1 = torch.nn.functional.linear(x[..., half:], w[:, half:])
+            return p0 + p1 + lin.bias
+        lin.forward = fwd
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
+    ap.add_argument("--weights-from", choices=["bf16"], default=None,
+                    help="round the transformer's weights to this type first (the oracle)")
+    ap.add_argument("--feature", choices=FEATURES, default=None)
+    ap.add_argument("--bug", default=None)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--frames", type=int, default=17)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    bug, bug_args = parse_bug(args.bug)
+
+    dev = args.device
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    wan_pipe.CONFIGS["tiny"]["transformer"]["num_layers"] = args.layers
+    build_dtype = args.weights_from or args.dtype
+    pipe, te, cfg = wan_pipe.build("tiny", device=dev, dtype=build_dtype)
+    if args.weights_from:
+        pipe.transformer.to(dtype=wan_pipe.DTYPES[args.dtype])
+    tr = pipe.transformer
+    if bug:
+        plant(tr, bug, bug_args)
+    if args.feature == "fused-qkv":
+        for blk in tr.blocks:
+            blk.attn1.fuse_projections()
+            blk.attn2.fuse_projections()
+    elif args.feature == "tp-merge":
+        tp_merge(tr)
+    elif args.feature in ("compile", "cuda-graphs"):
+        mode = "reduce-overhead" if args.feature == "cuda-graphs" else None
+        pipe.transformer = torch.compile(tr, mode=mode)
+    attn = {"sdpa-math": "math", "sdpa-flash": "flash",
+            "sdpa-efficient": "efficient"}.get(args.feature, "default")
+    ids, neg, latents = wan_pipe.make_inputs(cfg, args.seed, args.frames, args.size, args.size,
+                                             dev)
+    pe, npe = wan_pipe.encode(te, ids, neg)
+    ctx = wan_pipe.attention_context(attn) if attn != "default" else contextlib.nullcontext()
+    with ctx:
+        video = wan_pipe.run(pipe, pe, npe, latents, args.steps, args.frames, args.size,
+                             args.size)
+    print("wan_mutants: dtype=%s feature=%s bug=%s video %s" %
+          (args.dtype, args.feature, args.bug, tuple(video.shape)))
+
+
+if __name__ == "__main__":
+    main()
