@@ -17,23 +17,25 @@ static const struct {
     const char *name;
     size_t size;
     int is_float;
+    int precision;  /* significand bits, the implicit one included (floats) */
+    int min_exp;    /* exponent of the smallest normal number (floats) */
 } dtype_table[PROBE_DTYPE_COUNT_] = {
-    [PROBE_DTYPE_INVALID]       = {"invalid", 0, 0},
-    [PROBE_DTYPE_BOOL]          = {"bool", 1, 0},
-    [PROBE_DTYPE_INT8]          = {"int8", 1, 0},
-    [PROBE_DTYPE_INT16]         = {"int16", 2, 0},
-    [PROBE_DTYPE_INT32]         = {"int32", 4, 0},
-    [PROBE_DTYPE_INT64]         = {"int64", 8, 0},
-    [PROBE_DTYPE_UINT8]         = {"uint8", 1, 0},
-    [PROBE_DTYPE_UINT16]        = {"uint16", 2, 0},
-    [PROBE_DTYPE_UINT32]        = {"uint32", 4, 0},
-    [PROBE_DTYPE_UINT64]        = {"uint64", 8, 0},
-    [PROBE_DTYPE_FLOAT16]       = {"float16", 2, 1},
-    [PROBE_DTYPE_BFLOAT16]      = {"bfloat16", 2, 1},
-    [PROBE_DTYPE_FLOAT32]       = {"float32", 4, 1},
-    [PROBE_DTYPE_FLOAT64]       = {"float64", 8, 1},
-    [PROBE_DTYPE_FLOAT8_E4M3FN] = {"float8_e4m3fn", 1, 1},
-    [PROBE_DTYPE_FLOAT8_E5M2]   = {"float8_e5m2", 1, 1},
+    [PROBE_DTYPE_INVALID]       = {"invalid", 0, 0, 0, 0},
+    [PROBE_DTYPE_BOOL]          = {"bool", 1, 0, 0, 0},
+    [PROBE_DTYPE_INT8]          = {"int8", 1, 0, 0, 0},
+    [PROBE_DTYPE_INT16]         = {"int16", 2, 0, 0, 0},
+    [PROBE_DTYPE_INT32]         = {"int32", 4, 0, 0, 0},
+    [PROBE_DTYPE_INT64]         = {"int64", 8, 0, 0, 0},
+    [PROBE_DTYPE_UINT8]         = {"uint8", 1, 0, 0, 0},
+    [PROBE_DTYPE_UINT16]        = {"uint16", 2, 0, 0, 0},
+    [PROBE_DTYPE_UINT32]        = {"uint32", 4, 0, 0, 0},
+    [PROBE_DTYPE_UINT64]        = {"uint64", 8, 0, 0, 0},
+    [PROBE_DTYPE_FLOAT16]       = {"float16", 2, 1, 11, -14},
+    [PROBE_DTYPE_BFLOAT16]      = {"bfloat16", 2, 1, 8, -126},
+    [PROBE_DTYPE_FLOAT32]       = {"float32", 4, 1, 24, -126},
+    [PROBE_DTYPE_FLOAT64]       = {"float64", 8, 1, 53, -1022},
+    [PROBE_DTYPE_FLOAT8_E4M3FN] = {"float8_e4m3fn", 1, 1, 4, -6},
+    [PROBE_DTYPE_FLOAT8_E5M2]   = {"float8_e5m2", 1, 1, 3, -14},
 };
 
 /* Aliases accepted by probe_dtype_from_name (torch's own aliases such as
@@ -83,6 +85,14 @@ probe_dtype probe_dtype_from_name(const char *name)
 int probe_dtype_is_float(probe_dtype t)
 {
     return dtype_valid(t) ? dtype_table[t].is_float : 0;
+}
+
+int probe_dtype_precision(probe_dtype t, int *min_exp)
+{
+    int ok = dtype_valid(t) && dtype_table[t].is_float;
+    if (min_exp)
+        *min_exp = ok ? dtype_table[t].min_exp : 0;
+    return ok ? dtype_table[t].precision : 0;
 }
 
 /* ---- bit-level helpers (little-endian byte order, independent of the host's) ---- */

@@ -20,7 +20,29 @@ typedef struct probe_metrics_totals {
     double max_abs;      /* < 0: no finite index */
     uint64_t max_abs_offset;
     double p99;
+    /* the gain sums, of the same scaled values: sum d r, r^2 d^2, r^3 d, r^4 */
+    double sdr, sr2d2, sr3d, sr4;
+    uint64_t nan_ref_only;
+    double mismatch_ulps_max; /* NaN: none */
+    double max_abs_ulps_scale; /* NaN: not floating */
 } probe_metrics_totals;
+
+/* The relative gain error, its HC0 standard error and z (probe/metrics.h)
+ * from the sums of scaled values (r scaled by 2^kr, d by 2^kd): alpha and
+ * its standard error scale by 2^(kr - kd), z is invariant. */
+static inline void probe_metrics_finish_gain(const probe_metrics_totals *t, probe_metrics *out)
+{
+    out->gain = out->gain_se = out->gain_z = 0.0;
+    if (!(t->srr > 0.0))
+        return;
+    double a = t->sdr / t->srr;
+    /* sum r^2 (d - a r)^2, expanded; rounding can leave it slightly below 0 */
+    double e2 = t->sr2d2 - 2.0 * a * t->sr3d + a * a * t->sr4;
+    double se = e2 > 0.0 ? sqrt(e2) / t->srr : 0.0;
+    out->gain = ldexp(a, t->kr - t->kd);
+    out->gain_se = ldexp(se, t->kr - t->kd);
+    out->gain_z = a == 0.0 ? 0.0 : se > 0.0 ? a / se : copysign(INFINITY, a);
+}
 
 static inline void probe_metrics_finish(const probe_metrics_totals *t, probe_metrics *out)
 {
@@ -61,6 +83,10 @@ static inline void probe_metrics_finish(const probe_metrics_totals *t, probe_met
     out->max_abs_offset = t->n_finite ? t->max_abs_offset : 0;
     out->mean_abs = t->n_finite ? ldexp(t->sabs / (double)t->n_finite, -t->kd) : NAN;
     out->p99_abs = t->p99;
+    out->nan_ref_only = t->nan_ref_only;
+    out->mismatch_ulps_max = t->mismatch_ulps_max;
+    out->max_abs_ulps_scale = t->max_abs_ulps_scale;
+    probe_metrics_finish_gain(t, out);
 }
 
 #endif

@@ -147,6 +147,9 @@ probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe
     if (m->nan_cand > 0)
         add_reason(&rs, "NaN in candidate (%llu element%s)", (unsigned long long)m->nan_cand,
                    m->nan_cand == 1 ? "" : "s");
+    if (m->nan_ref_only > 0)
+        add_reason(&rs, "NaN in reference where the candidate is not NaN (%llu element%s)",
+                   (unsigned long long)m->nan_ref_only, m->nan_ref_only == 1 ? "" : "s");
     if (m->inf_mismatch > 0)
         add_reason(&rs, "infinity mismatch (%llu element%s: not the same infinity on both sides)",
                    (unsigned long long)m->inf_mismatch, m->inf_mismatch == 1 ? "" : "s");
@@ -174,9 +177,17 @@ probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe
     if (m->mismatch_fraction > g->mismatch_fraction_max) {
         char vs[32], ls[32];
         fmt_pair(m->mismatch_fraction, g->mismatch_fraction_max, vs, ls, sizeof vs);
-        add_reason(&rs, "mismatch %llu of %llu elements (fraction %s > %s) at atol %.4g rtol %.4g",
+        char ulps[64] = "";
+        double u = ceil(m->mismatch_ulps_max), us = ceil(m->max_abs_ulps_scale);
+        if (u > 0 && u <= PROBE_GATE_FEW_ULPS)
+            snprintf(ulps, sizeof ulps, "; each within %.0f ulp%s of the element", u,
+                     u == 1 ? "" : "s");
+        else if (us > 0 && us <= PROBE_GATE_FEW_ULPS)
+            snprintf(ulps, sizeof ulps, "; all within %.0f ulp%s of the largest element", us,
+                     us == 1 ? "" : "s");
+        add_reason(&rs, "mismatch %llu of %llu elements (fraction %s > %s) at atol %.4g rtol %.4g%s",
                    (unsigned long long)m->mismatch_count, (unsigned long long)m->n, vs, ls,
-                   g->atol, g->rtol);
+                   g->atol, g->rtol, ulps);
     }
     check_above(&rs, "rel_l2", m->rel_l2, g->rel_l2_max);
     if (isfinite(m->cosine) && m->cosine < g->cosine_min) {

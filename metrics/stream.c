@@ -78,20 +78,26 @@ static inline double from_bits(uint64_t b)
 
 /* ---- per-chunk results ---- */
 
-enum { S_RR, S_CC, S_DD, S_RC, S_ABS, NSUMS };
+/* the sums over the finite indices: r^2, c^2, d^2, r c, |d|, and for the gain
+ * error d r, r^2 d^2, r^3 d, r^4 */
+enum { S_RR, S_CC, S_DD, S_RC, S_ABS, S_DR, S_R2D2, S_R3D, S_R4, NSUMS };
 
 typedef struct {
     double n;      /* finite elements of the channel in this chunk (or so far) */
     nsum sum_d;    /* sum of c - r */
     double mean_r; /* mean of r */
     double m2_r;   /* sum of (r - mean_r)^2 */
+    double mean_d; /* mean of c - r */
+    double m2_d;   /* sum of (d - mean_d)^2 */
 } chan_acc;
 
 typedef struct {
     nsum sum[NSUMS];
     double amax_r, amax_c, max_d;  /* max_d < 0: no finite index yet */
     uint64_t max_off;
-    uint64_t nf, zeros, mismatch, nan_r, nan_c, inf_r, inf_c, inf_mis, differ;
+    uint64_t nf, zeros, mismatch, nan_r, nan_c, inf_r, inf_c, inf_mis, nan_r_only;
+    uint64_t bytes_differ;         /* indices whose bytes differ (same element type) */
+    double max_ulps;               /* mismatches' largest |d| in ulps; < 0: none */
     chan_acc *chan;                /* spec.count entries, or NULL */
     uint64_t chan_k0, chan_span;   /* the channels this part touched: k0, k0+1, ... (mod count) */
 } part;
@@ -113,6 +119,7 @@ enum { SLOT_FREE, SLOT_FILLED, SLOT_DONE };
 
 typedef struct {
     double *r, *c;        /* CHUNK converted elements */
+    double *d;            /* CHUNK exact c - r of an integer pair, or NULL */
     uint32_t *hist;       /* HBINS counts (radix passes), flushed to job.hist_total */
     uint64_t hist_n;      /* elements counted in hist since its last flush */
     double pmin, pmax;    /* extra passes: range of the elements in the prefix bucket */
@@ -126,6 +133,8 @@ struct job {
     double atol, rtol;
     probe_channel_spec ch;
     size_t esize[2];
+    int int_pair;          /* both sides integer types: d = c - r is formed exactly */
+    int ulp_p, ulp_emin;   /* precision of the coarser floating type (0: no ulps) */
     uint64_t n, nchunks;
     int nthreads, nslots;
     enum pass_kind pass;
@@ -170,6 +179,7 @@ static void part_init(part *p, chan_acc *chan)
 {
     memset(p, 0, sizeof *p);
     p->max_d = -1.0;
+    p->max_ulps = -1.0;
     p->chan = chan;
 }
 
@@ -179,6 +189,27 @@ static inline int finite2(double r, double c)
      * warns about '&' on the comparisons themselves) */
     return (int)((bits_of(r) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull) &
            (int)((bits_of(c) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull);
+}
+
+/* a in units of the spacing of a type of precision prec and smallest normal
+ * exponent emin at x: 2^(max(e, emin) - prec + 1) with 2^e <= x < 2^(e+1). */
+static inline double in_ulps(int prec, int emin, double x, double a)
+{
+    int e = 0;
+    (void)frexp(x, &e); /* x = f 2^e with f in [0.5, 1) */
+    e -= 1;
+    if (x == 0.0 || e < emin)
+        e = emin;
+    return ldexp(a, prec - 1 - e);
+}
+
+/* A mismatching finite index: |d| = a in units of the coarser type's spacing
+ * at max(|r|, |c|). */
+static inline void note_ulps(const job *jb, part *p, double fr, double fc, double a)
+{
+    double u = in_ulps(jb->ulp_p, jb->ulp_emin, fr > fc ? fr : fc, a);
+    if (u > p->max_ulps)
+        p->max_ulps = u;
 }
 
 /* Sums of one block of m <= BLOCK elements, all finite on both sides:
@@ -192,51 +223,63 @@ static inline int finite2(double r, double c)
  * (every program linking libprobe crashed at start). */
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void block_finite(const job *jb, const double *R, const double *C, size_t m, part *p,
-                         uint64_t base, double *ad_out)
+static void block_finite(const job *jb, const double *R, const double *C, const double *D,
+                         size_t m, part *p, uint64_t base, double *ad_out)
 {
     double s[NSUMS][LANES] = {{0}};
     double mx[LANES] = {0}, ar[LANES] = {0}, ac[LANES] = {0};
-    uint64_t mis = 0, zer = 0, dif = 0;
+    uint64_t mis = 0, zer = 0;
     const double atol = jb->atol, rtol = jb->rtol;
     /* A tail of fewer than LANES elements goes through the same loop body,
      * padded with zero pairs: they add exact +0 to every lane (a lane is
      * never -0) and count only as zero differences, taken back below. */
-    double rp[LANES], cp[LANES], ap[LANES];
+    double rp[LANES], cp[LANES], dp[LANES], ap[LANES];
     size_t pad = 0;
     for (size_t i = 0; i < m; i += LANES) {
-        const double *Ri = R + i, *Ci = C + i;
+        const double *Ri = R + i, *Ci = C + i, *Di = D ? D + i : NULL;
         double *Ai = ad_out + i;
         if (m - i < LANES) {
             pad = LANES - (m - i);
             memset(rp, 0, sizeof rp);
             memset(cp, 0, sizeof cp);
+            memset(dp, 0, sizeof dp);
             memcpy(rp, Ri, (m - i) * sizeof *rp);
             memcpy(cp, Ci, (m - i) * sizeof *cp);
+            if (Di) {
+                memcpy(dp, Di, (m - i) * sizeof *dp);
+                Di = dp;
+            }
             Ri = rp;
             Ci = cp;
             Ai = ap;
         }
         for (int l = 0; l < LANES; l++) {
-            double r = Ri[l], c = Ci[l], d = c - r, a = fabs(d);
-            double fr = fabs(r), fc = fabs(c);
-            s[S_RR][l] += r * r;
+            double r = Ri[l], c = Ci[l], d = Di ? Di[l] : c - r, a = fabs(d);
+            double fr = fabs(r), fc = fabs(c), rr = r * r;
+            s[S_RR][l] += rr;
             s[S_CC][l] += c * c;
             s[S_DD][l] += d * d;
             s[S_RC][l] += r * c;
             s[S_ABS][l] += a;
+            s[S_DR][l] += d * r;
+            s[S_R2D2][l] += rr * (d * d);
+            s[S_R3D][l] += rr * (r * d);
+            s[S_R4][l] += rr * rr;
             mx[l] = a > mx[l] ? a : mx[l];
             ar[l] = fr > ar[l] ? fr : ar[l];
             ac[l] = fc > ac[l] ? fc : ac[l];
             mis += a > atol + rtol * fr;
             zer += a == 0.0;
-            dif += r != c;
             Ai[l] = a;
         }
         if (Ai == ap)
             memcpy(ad_out + i, ap, (m - i) * sizeof *ap);
     }
     zer -= pad;
+    if (mis && jb->ulp_p)
+        for (size_t i = 0; i < m; i++)
+            if (ad_out[i] > atol + rtol * fabs(R[i]))
+                note_ulps(jb, p, fabs(R[i]), fabs(C[i]), ad_out[i]);
     for (int k = 0; k < NSUMS; k++) {
         double *v = s[k];
         double t = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
@@ -260,44 +303,50 @@ static void block_finite(const job *jb, const double *R, const double *C, size_t
     p->nf += m;
     p->mismatch += mis;
     p->zeros += zer;
-    p->differ += dif;
 }
 
 /* The same for a block with a non-finite index somewhere: element by element,
  * the NaN/Inf rule of CONTRACT.md. ad_out[i] = -1 marks a non-finite index. */
-static void block_mixed(const job *jb, const double *R, const double *C, size_t m, part *p,
-                        uint64_t base, double *ad_out)
+static void block_mixed(const job *jb, const double *R, const double *C, const double *D,
+                        size_t m, part *p, uint64_t base, double *ad_out)
 {
     double s[NSUMS] = {0};
     for (size_t i = 0; i < m; i++) {
         double r = R[i], c = C[i];
         if (finite2(r, c)) {
-            double d = c - r, a = fabs(d), fr = fabs(r), fc = fabs(c);
-            s[S_RR] += r * r;
+            double d = D ? D[i] : c - r, a = fabs(d), fr = fabs(r), fc = fabs(c), rr = r * r;
+            s[S_RR] += rr;
             s[S_CC] += c * c;
             s[S_DD] += d * d;
             s[S_RC] += r * c;
             s[S_ABS] += a;
+            s[S_DR] += d * r;
+            s[S_R2D2] += rr * (d * d);
+            s[S_R3D] += rr * (r * d);
+            s[S_R4] += rr * rr;
             if (a > p->max_d) {
                 p->max_d = a;
                 p->max_off = base + i;
             }
             p->amax_r = fr > p->amax_r ? fr : p->amax_r;
             p->amax_c = fc > p->amax_c ? fc : p->amax_c;
-            p->mismatch += a > jb->atol + jb->rtol * fr;
+            if (a > jb->atol + jb->rtol * fr) {
+                p->mismatch++;
+                if (jb->ulp_p)
+                    note_ulps(jb, p, fr, fc, a);
+            }
             p->zeros += a == 0.0;
-            p->differ += r != c;
             p->nf++;
             ad_out[i] = a;
         } else {
             int rn = isnan(r), cn = isnan(c);
             p->nan_r += rn;
             p->nan_c += cn;
+            p->nan_r_only += rn && !cn;
             p->inf_r += isinf(r) != 0;
             p->inf_c += isinf(c) != 0;
             if (!(r == c || (rn && cn))) {
                 p->mismatch++;
-                p->differ++;
                 if (isinf(r) || isinf(c))
                     p->inf_mis++;
             }
@@ -309,10 +358,11 @@ static void block_mixed(const job *jb, const double *R, const double *C, size_t 
 }
 
 /* Channel partials of a chunk [base, base + m): two passes over the chunk
- * (counts/sums, then the sum of squared deviations from the chunk's channel
- * mean), the channels visited run by run. */
-static void chunk_channels(const job *jb, const double *R, const double *C, size_t m,
-                           uint64_t base, part *p)
+ * (counts/sums, then the sums of squared deviations of r and of d from the
+ * chunk's channel means), the channels visited run by run. D: the exact
+ * differences of an integer pair, else NULL (d = c - r). */
+static void chunk_channels(const job *jb, const double *R, const double *C, const double *D,
+                           size_t m, uint64_t base, part *p)
 {
     chan_acc *ca = p->chan;
     const uint64_t inner = jb->ch.inner, count = jb->ch.count;
@@ -338,20 +388,22 @@ static void chunk_channels(const job *jb, const double *R, const double *C, size
                 for (size_t j = i; j < i + run; j++)
                     if (finite2(R[j], C[j])) {
                         nk += 1.0;
-                        sd += C[j] - R[j];
+                        sd += D ? D[j] : C[j] - R[j];
                         sr += R[j];
                     }
                 a->n += nk;
                 nsum_add(&a->sum_d, sd);
                 a->mean_r += sr; /* the sum for now; made a mean below */
             } else {
-                double mu = a->mean_r, q = 0;
+                double mu = a->mean_r, md = a->mean_d, q = 0, qd = 0;
                 for (size_t j = i; j < i + run; j++)
                     if (finite2(R[j], C[j])) {
-                        double e = R[j] - mu;
+                        double e = R[j] - mu, f = (D ? D[j] : C[j] - R[j]) - md;
                         q += e * e;
+                        qd += f * f;
                     }
                 a->m2_r += q;
+                a->m2_d += qd;
             }
             i += run;
         }
@@ -360,6 +412,7 @@ static void chunk_channels(const job *jb, const double *R, const double *C, size
             for (uint64_t t = 0; t < span; t++) {
                 chan_acc *a = &ca[(k0 + t) % count];
                 a->mean_r = a->n > 0 ? a->mean_r / a->n : 0.0;
+                a->mean_d = a->n > 0 ? nsum_get(&a->sum_d) / a->n : 0.0;
             }
         }
     }
@@ -376,12 +429,72 @@ static void chan_merge(chan_acc *a, const chan_acc *b)
         a->n = b->n;
         a->mean_r = b->mean_r;
         a->m2_r = b->m2_r;
+        a->mean_d = b->mean_d;
+        a->m2_d = b->m2_d;
         return;
     }
-    double n = a->n + b->n, delta = b->mean_r - a->mean_r;
-    a->m2_r += b->m2_r + delta * delta * (a->n * b->n / n);
+    double n = a->n + b->n, delta = b->mean_r - a->mean_r, dd = b->mean_d - a->mean_d;
+    double w = a->n * b->n / n;
+    a->m2_r += b->m2_r + delta * delta * w;
     a->mean_r += delta * (b->n / n);
+    a->m2_d += b->m2_d + dd * dd * w;
+    a->mean_d += dd * (b->n / n);
     a->n = n;
+}
+
+/* Elements of a and b (m each of type t, es bytes) whose bytes differ; for
+ * bool, whose truth values differ (any nonzero byte is true). */
+static uint64_t bytes_differ(probe_dtype t, const unsigned char *a, const unsigned char *b,
+                             size_t m, size_t es)
+{
+    if (memcmp(a, b, m * es) == 0)
+        return 0;
+    uint64_t k = 0;
+    if (t == PROBE_DTYPE_BOOL) {
+        for (size_t i = 0; i < m; i++)
+            k += (a[i] != 0) != (b[i] != 0);
+        return k;
+    }
+    for (size_t i = 0; i < m; i++)
+        k += memcmp(a + i * es, b + i * es, es) != 0;
+    return k;
+}
+
+static int is_int_type(probe_dtype t)
+{
+    return t == PROBE_DTYPE_BOOL || (t >= PROBE_DTYPE_INT8 && t <= PROBE_DTYPE_UINT64);
+}
+
+#ifdef __SIZEOF_INT128__
+typedef __int128 wide_int;
+#else
+typedef long double wide_int; /* exact up to 2^64 on x86 (64-bit significand) */
+#endif
+
+/* Element i of an integer type, exactly. */
+static wide_int int_at(probe_dtype t, const unsigned char *p, size_t i)
+{
+    switch (t) {
+    case PROBE_DTYPE_INT8: { int8_t v; memcpy(&v, p + i, 1); return v; }
+    case PROBE_DTYPE_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    case PROBE_DTYPE_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case PROBE_DTYPE_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    case PROBE_DTYPE_UINT8: return p[i];
+    case PROBE_DTYPE_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    case PROBE_DTYPE_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case PROBE_DTYPE_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    default: return p[i] != 0; /* bool */
+    }
+}
+
+/* d[i] = c_i - r_i of an integer pair, formed exactly and then rounded once
+ * to double (converting each side first would round values beyond 2^53). */
+static void int_differences(const job *jb, const unsigned char *r, const unsigned char *c,
+                            double *d, size_t m)
+{
+    probe_dtype tr = jb->src->dtype[0], tc = jb->src->dtype[1];
+    for (size_t i = 0; i < m; i++)
+        d[i] = (double)(int_at(tc, c, i) - int_at(tr, r, i));
 }
 
 static probe_status convert(const job *jb, int side, const void *raw, double *dst, size_t m)
@@ -419,8 +532,8 @@ static void hist_maybe_flush(job *jb, worker_mem *w)
     pthread_mutex_unlock(&jb->mu);
 }
 
-static void extra_block(job *jb, const double *R, const double *C, size_t m, part *p,
-                        worker_mem *w, size_t *ncb)
+static void extra_block(job *jb, const double *R, const double *C, const double *D, size_t m,
+                        part *p, worker_mem *w, size_t *ncb)
 {
     double s[NSUMS] = {0};
     const uint64_t pmask = jb->level ? ~0ull << (64 - KNOWN_BITS[jb->level]) : 0;
@@ -433,14 +546,19 @@ static void extra_block(job *jb, const double *R, const double *C, size_t m, par
         if (jb->scaled) {
             double rs = ldexp(r, jb->kr), cs = ldexp(c, jb->kc);
             double ds = jb->d_overflow ? ldexp(c, jb->kd) - ldexp(r, jb->kd) : ldexp(c - r, jb->kd);
-            s[S_RR] += rs * rs;
+            double rr = rs * rs;
+            s[S_RR] += rr;
             s[S_CC] += cs * cs;
             s[S_DD] += ds * ds;
             s[S_RC] += rs * cs;
             s[S_ABS] += fabs(ds);
+            s[S_DR] += ds * rs;
+            s[S_R2D2] += rr * (ds * ds);
+            s[S_R3D] += rr * (rs * ds);
+            s[S_R4] += rr * rr;
         }
         if (jb->level) {
-            double a = fabs(c - r);
+            double a = fabs(D ? D[i] : c - r);
             if ((bits_of(a) & pmask) != jb->prefix)
                 continue;
             pmin = a < pmin ? a : pmin;
@@ -474,11 +592,13 @@ static void compute_chunk(job *jb, slot *sl, worker_mem *w)
         snprintf(sl->errmsg, sizeof sl->errmsg, "%s", probe_last_error());
         return;
     }
+    if (w->d)
+        int_differences(jb, sl->raw[0], sl->raw[1], w->d, m);
     if (jb->pass == PASS_EXTRA) {
         size_t ncb = 0;
         for (size_t b = 0; b < m; b += BLOCK) {
             size_t bm = m - b < BLOCK ? m - b : BLOCK;
-            extra_block(jb, w->r + b, w->c + b, bm, &sl->p, w, &ncb);
+            extra_block(jb, w->r + b, w->c + b, w->d ? w->d + b : NULL, bm, &sl->p, w, &ncb);
         }
         hist_maybe_flush(jb, w);
         if (ncb) {
@@ -492,15 +612,18 @@ static void compute_chunk(job *jb, slot *sl, worker_mem *w)
     double *ad = jb->inmem ? jb->inmem + base : w->cand_buf;
     for (size_t b = 0; b < m; b += BLOCK) {
         size_t bm = m - b < BLOCK ? m - b : BLOCK;
-        const double *R = w->r + b, *C = w->c + b;
+        const double *R = w->r + b, *C = w->c + b, *D = w->d ? w->d + b : NULL;
         int ok = 1;
         for (size_t i = 0; i < bm; i++)
             ok &= finite2(R[i], C[i]);
         if (ok)
-            block_finite(jb, R, C, bm, &sl->p, base + b, ad + b);
+            block_finite(jb, R, C, D, bm, &sl->p, base + b, ad + b);
         else
-            block_mixed(jb, R, C, bm, &sl->p, base + b, ad + b);
+            block_mixed(jb, R, C, D, bm, &sl->p, base + b, ad + b);
     }
+    if (jb->src->dtype[0] == jb->src->dtype[1])
+        sl->p.bytes_differ =
+            bytes_differ(jb->src->dtype[0], sl->raw[0], sl->raw[1], m, jb->esize[0]);
     if (jb->radix) {
         for (size_t i = 0; i < m; i++)
             if (ad[i] >= 0.0)
@@ -509,7 +632,7 @@ static void compute_chunk(job *jb, slot *sl, worker_mem *w)
         hist_maybe_flush(jb, w);
     }
     if (jb->ch.count)
-        chunk_channels(jb, w->r, w->c, m, base, &sl->p);
+        chunk_channels(jb, w->r, w->c, w->d, m, base, &sl->p);
 }
 
 /* ---- folding in chunk order ---- */
@@ -535,7 +658,9 @@ static void fold(job *jb, const part *p)
     t->inf_r += p->inf_r;
     t->inf_c += p->inf_c;
     t->inf_mis += p->inf_mis;
-    t->differ += p->differ;
+    t->nan_r_only += p->nan_r_only;
+    t->bytes_differ += p->bytes_differ;
+    t->max_ulps = p->max_ulps > t->max_ulps ? p->max_ulps : t->max_ulps;
     if (t->chan)
         for (uint64_t i = 0; i < p->chan_span; i++) {
             uint64_t k = (p->chan_k0 + i) % jb->ch.count;
@@ -711,9 +836,11 @@ static int scale_exp(double m)
     return -e;
 }
 
+/* The sums hold fourth powers (r^4, r^2 d^2): magnitudes in [2^-250, 2^250]
+ * keep them in range. */
 static int in_safe_range(double m)
 {
-    return m == 0.0 || (m >= 0x1p-300 && m <= 0x1p300);
+    return m == 0.0 || (m >= 0x1p-250 && m <= 0x1p250);
 }
 
 static void job_free(job *jb)
@@ -728,6 +855,7 @@ static void job_free(job *jb)
         for (int i = 0; i < jb->nthreads; i++) {
             free(jb->wm[i].r);
             free(jb->wm[i].c);
+            free(jb->wm[i].d);
             free(jb->wm[i].hist);
             free(jb->wm[i].cand_buf);
         }
@@ -769,6 +897,8 @@ static probe_status job_alloc(job *jb)
         w->pmin = INFINITY;
         w->pmax = -INFINITY;
         if (!w->r || !w->c || !w->cand_buf)
+            return PROBE_ENOMEM;
+        if (jb->int_pair && !(w->d = malloc(per * sizeof(double))))
             return PROBE_ENOMEM;
         if (jb->radix && !(w->hist = calloc(HBINS, sizeof *w->hist)))
             return PROBE_ENOMEM;
@@ -920,6 +1050,16 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
     jb.ch = so.channel;
     jb.esize[0] = es0;
     jb.esize[1] = es1;
+    jb.int_pair = is_int_type(src->dtype[0]) && is_int_type(src->dtype[1]) && (es0 == 8 || es1 == 8);
+    {
+        int e0 = 0, e1 = 0;
+        int p0 = probe_dtype_precision(src->dtype[0], &e0);
+        int p1 = probe_dtype_precision(src->dtype[1], &e1);
+        if (p0 && p1) { /* the coarser type: fewer significand bits, then the higher minimum */
+            jb.ulp_p = p0 < p1 ? p0 : p1;
+            jb.ulp_emin = p0 < p1 ? e0 : p1 < p0 ? e1 : (e0 > e1 ? e0 : e1);
+        }
+    }
     jb.n = src->n;
     jb.nchunks = (src->n + CHUNK - 1) / CHUNK;
     int th = so.threads > 0 ? so.threads : default_threads();
@@ -994,13 +1134,19 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
     }
     t = &main_total;
 
+    /* identical: the same element type and the same bytes everywhere */
+    uint64_t not_identical = src->dtype[0] == src->dtype[1] ? t->bytes_differ : src->n + 1;
     probe_metrics_totals tot = {
         src->n, nf,
         nsum_get(&sums[S_RR]), nsum_get(&sums[S_CC]), nsum_get(&sums[S_DD]),
         nsum_get(&sums[S_RC]), nsum_get(&sums[S_ABS]),
         kr, kc, kd,
-        t->nan_r, t->nan_c, t->inf_r, t->inf_c, t->inf_mis, t->mismatch, t->differ,
+        t->nan_r, t->nan_c, t->inf_r, t->inf_c, t->inf_mis, t->mismatch, not_identical,
         t->max_d, t->max_off, p99,
+        nsum_get(&sums[S_DR]), nsum_get(&sums[S_R2D2]), nsum_get(&sums[S_R3D]),
+        nsum_get(&sums[S_R4]),
+        t->nan_r_only, t->max_ulps < 0.0 ? NAN : t->max_ulps,
+        jb.ulp_p && nf ? in_ulps(jb.ulp_p, jb.ulp_emin, fmax(t->amax_r, t->amax_c), max_d) : NAN,
     };
     probe_metrics_finish(&tot, out);
 
@@ -1009,17 +1155,28 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
         shift->max = NAN;
         shift->max_rel = NAN;
         shift->std_ref = NAN;
-        double best = -1.0;
+        double best = -1.0, zbest = -1.0;
         for (uint64_t k = 0; k < jb.ch.count; k++) {
             const chan_acc *a = &jb.total.chan[k];
             double v = a->n > 0 ? nsum_get(&a->sum_d) / a->n : NAN;
+            double se = a->n >= 2 ? sqrt(a->m2_d / (a->n - 1.0) / a->n) : NAN;
+            double z = a->n < 2 || v == 0.0 ? 0.0 : se > 0.0 ? v / se : copysign(INFINITY, v);
             if (so.channel_shift_out)
                 so.channel_shift_out[k] = v;
+            if (so.channel_se_out)
+                so.channel_se_out[k] = se;
+            if (so.channel_n_out)
+                so.channel_n_out[k] = a->n;
             if (a->n > 0 && fabs(v) > best) {
                 best = fabs(v);
                 shift->argmax = k;
                 shift->max = v;
                 shift->std_ref = sqrt(a->m2_r / a->n);
+            }
+            if (fabs(z) > zbest) {
+                zbest = fabs(z);
+                shift->z_argmax = k;
+                shift->z_max = z;
             }
         }
         if (best >= 0.0) {

@@ -186,6 +186,7 @@ static probe_status compare_stats_only(probe_file *rf, size_t ri, probe_file *cf
         m->inf_ref = m->inf_cand = sr->inf;
         m->zero_norm_reference = sr->sum_sq == 0;
         m->identical = 1;
+        m->mismatch_ulps_max = m->max_abs_ulps_scale = NAN;
         m->norm_ref = m->norm_cand = sqrt(sr->sum_sq);
         m->dot = sr->sum_sq;
         t->compared = 1;
@@ -222,8 +223,178 @@ static probe_status compare_stats_only(probe_file *rf, size_t ri, probe_file *cf
     return PROBE_OK;
 }
 
+/* One side of a pair: a logical tensor of a rank set, or a tensor of a plain file. */
+typedef struct {
+    probe_rankset *s;
+    probe_file *f;
+    size_t idx;
+} tensor_side;
+
+typedef struct {
+    tensor_side side[2];
+} any_pair;
+
+static probe_status any_pair_read(void *ctx, int side, uint64_t offset, size_t count, void *dst)
+{
+    const tensor_side *x = &((any_pair *)ctx)->side[side];
+    return x->s ? probe_rankset_read_range(x->s, x->idx, offset, count, dst)
+                : probe_file_read_range(x->f, x->idx, offset, count, dst);
+}
+
+/* Metrics of one pair on the device the options name, with the channel spec (count 0:
+ * none) and, on the CPU, the per-channel arrays (NULL: not wanted). */
+static probe_status pair_metrics(const probe_compare_opts *o, const probe_pair_source *src,
+                                 const probe_metrics_opts *mo, probe_channel_spec spec,
+                                 double *shift_out, double *se_out, double *n_out,
+                                 probe_metrics *m, probe_channel_shift *shift)
+{
+    if (o->use_cuda) {
+        probe_cuda_source_fn fn;
+        probe_status s = probe_cuda_load(&fn);
+        if (s == PROBE_OK)
+            s = fn(o->cuda_device, src, mo, spec.count ? &spec : NULL, m, shift);
+        return s;
+    }
+    probe_stream_opts so = {o->threads, spec, shift_out, se_out, n_out};
+    return probe_metrics_compute_source(src, mo, &so, m, shift);
+}
+
+/* Per-channel arrays of one pair (shift, standard error, count), or all NULL. */
+typedef struct {
+    double *shift, *se, *n;
+} chan_arrays;
+
+static probe_status chan_alloc(chan_arrays *a, uint64_t count, const char *path)
+{
+    a->shift = a->se = a->n = NULL;
+    if (!count)
+        return PROBE_OK;
+    a->shift = malloc((size_t)count * sizeof(double));
+    a->se = malloc((size_t)count * sizeof(double));
+    a->n = malloc((size_t)count * sizeof(double));
+    if (a->shift && a->se && a->n)
+        return PROBE_OK;
+    free(a->shift);
+    free(a->se);
+    free(a->n);
+    a->shift = a->se = a->n = NULL;
+    return probe_set_error(PROBE_ENOMEM, "%s: cannot allocate the channel statistics", path);
+}
+
+static void chan_free(chan_arrays *a)
+{
+    free(a->shift);
+    free(a->se);
+    free(a->n);
+}
+
+/* The oracle's view of a compared tensor: metrics of (o, r) and (o, c) with the pair's
+ * channel spec, then the oracle verdict. Leaves has_oracle 0 when the oracle does not
+ * hold the path with the reference's shape. */
+static probe_status oracle_pair(const probe_compare_opts *o, probe_file *of, tensor_side rs,
+                                tensor_side cs, probe_channel_spec spec, const chan_arrays *pc,
+                                probe_tensor_result *t)
+{
+    size_t oi;
+    if (probe_file_find(of, t->ref.path, &oi) != PROBE_OK)
+        return PROBE_OK;
+    const probe_tensor_info *ot = probe_file_tensor(of, oi);
+    int same = !ot->stats_only && ot->rank == t->ref.rank && ot->n == t->ref.n &&
+               (ot->dtype == PROBE_DTYPE_BOOL) == (t->ref.dtype == PROBE_DTYPE_BOOL);
+    for (int d = 0; same && d < ot->rank; d++)
+        same = ot->shape[d] == t->ref.shape[d];
+    if (!same)
+        return PROBE_OK;
+    tensor_side os = {NULL, of, oi};
+    probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
+    chan_arrays br = {0}, bc = {0};
+    probe_status s = PROBE_OK;
+    if (spec.count && pc->shift) {
+        br.shift = malloc((size_t)spec.count * sizeof(double));
+        bc.shift = malloc((size_t)spec.count * sizeof(double));
+        if (!br.shift || !bc.shift)
+            s = probe_set_error(PROBE_ENOMEM, "%s: cannot allocate the channel statistics",
+                                t->ref.path);
+    }
+    probe_channel_shift sh;
+    for (int k = 0; k < 2 && s == PROBE_OK; k++) {
+        any_pair ap = {{os, k ? cs : rs}};
+        probe_pair_source src = {t->ref.n, {ot->dtype, k ? t->dtype_cand : t->ref.dtype},
+                                 any_pair_read, &ap};
+        s = pair_metrics(o, &src, &mo, br.shift ? spec : (probe_channel_spec){0, 0},
+                         k ? bc.shift : br.shift, NULL, NULL,
+                         k ? &t->m_oracle_cand : &t->m_oracle_ref, &sh);
+    }
+    if (s == PROBE_OK) {
+        uint64_t nch = br.shift && pc->shift ? spec.count : 0;
+        s = probe_oracle_check(&t->m_oracle_ref, &t->m_oracle_cand, &t->m, br.shift, bc.shift,
+                               pc->se, pc->n, nch, &t->sys, o->oracle_headroom, &t->oracle);
+        t->has_oracle = s == PROBE_OK;
+    }
+    free(br.shift);
+    free(bc.shift);
+    return s;
+}
+
+static void reason_f(probe_gate_verdict *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reason_f(probe_gate_verdict *v, const char *fmt, ...)
+{
+    v->pass = 0;
+    if (v->nreasons >= PROBE_GATE_MAX_REASONS)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vsnprintf(v->reasons[v->nreasons], sizeof v->reasons[0], fmt, ap) < 0)
+        v->reasons[v->nreasons][0] = 0;
+    va_end(ap);
+    v->nreasons++;
+}
+
+/* The tensor's headline verdict from its gate verdict (already in t->verdict), the
+ * systematic test and the oracle verdict (compare.h probe_tensor_result.verdict). */
+static probe_status headline_verdict(const probe_compare_opts *o, probe_tensor_result *t)
+{
+    t->gate_verdict = t->verdict;
+    if (!t->compared)
+        return PROBE_OK;
+    if (t->has_oracle) {
+        probe_gate unchecked;
+        probe_status s = probe_gate_parse("T2", &unchecked);
+        if (s == PROBE_OK)
+            s = probe_gate_check(&unchecked, &t->m, &t->verdict);
+        if (s != PROBE_OK)
+            return s;
+        const probe_oracle_verdict *ov = &t->oracle;
+        if (ov->ratio_fail)
+            reason_f(&t->verdict, "less accurate than the reference: error against the oracle "
+                     "%.3g x the reference's (limit %.3g; %.3e vs %.3e)", ov->ratio, ov->limit,
+                     ov->err_candidate, ov->err_reference);
+        if (ov->gain_fail)
+            reason_f(&t->verdict, "gain error farther from the oracle than the reference's: "
+                     "excess %.3g (z limit %.3g), alpha %.3e vs %.3e", ov->gain_excess,
+                     t->sys.gain_limit, t->m_oracle_cand.gain, t->m_oracle_ref.gain);
+        if (ov->channel_fail)
+            reason_f(&t->verdict, "channel %llu farther from the oracle than the reference: "
+                     "excess %.3g (z limit %.3g), size %.2e of ||r||",
+                     (unsigned long long)ov->channel, ov->channel_excess, t->sys.channel_limit,
+                     ov->channel_excess_size);
+        return PROBE_OK;
+    }
+    if (o->gate.kind == PROBE_GATE_T2 || o->expect_identical || !t->sys.computed)
+        return PROBE_OK;
+    if (t->sys.gain_fail)
+        reason_f(&t->verdict, "systematic gain error %.3e (z %.3g > %.3g): c ~ (1 %+.3e) r, beyond "
+                 "rounding noise", t->m.gain, t->m.gain_z, t->sys.gain_limit, t->m.gain);
+    if (t->sys.channel_fail)
+        reason_f(&t->verdict, "systematic shift of channel %llu: %.3e (z %.3g > %.3g, size %.2e of "
+                 "||r||), beyond rounding noise", (unsigned long long)t->sys.channel,
+                 t->sys.channel_shift, t->sys.channel_z, t->sys.channel_limit, t->sys.channel_size);
+    return PROBE_OK;
+}
+
 static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *cset, size_t ci,
-                                 const probe_compare_opts *o, probe_tensor_result *t)
+                                 probe_file *of, const probe_compare_opts *o,
+                                 probe_tensor_result *t)
 {
     const probe_rankset_entry *re = probe_rankset_entry_at(rset, ri);
     const probe_rankset_entry *ce = probe_rankset_entry_at(cset, ci);
@@ -278,32 +449,31 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
     probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
     probe_channel_spec spec = {0, 0};
     channel_axis_of(o, &t->ref, t, &spec);
-    double *per_channel = NULL;
-    probe_status s = PROBE_OK;
-    if (o->want_stats && spec.count && spec.count <= PROBE_STATS_MAX_CHANNELS &&
-        !(per_channel = malloc((size_t)spec.count * sizeof *per_channel)))
-        return probe_set_error(PROBE_ENOMEM, "%s: cannot allocate the channel shift", t->ref.path);
-    if (o->use_cuda) {
-        probe_cuda_source_fn fn;
-        s = probe_cuda_load(&fn);
-        if (s == PROBE_OK)
-            s = fn(o->cuda_device, &src, &mo, spec.count ? &spec : NULL, &t->m, &t->shift);
-    } else {
-        probe_stream_opts so = {o->threads, spec, per_channel};
-        s = probe_metrics_compute_source(&src, &mo, &so, &t->m, &t->shift);
-    }
-    if (s == PROBE_OK && o->want_stats) { /* the report's data: a second, sequential read */
-        s = probe_tensor_stats_compute_source(&src, t->ref.rank, t->ref.shape, &t->stats);
-        if (s == PROBE_OK && per_channel && t->shift.count) {
-            t->stats.channel_axis = t->channel_axis;
-            t->stats.nchannels = (int)spec.count;
-            t->stats.channel_shift = per_channel;
-            per_channel = NULL;
-        }
-    }
-    free(per_channel);
+    chan_arrays pc;
+    probe_status s = chan_alloc(&pc, o->use_cuda ? 0 : spec.count, t->ref.path);
     if (s != PROBE_OK)
         return s;
+    s = pair_metrics(o, &src, &mo, spec, pc.shift, pc.se, pc.n, &t->m, &t->shift);
+    if (s == PROBE_OK)
+        s = probe_systematic_check(&t->m, pc.shift, pc.se, pc.n, pc.shift ? spec.count : 0,
+                                   t->gate.rel_l2_max, &t->sys);
+    if (s == PROBE_OK && of)
+        s = oracle_pair(o, of, (tensor_side){rset, NULL, ri}, (tensor_side){cset, NULL, ci}, spec,
+                        &pc, t);
+    if (s == PROBE_OK && o->want_stats) { /* the report's data: a second, sequential read */
+        s = probe_tensor_stats_compute_source(&src, t->ref.rank, t->ref.shape, &t->stats);
+        if (s == PROBE_OK && pc.shift && t->shift.count && spec.count <= PROBE_STATS_MAX_CHANNELS) {
+            t->stats.channel_axis = t->channel_axis;
+            t->stats.nchannels = (int)spec.count;
+            t->stats.channel_shift = pc.shift;
+            pc.shift = NULL;
+        }
+    }
+    chan_free(&pc);
+    if (s != PROBE_OK) {
+        probe_tensor_stats_free(&t->stats);
+        return s;
+    }
     if (!t->shift.count) {
         t->channel_axis = -1;
         t->channel_axis_from = NULL;
@@ -321,8 +491,10 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
         t->verdict = gv;
     } else {
         t->verdict.pass = 0;
+        t->gate_verdict = t->verdict;
+        return PROBE_OK;
     }
-    return PROBE_OK;
+    return headline_verdict(o, t);
 }
 
 static probe_status push_name(char (**arr)[512], size_t *n, const char *path)
@@ -398,7 +570,7 @@ static probe_status isolate(probe_file *rf, size_t ri, probe_file *isof,
     file_pair fp = {{rf, isof}, {ri, ii}};
     probe_pair_source src = {t->ref.n, {t->ref.dtype, it->dtype}, file_pair_read, &fp};
     probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
-    probe_stream_opts so = {o->threads, {0, 0}, NULL};
+    probe_stream_opts so = {o->threads, {0, 0}, NULL, NULL, NULL};
     probe_status s = probe_metrics_compute_source(&src, &mo, &so, &t->m_isolated, NULL);
     if (s != PROBE_OK)
         return s;
@@ -623,6 +795,51 @@ static probe_status rank_roots(probe_compare_result *res, probe_rankset *rset,
     return PROBE_OK;
 }
 
+/* Run-level checks of the oracle: it is the same experiment as the reference (its root
+ * inputs are the reference's, converted to its element types at most), its injection did
+ * not fail, and it is not the reference itself (an oracle equal to the reference in
+ * every tensor it holds is not a higher-precision run). Each failure fails the run. */
+static probe_status oracle_run_checks(probe_compare_result *res, probe_file *rf, probe_file *of,
+                                      const probe_compare_opts *opts)
+{
+    char why[256];
+    if (probe_experiment_inject_failed(res->manifest_oracle, why, sizeof why)) {
+        res->pass = 0;
+        add_run_reason(res, "injection failed in the oracle run: %s", why);
+    }
+    if (res->noracle) {
+        size_t exact = 0;
+        for (size_t i = 0; i < res->ntensors; i++)
+            exact += res->tensors[i].has_oracle && res->tensors[i].m_oracle_ref.identical;
+        if (exact == res->noracle) {
+            res->pass = 0;
+            add_run_reason(res, "the oracle %s is identical to the reference in every tensor it "
+                           "holds: it is not a higher-precision run", res->oracle);
+        }
+    } else if (res->ntensors) {
+        res->pass = 0;
+        add_run_reason(res, "the oracle %s holds none of the compared tensors (with the "
+                       "reference's shape)", res->oracle);
+    }
+    if (!opts->check_roots)
+        return PROBE_OK;
+    probe_compare_result tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.same_experiment = 1;
+    probe_status s = probe_experiment_roots(&tmp, rf, of, opts);
+    if (s == PROBE_OK && !tmp.same_experiment) {
+        for (size_t i = 0; i < tmp.nroots; i++)
+            if (!tmp.roots[i].same && !tmp.roots[i].allowed) {
+                res->pass = 0;
+                add_run_reason(res, "the oracle is not the same experiment as the reference: "
+                               "root input %s differs (%s)", tmp.roots[i].path, tmp.roots[i].why);
+                break;
+            }
+    }
+    free(tmp.roots);
+    return s;
+}
+
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out)
 {
@@ -645,7 +862,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
     *out = NULL;
 
     probe_rankset *rset = NULL, *cset = NULL;
-    probe_file *isof = NULL;
+    probe_file *isof = NULL, *of = NULL;
     probe_status s = probe_rankset_open(reference, nrefs, &rset);
     if (s != PROBE_OK)
         return s;
@@ -679,6 +896,11 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         res->gate.rtol = opts->rtol;
     res->first_failure = -1;
     res->pass = 1;
+    res->gate_pass = 1;
+    res->headline = opts->oracle ? PROBE_HEADLINE_ORACLE
+                    : opts->gate.kind == PROBE_GATE_T2 || opts->expect_identical
+                        ? PROBE_HEADLINE_GATE
+                        : PROBE_HEADLINE_SYSTEMATIC;
     res->expect_identical = opts->expect_identical != 0;
     res->same_experiment = 1;
     res->per_rank = per_rank;
@@ -705,6 +927,14 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
             add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
                            opts->isolated, why);
         }
+    }
+
+    if (opts->oracle) {
+        if ((s = probe_file_open(opts->oracle, &of)) != PROBE_OK)
+            goto fail;
+        snprintf(res->oracle, sizeof res->oracle, "%s", opts->oracle);
+        if ((s = copy_manifest(&res->manifest_oracle, of)))
+            goto fail;
     }
 
     size_t sel_total = 0, sel_done = 0, ndiffer = 0;
@@ -736,9 +966,14 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         }
         probe_tensor_result *t = &res->tensors[res->ntensors];
         t->ref = *ti;
-        if ((s = compare_pair(rset, i, cset, ci, opts, t)) != PROBE_OK)
+        if ((s = compare_pair(rset, i, cset, ci, of, opts, t)) != PROBE_OK)
             goto fail;
         res->ntensors++; /* from here on the result owns what t holds */
+        if (!t->sys.computed)
+            t->gate_verdict = t->verdict;
+        res->noracle += t->has_oracle != 0;
+        res->noracle_missing += of && t->compared && !t->stats_only && !t->has_oracle;
+        int nbefore = t->verdict.nreasons;
         if ((s = rank_keys(rset, i, cset, ci, t)) != PROBE_OK)
             goto fail;
         t->amplification = NAN;
@@ -758,6 +993,15 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
                            "bit-identical (--expect-identical)", "");
             }
         }
+        /* failures found after the headline (replicas, identity) are the gate's too */
+        for (int k = nbefore; k < t->verdict.nreasons; k++) {
+            t->gate_verdict.pass = 0;
+            if (t->gate_verdict.nreasons < PROBE_GATE_MAX_REASONS)
+                memcpy(t->gate_verdict.reasons[t->gate_verdict.nreasons++], t->verdict.reasons[k],
+                       sizeof t->verdict.reasons[k]);
+        }
+        if (!t->gate_verdict.pass)
+            res->gate_pass = 0;
         if (!t->verdict.pass) {
             res->pass = 0;
             if (!res->first_failure_path[0]) {
@@ -828,9 +1072,15 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         }
     }
 
+    if (of && (s = oracle_run_checks(res, rf, of, opts)) != PROBE_OK)
+        goto fail;
+    if ((s = probe_attribute(res)) != PROBE_OK)
+        goto fail;
+
     probe_rankset_close(rset);
     probe_rankset_close(cset);
     probe_file_close(isof);
+    probe_file_close(of);
     *out = res;
     return PROBE_OK;
 fail:
@@ -838,6 +1088,7 @@ fail:
     probe_rankset_close(rset);
     probe_rankset_close(cset);
     probe_file_close(isof);
+    probe_file_close(of);
     return s;
 }
 
@@ -864,6 +1115,8 @@ void probe_compare_result_free(probe_compare_result *r)
     free(r->manifest_reference);
     free(r->manifest_candidate);
     free(r->manifest_isolated);
+    free(r->manifest_oracle);
     free(r->roots);
+    free(r->calls);
     free(r);
 }

@@ -64,6 +64,14 @@ static void usage(FILE *f)
             "  --isolated ISO.h5   the candidate run again under probe-run --replay REF.h5:\n"
             "                      report per tensor the error as run, in isolation, and\n"
             "                      their ratio (amplification)\n"
+            "  --oracle ORACLE.h5  the reference's experiment run in higher precision (its\n"
+            "                      weights and root inputs, e.g. float32 for a bfloat16\n"
+            "                      reference): the verdict becomes \"no less accurate than the\n"
+            "                      reference\": per tensor the error of each side against the\n"
+            "                      oracle, their ratio, and no added systematic error\n"
+            "                      (docs/gates.md); the gate is still reported beside it\n"
+            "  --oracle-headroom R the candidate's error against the oracle may be R times\n"
+            "                      the reference's (default 1.05)\n"
             "  --allow-weight-diff compare even when the runs' weight fingerprints say they\n"
             "                      loaded different weights (docs/gemm.md); default: exit 2\n"
             "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
@@ -198,8 +206,16 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
         fprintf(out, ", rel_l2 <= %g", r->gate.rel_l2_max);
     if (isfinite(r->gate.cosine_min))
         fprintf(out, ", cosine >= %g", r->gate.cosine_min);
-    fprintf(out, "\n\n%-*s  %-9s %10s %10s %12s %10s %10s %9s  %s\n", w, "path", "dtype", "n",
-            "rel_l2", "cosine", "max_abs", "p99_abs", "mismatch", "verdict");
+    if (r->oracle[0])
+        fprintf(out, "\noracle %s: verdict = no less accurate than the reference (error ratio "
+                     "against the oracle, no added systematic error); the gate is reported beside "
+                     "it", r->oracle);
+    else if (r->headline == PROBE_HEADLINE_SYSTEMATIC)
+        fprintf(out, "\nverdict = the gate and the systematic test (gain_z, chan_z: beyond "
+                     "rounding noise fails)");
+    fprintf(out, "\n\n%-*s  %-9s %10s %10s %12s %10s %10s %9s %7s %7s%s  %s\n", w, "path",
+            "dtype", "n", "rel_l2", "cosine", "max_abs", "p99_abs", "mismatch", "gain_z", "chan_z",
+            r->oracle[0] ? "  err_ratio" : "", "verdict");
     for (size_t i = 0; i < r->ntensors; i++) {
         const probe_tensor_result *t = &r->tensors[i];
         const probe_metrics *m = &t->m;
@@ -216,12 +232,24 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
             snprintf(cs, sizeof cs, "%.8f", m->cosine);
         else
             snprintf(cs, sizeof cs, "%s", t->compared ? "null" : "-");
-        char disp[600];
+        char disp[600], gz[32] = "-", cz[32] = "-", er[40] = "";
         rank_path(disp, sizeof disp, t);
-        fprintf(out, "%-*s  %-9s %10llu %10s %12s %10s %10s %9s  %s%s%s\n", w, disp,
+        if (t->sys.computed) {
+            snprintf(gz, sizeof gz, "%.3g", t->m.gain_z);
+            if (t->sys.channels)
+                snprintf(cz, sizeof cz, "%.3g", t->sys.channel_z);
+        }
+        if (r->oracle[0]) {
+            if (t->has_oracle && isfinite(t->oracle.ratio))
+                snprintf(er, sizeof er, "  %9.4f", t->oracle.ratio);
+            else
+                snprintf(er, sizeof er, "  %9s", t->has_oracle ? "inf" : "-");
+        }
+        const char *gate_note = t->verdict.pass && !t->gate_verdict.pass ? " (gate: FAIL)" : "";
+        fprintf(out, "%-*s  %-9s %10llu %10s %12s %10s %10s %9s %7s %7s%s  %s%s%s%s\n", w, disp,
                 probe_dtype_name(t->ref.dtype), (unsigned long long)t->ref.n, rl, cs, mx, p99, mm,
-                t->verdict.pass ? "pass" : "FAIL", t->verdict.nreasons ? ": " : "",
-                t->verdict.nreasons ? t->verdict.reasons[0] : "");
+                gz, cz, er, t->verdict.pass ? "pass" : "FAIL", gate_note,
+                t->verdict.nreasons ? ": " : "", t->verdict.nreasons ? t->verdict.reasons[0] : "");
     }
     size_t nstats = 0;
     for (size_t i = 0; i < r->ntensors; i++)
@@ -448,6 +476,58 @@ static void gate_label(char *buf, size_t cap, const probe_compare_opts *o)
         snprintf(buf + len, cap - len, "%s --rtol %g", o->atol_set ? "," : " with", o->rtol);
 }
 
+/* "component/NNNN" of call k. */
+static void call_name(char *buf, size_t cap, const probe_compare_result *r, long k)
+{
+    if (k < 0 || (size_t)k >= r->ncalls) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    if (snprintf(buf, cap, "%s/%04lld", r->calls[k].component, (long long)r->calls[k].call) < 0)
+        buf[0] = 0;
+}
+
+/* Where the difference was introduced (probe_introduction), one or two lines. */
+static void print_introduced(FILE *out, const probe_compare_result *r)
+{
+    const probe_introduction *in = &r->introduced;
+    if (in->kind == PROBE_INTRODUCED_NONE || in->call < 0)
+        return;
+    const probe_call_verdict *c = &r->calls[in->call];
+    const probe_tensor_result *t = in->tensor >= 0 ? &r->tensors[in->tensor] : NULL;
+    char name[200], where[200] = "", after[200];
+    call_name(name, sizeof name, r, in->call);
+    size_t len = 0;
+    if (c->parent >= 0) {
+        char pn[200];
+        call_name(pn, sizeof pn, r, c->parent);
+        len += (size_t)snprintf(where + len, sizeof where - len, "%s%ld of %s", c->block >= 0 ?
+                                "block " : "", c->block, pn);
+    }
+    if (c->step >= 0 && len < sizeof where)
+        len += (size_t)snprintf(where + len, sizeof where - len, "%sstep %lld", len ? ", " : "",
+                                (long long)c->step);
+    if (c->cfg_branch >= 0 && len < sizeof where)
+        snprintf(where + len, sizeof where - len, "%sbranch %d", len ? ", " : "", c->cfg_branch);
+    if (in->kind == PROBE_INTRODUCED_CALL)
+        fprintf(out, "introduced by %s%s%s%s: %s fails while its inputs pass%s\n", name,
+                where[0] ? " (" : "", where, where[0] ? ")" : "", t ? t->ref.path : "?",
+                !strcmp(c->decided_by, "isolated") ? " (and fails in isolation)" : "");
+    else if (in->kind == PROBE_INTRODUCED_BETWEEN) {
+        call_name(after, sizeof after, r, in->after_call);
+        char amp[64] = "";
+        if (isfinite(in->amplification))
+            snprintf(amp, sizeof amp, ", %.3g x the largest of the outputs since", in->amplification);
+        fprintf(out, "introduced between %s and %s%s%s%s, in pipeline code: %s fails (rel_l2 %.3e%s) "
+                     "while every output since passes\n", after, name, where[0] ? " (" : "", where,
+                where[0] ? ")" : "", t ? t->ref.path : "?", t ? t->m.rel_l2 : NAN, amp);
+    } else
+        fprintf(out, "introduced before the first captured call: %s fails\n", t ? t->ref.path : "?");
+    if (in->ninherited)
+        fprintf(out, "inherited by %zu later component call%s (their inputs already differ)\n",
+                in->ninherited, in->ninherited == 1 ? "" : "s");
+}
+
 static void print_verdict(FILE *out, const probe_compare_result *r, const char *gate)
 {
     size_t npass = 0;
@@ -470,6 +550,7 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
         fprintf(out, "first failure: component %s at %s%s: %s\n", comp, r->first_failure_path, rk,
                 why);
     }
+    print_introduced(out, r);
     if (r->nothing_compared)
         fprintf(out, "nothing to compare: no dataset path is in both files%s (a --capture or "
                      "--only glob that matches nothing, or empty captures)\n",
@@ -485,11 +566,25 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
     if (r->expect_identical && r->ntensors && !r->feature_active)
         fprintf(out, "identical: every compared tensor is bit-identical, as expected "
                      "(--expect-identical)\n");
+    size_t ngate = 0;
+    for (size_t i = 0; i < r->ntensors; i++)
+        ngate += !r->tensors[i].gate_verdict.pass;
+    if (r->headline != PROBE_HEADLINE_GATE && ngate)
+        fprintf(out, "gate %s alone: %zu of %zu compared tensors fail it%s\n", gate, ngate,
+                r->ntensors, r->headline == PROBE_HEADLINE_ORACLE ? " (reported, not the verdict)"
+                                                                  : "");
+    if (r->oracle[0] && r->noracle_missing)
+        fprintf(out, "note: the oracle does not hold %zu compared tensor%s (with the reference's "
+                     "shape): those are judged by the gate and the systematic test\n",
+                r->noracle_missing, r->noracle_missing == 1 ? "" : "s");
     fprintf(out,
             "%s: %zu tensors compared, %zu pass, %zu fail, %zu missing in candidate, %zu missing "
-            "in reference, %zu skipped (gate %s)\n",
+            "in reference, %zu skipped (gate %s%s)\n",
             r->pass ? "PASS" : "FAIL", r->ntensors, npass, r->ntensors - npass, r->nmissing_cand,
-            r->nmissing_ref, r->nskipped, gate);
+            r->nmissing_ref, r->nskipped, gate,
+            r->headline == PROBE_HEADLINE_ORACLE       ? "; verdict: against the oracle"
+            : r->headline == PROBE_HEADLINE_SYSTEMATIC ? " + systematic test"
+                                                       : "");
 }
 
 /* --- crash containment (docs/hardening.md) ---
@@ -548,7 +643,8 @@ static int crashes_alone(const char *path)
  * or, in the parent, exits with the child's status when it reported one, or
  * with 2 and a one-line message when it crashed. Returns -1 in the parent
  * when no child could be started (then the caller works in this process). */
-static int contain(const char *ref, const char *cand, const char *iso, int *report_fd)
+static int contain(const char *ref, const char *cand, const char *iso, const char *oracle,
+                   int *report_fd)
 {
     *report_fd = -1;
     const char *nofork = getenv("PROBE_COMPARE_NO_FORK");
@@ -590,9 +686,9 @@ static int contain(const char *ref, const char *cand, const char *iso, int *repo
         snprintf(how, sizeof how, "signal %d, %s", WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
         snprintf(how, sizeof how, "exit status %d before finishing", WEXITSTATUS(st));
-    const char *files[3] = {ref, cand, iso}, *who = NULL;
+    const char *files[4] = {ref, cand, iso, oracle}, *who = NULL;
     int ncrash = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (files[i] && crashes_alone(files[i])) {
             who = files[i];
             ncrash++;
@@ -601,9 +697,9 @@ static int contain(const char *ref, const char *cand, const char *iso, int *repo
         fprintf(stderr, "probe-compare: %s: corrupt HDF5 file: reading it crashed the HDF5 library "
                         "(libhdf5 %s; %s)\n", who, probe_file_hdf5_version(), how);
     else
-        fprintf(stderr, "probe-compare: %s, %s%s%s: reading them crashed (libhdf5 %s; %s); a "
+        fprintf(stderr, "probe-compare: %s, %s%s%s%s%s: reading them crashed (libhdf5 %s; %s); a "
                         "corrupt HDF5 file?\n", ref, cand, iso ? ", " : "", iso ? iso : "",
-                probe_file_hdf5_version(), how);
+                oracle ? ", " : "", oracle ? oracle : "", probe_file_hdf5_version(), how);
     exit(2);
 }
 
@@ -965,7 +1061,7 @@ int main(int argc, char **argv)
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
            OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
            OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF, OPT_EXPECT_KERNEL,
-           OPT_KERNELS, OPT_REFERENCE_RANK };
+           OPT_KERNELS, OPT_REFERENCE_RANK, OPT_ORACLE, OPT_ORACLE_HEADROOM };
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
@@ -983,6 +1079,8 @@ int main(int argc, char **argv)
         {"expect-kernel", required_argument, 0, OPT_EXPECT_KERNEL},
         {"kernels", no_argument, 0, OPT_KERNELS},
         {"reference-rank", required_argument, 0, OPT_REFERENCE_RANK},
+        {"oracle", required_argument, 0, OPT_ORACLE},
+        {"oracle-headroom", required_argument, 0, OPT_ORACLE_HEADROOM},
         {0, 0, 0, 0}};
     const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
     const char *junit_path = NULL;
@@ -990,7 +1088,7 @@ int main(int argc, char **argv)
     size_t nonly = 0;
     const char *allow[MAX_ALLOW + 1] = {0};
     size_t nallow = 0;
-    const char *iso_path = NULL;
+    const char *iso_path = NULL, *oracle_path = NULL;
     const char *expect_kernel[MAX_EXPECT_KERNEL + 1] = {0};
     size_t nexpect_kernel = 0;
     int all_kernels = 0;
@@ -1070,6 +1168,19 @@ int main(int argc, char **argv)
             allow[nallow++] = optarg;
             break;
         case OPT_ISOLATED: iso_path = optarg; break;
+        case OPT_ORACLE: oracle_path = optarg; break;
+        case OPT_ORACLE_HEADROOM: {
+            char *end = NULL;
+            errno = 0;
+            double h = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(h >= 1.0 && h <= 1e6)) {
+                fprintf(stderr, "probe-compare: --oracle-headroom: '%s' is not a ratio >= 1 (e.g. "
+                                "1.05)\n", optarg);
+                return 2;
+            }
+            opts.oracle_headroom = h;
+            break;
+        }
         case OPT_ALLOW_WEIGHT_DIFF: allow_weight_diff = 1; break;
         case OPT_EXPECT_KERNEL:
             if (nexpect_kernel == MAX_EXPECT_KERNEL) {
@@ -1167,6 +1278,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "probe-compare: --gate T2 needs --calibration FILE\n");
         return 2;
     }
+    if (oracle_path && (same_file(oracle_path, refs[0]) || same_file(oracle_path, cands[0]) ||
+                        (iso_path && same_file(oracle_path, iso_path)))) {
+        fprintf(stderr, "probe-compare: --oracle %s is the %s file; it must be a run of its own "
+                        "(the reference's experiment in higher precision)\n", oracle_path,
+                same_file(oracle_path, refs[0]) ? "reference"
+                : same_file(oracle_path, cands[0]) ? "candidate" : "--isolated");
+        probe_calibration_free(cal);
+        return 2;
+    }
+    if (opts.oracle_headroom > 0 && !oracle_path) {
+        fprintf(stderr, "probe-compare: --oracle-headroom needs --oracle FILE\n");
+        probe_calibration_free(cal);
+        return 2;
+    }
     if (iso_path && (same_file(iso_path, refs[0]) || same_file(iso_path, cands[0]))) {
         fprintf(stderr, "probe-compare: --isolated %s is the %s file; it must be a third run "
                         "(probe-run --replay REF.h5)\n", iso_path,
@@ -1186,6 +1311,7 @@ int main(int argc, char **argv)
     opts.root_components = (const char *const *)roots;
     opts.allow_root_diff = nallow ? allow : NULL;
     opts.isolated = iso_path;
+    opts.oracle = oracle_path;
     opts.calibration = cal;
     /* The component table's channel axes (none when no table is installed). */
     char **axis_names = NULL;
@@ -1209,7 +1335,7 @@ int main(int argc, char **argv)
     }
 
     int report_fd = -1;
-    contain(refs[0], cands[0], iso_path, &report_fd); /* returns in the child */
+    contain(refs[0], cands[0], iso_path, oracle_path, &report_fd); /* returns in the child */
     /* Weight fingerprints (docs/gemm.md "Weights"), read from both manifests
      * before comparing: different weights make the comparison meaningless;
      * refuse unless allowed. An unreadable file is reported by the compare. */

@@ -173,6 +173,65 @@ static void rank_sets_json(json_t *o, const probe_compare_result *r)
     json_object_set_new(o, "collective_divergence", cd);
 }
 
+static json_t *verdict_json(const probe_gate_verdict *v)
+{
+    json_t *why = json_array();
+    for (int i = 0; i < v->nreasons; i++)
+        json_array_append_new(why, json_string(v->reasons[i]));
+    return json_pack("{s:s,s:o}", "verdict", v->pass ? "pass" : "fail", "reasons", why);
+}
+
+/* "systematic" (docs/compare-json.md "Verdicts"): the gain and channel tests of the pair. */
+static json_t *systematic_json(const probe_tensor_result *t)
+{
+    const probe_systematic *y = &t->sys;
+    if (!y->computed)
+        return json_null();
+    json_t *o = json_object();
+    json_object_set_new(o, "gain", num_or_null(t->m.gain));
+    json_object_set_new(o, "gain_se", num_or_null(t->m.gain_se));
+    json_object_set_new(o, "gain_z", num_or_null(t->m.gain_z));
+    json_object_set_new(o, "gain_limit", num_or_null(y->gain_limit));
+    json_object_set_new(o, "gain_fail", json_boolean(y->gain_fail));
+    json_object_set_new(o, "channels", json_integer((json_int_t)y->channels));
+    if (y->channels) {
+        json_object_set_new(o, "channel", json_integer((json_int_t)y->channel));
+        json_object_set_new(o, "channel_shift", num_or_null(y->channel_shift));
+        json_object_set_new(o, "channel_z", num_or_null(y->channel_z));
+        json_object_set_new(o, "channel_size", num_or_null(y->channel_size));
+        json_object_set_new(o, "channel_limit", num_or_null(y->channel_limit));
+    }
+    json_object_set_new(o, "channel_fail", json_boolean(y->channel_fail));
+    json_object_set_new(o, "floor", num_or_null(y->floor));
+    return o;
+}
+
+/* "oracle" per tensor: both sides' error against the oracle and the oracle verdict. */
+static json_t *oracle_json(const probe_tensor_result *t)
+{
+    if (!t->has_oracle)
+        return json_null();
+    const probe_oracle_verdict *v = &t->oracle;
+    json_t *o = json_object();
+    json_object_set_new(o, "rel_l2_reference", num_or_null(v->err_reference));
+    json_object_set_new(o, "rel_l2_candidate", num_or_null(v->err_candidate));
+    json_object_set_new(o, "ratio", num_or_null(v->ratio));
+    json_object_set_new(o, "ratio_limit", num_or_null(v->limit));
+    json_object_set_new(o, "cosine_reference", num_or_null(t->m_oracle_ref.cosine));
+    json_object_set_new(o, "cosine_candidate", num_or_null(t->m_oracle_cand.cosine));
+    json_object_set_new(o, "gain_reference", num_or_null(t->m_oracle_ref.gain));
+    json_object_set_new(o, "gain_candidate", num_or_null(t->m_oracle_cand.gain));
+    json_object_set_new(o, "gain_excess", num_or_null(v->gain_excess));
+    json_object_set_new(o, "channel", json_integer((json_int_t)v->channel));
+    json_object_set_new(o, "channel_excess", num_or_null(v->channel_excess));
+    json_object_set_new(o, "channel_excess_size", num_or_null(v->channel_excess_size));
+    json_object_set_new(o, "ratio_fail", json_boolean(v->ratio_fail));
+    json_object_set_new(o, "gain_fail", json_boolean(v->gain_fail));
+    json_object_set_new(o, "channel_fail", json_boolean(v->channel_fail));
+    json_object_set_new(o, "verdict", json_string(v->pass ? "pass" : "fail"));
+    return o;
+}
+
 static json_t *tensor_json(const probe_tensor_result *t)
 {
     json_t *o = json_object();
@@ -204,6 +263,8 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "zero_norm_reference", json_boolean(m->zero_norm_reference));
         json_object_set_new(o, "identical", json_boolean(m->identical));
         json_object_set_new(o, "mismatch_count", json_integer((json_int_t)m->mismatch_count));
+        json_object_set_new(o, "mismatch_ulps_max", num_or_null(m->mismatch_ulps_max));
+        json_object_set_new(o, "nan_ref_only", json_integer((json_int_t)m->nan_ref_only));
         null_reasons(t, reasons);
         channel_json(o, t);
     } else {
@@ -220,6 +281,13 @@ static json_t *tensor_json(const probe_tensor_result *t)
     for (int i = 0; i < t->verdict.nreasons; i++)
         json_array_append_new(reasons, json_string(t->verdict.reasons[i]));
     json_object_set_new(o, "reasons", reasons);
+    json_object_set_new(o, "gate_verdict", verdict_json(&t->gate_verdict));
+    json_object_set_new(o, "systematic", systematic_json(t));
+    json_object_set_new(o, "oracle", oracle_json(t));
+    if (t->ref.call >= 0)
+        json_object_set_new(o, "call", json_integer(t->ref.call));
+    if (t->ref.cfg_branch >= 0)
+        json_object_set_new(o, "cfg_branch", json_integer(t->ref.cfg_branch));
     if (t->ref.step >= 0)
         json_object_set_new(o, "step", json_integer(t->ref.step));
     if (t->ref.seq >= 0)
@@ -274,7 +342,61 @@ static void experiment_json(json_t *o, const probe_compare_result *r)
     json_object_set_new(m, "candidate", manifest_json(r->manifest_candidate));
     if (r->isolated[0])
         json_object_set_new(m, "isolated", manifest_json(r->manifest_isolated));
+    if (r->oracle[0])
+        json_object_set_new(m, "oracle", manifest_json(r->manifest_oracle));
     json_object_set_new(o, "manifests", m);
+}
+
+static json_t *call_ref(const probe_compare_result *r, long k)
+{
+    if (k < 0 || (size_t)k >= r->ncalls)
+        return json_null();
+    char b[200];
+    snprintf(b, sizeof b, "/%s/%04lld", r->calls[k].component, (long long)r->calls[k].call);
+    return json_string(b);
+}
+
+/* "calls" and "introduced" (docs/compare-json.md "Attribution"). */
+static void attribution_json(json_t *o, const probe_compare_result *r)
+{
+    json_t *calls = json_array();
+    for (size_t k = 0; k < r->ncalls; k++) {
+        const probe_call_verdict *c = &r->calls[k];
+        json_t *x = json_object();
+        json_object_set_new(x, "call", call_ref(r, (long)k));
+        json_object_set_new(x, "component", json_string(c->component));
+        json_object_set_new(x, "index", json_integer(c->call));
+        json_object_set_new(x, "step", c->step >= 0 ? json_integer(c->step) : json_null());
+        json_object_set_new(x, "cfg_branch",
+                            c->cfg_branch >= 0 ? json_integer(c->cfg_branch) : json_null());
+        json_object_set_new(x, "parent", call_ref(r, c->parent));
+        json_object_set_new(x, "block", c->block >= 0 ? json_integer(c->block) : json_null());
+        json_object_set_new(x, "status", json_string(probe_call_status_name(c->status)));
+        json_object_set_new(x, "decided_by", json_string(c->decided_by));
+        json_object_set_new(x, "first_failure", c->first_failure >= 0
+                            ? json_string(r->tensors[c->first_failure].ref.path) : json_null());
+        json_object_set_new(x, "via", call_ref(r, c->via));
+        json_array_append_new(calls, x);
+    }
+    json_object_set_new(o, "calls", calls);
+    const probe_introduction *in = &r->introduced;
+    if (in->kind == PROBE_INTRODUCED_NONE) {
+        json_object_set_new(o, "introduced", json_null());
+        return;
+    }
+    static const char *kinds[] = {"none", "call", "between", "before"};
+    json_t *x = json_object();
+    json_object_set_new(x, "kind", json_string(kinds[in->kind]));
+    json_object_set_new(x, "call", call_ref(r, in->call));
+    json_object_set_new(x, "component", json_string(r->calls[in->call].component));
+    json_object_set_new(x, "path", in->tensor >= 0 ? json_string(r->tensors[in->tensor].ref.path)
+                                                   : json_null());
+    json_object_set_new(x, "step", r->calls[in->call].step >= 0
+                                       ? json_integer(r->calls[in->call].step) : json_null());
+    json_object_set_new(x, "after", call_ref(r, in->after_call));
+    json_object_set_new(x, "amplification", num_or_null(in->amplification));
+    json_object_set_new(x, "inherited_calls", json_integer((json_int_t)in->ninherited));
+    json_object_set_new(o, "introduced", x);
 }
 
 static json_t *result_json(const probe_compare_result *r)
@@ -286,6 +408,10 @@ static json_t *result_json(const probe_compare_result *r)
     json_object_set_new(o, "candidate", json_string(r->candidate));
     json_object_set_new(o, "gate", gate_json(&r->gate));
     json_object_set_new(o, "verdict", json_string(r->pass ? "pass" : "fail"));
+    static const char *rules[] = {"gate", "gate+systematic", "oracle"};
+    json_object_set_new(o, "headline", json_string(rules[r->headline]));
+    json_object_set_new(o, "gate_verdict", json_string(r->gate_pass ? "pass" : "fail"));
+    json_object_set_new(o, "oracle", r->oracle[0] ? json_string(r->oracle) : json_null());
     json_object_set_new(o, "first_failure",
                         r->first_failure_path[0] ? json_string(r->first_failure_path) : json_null());
     json_object_set_new(o, "feature_active", json_boolean(r->feature_active));
@@ -326,6 +452,7 @@ static json_t *result_json(const probe_compare_result *r)
                                   (json_int_t)r->nmissing_ref, "skipped", (json_int_t)r->nskipped));
     experiment_json(o, r);
     rank_sets_json(o, r);
+    attribution_json(o, r);
     json_object_set_new(o, "tensors", ts);
     return o;
 }

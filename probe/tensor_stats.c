@@ -304,7 +304,7 @@ probe_status probe_tensor_stats_compute(const double *ref, const double *cand, s
         return probe_set_error(PROBE_ENOMEM, "cannot allocate the channel shift (%lld channels)",
                                (long long)shape[axis]);
     }
-    probe_stream_opts so = {0, {(uint64_t)shape[axis], inner}, shift};
+    probe_stream_opts so = {0, {(uint64_t)shape[axis], inner}, shift, NULL, NULL};
     probe_metrics_opts mo = {0, 0};
     probe_metrics m;
     probe_channel_shift cs;

@@ -14,6 +14,7 @@
 #include "probe/gate.h"
 #include "probe/metrics.h"
 #include "probe/status.h"
+#include "probe/verdict.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,14 @@ typedef struct probe_compare_opts {
        (every component fed the reference's recorded inputs). NULL: none. Each compared
        tensor gets the metrics of reference vs isolated run and the amplification. */
     const char *isolated;
+    /* Oracle (docs/gates.md "Verdicts"): a run of the same experiment in higher precision
+       (the reference's weights and root inputs, e.g. float32 for a bfloat16 reference).
+       NULL: none. Each compared tensor the oracle holds with the reference's shape gets
+       the error of the reference and of the candidate against it, and the tensor's
+       verdict becomes the oracle verdict (probe_oracle_verdict): no less accurate than
+       the reference. oracle_headroom: the ratio's headroom (<= 0: PROBE_ORACLE_HEADROOM). */
+    const char *oracle;
+    double oracle_headroom;
 } probe_compare_opts;
 
 #define PROBE_COMPARE_MAX_REASONS 4
@@ -180,6 +189,15 @@ typedef struct probe_tensor_result {
     int *replica_mismatch_ranks;
     int nranks_present;
     int *ranks_present;
+    /* The verdict of the gate alone, exactly as docs/gates.md defines it. `verdict` above
+     * is the tensor's headline verdict: the gate's plus the systematic test (T1 and
+     * T1-relaxed; not T2, not --expect-identical), or, with an oracle, the oracle
+     * verdict plus the failures every gate has (NaN, infinity mismatch, shape). */
+    probe_gate_verdict gate_verdict;
+    probe_systematic sys;       /* the systematic test of the pair (sys.computed 0: none) */
+    int has_oracle;             /* the oracle holds this path with the reference's shape */
+    probe_metrics m_oracle_ref, m_oracle_cand; /* oracle as reference side: (o, r), (o, c) */
+    probe_oracle_verdict oracle;
 } probe_tensor_result;
 
 /* (additive) A collective output that must be equal on every rank of one run
@@ -265,7 +283,27 @@ typedef struct probe_compare_result {
     uint64_t *collectives_left_out[2];
     size_t ndivergent;
     probe_collective_divergence *divergent;
+    /* The headline rule of the verdict: PROBE_HEADLINE_GATE (the gate alone: T2 or
+     * --expect-identical), PROBE_HEADLINE_SYSTEMATIC (the gate and the systematic test),
+     * PROBE_HEADLINE_ORACLE (the oracle verdict). gate_pass: every compared tensor passes
+     * the gate alone (nothing else is counted in it). */
+    int headline;
+    int gate_pass;
+    /* Oracle (opts->oracle). */
+    char oracle[1024];                  /* "" when none */
+    char *manifest_oracle;
+    size_t noracle;                     /* tensors with has_oracle */
+    size_t noracle_missing;             /* compared tensors the oracle does not hold */
+    /* Attribution (probe/verdict.h probe_attribute): the component calls in execution
+     * order with what each did to the difference, and where it was introduced. */
+    size_t ncalls;
+    probe_call_verdict *calls;
+    probe_introduction introduced;
 } probe_compare_result;
+
+#define PROBE_HEADLINE_GATE 0
+#define PROBE_HEADLINE_SYSTEMATIC 1
+#define PROBE_HEADLINE_ORACLE 2
 
 /* The lower bound on rel_l2 that two summaries prove (see
  * probe_tensor_result.rel_l2_lower_bound for the definition and the NaN /
@@ -298,6 +336,13 @@ void probe_compare_result_free(probe_compare_result *r);
 probe_status probe_compare_sets(const char *const *reference, size_t nref,
                                 const char *const *candidate, size_t ncand,
                                 const probe_compare_opts *opts, probe_compare_result **out);
+
+/* Fill r->calls, r->ncalls and r->introduced from r's tensors (probe/verdict.h
+ * "attribution"): group the compared tensors into component calls, give each call its
+ * status, find nested calls and the place the difference was introduced. Tensors without
+ * a call index (files not written by probe) take no part. Called by probe_compare_sets;
+ * may be called again (it replaces what is there). PROBE_ENOMEM. */
+probe_status probe_attribute(probe_compare_result *r);
 
 /* Write the result as CONTRACT.md's JSON version 1 (plus the additive keys
  * "dtype_candidate", "skipped", "summary"). PROBE_EIO if the stream fails. */

@@ -49,6 +49,16 @@ probe_dtype probe_dtype_from_name(const char *name);
 /* 1 for the floating types (float16/bfloat16/float32/float64/fp8), else 0. */
 int probe_dtype_is_float(probe_dtype t);
 
+/* Precision of a floating type: the number of significand bits p, the
+ * implicit leading one included (bfloat16 8, float16 11, float32 24, float64
+ * 53, float8_e4m3fn 4, float8_e5m2 3), and in *min_exp (may be NULL) the
+ * exponent of its smallest normal number (bfloat16 and float32 -126, float16
+ * -14, float64 -1022, e4m3fn -6, e5m2 -14). The spacing of the type at a
+ * value x (one unit in the last place) is 2^(max(e, min_exp) - p + 1) where
+ * 2^e <= |x| < 2^(e+1). Returns 0 (and *min_exp 0) for integer, bool and
+ * unknown types. Source: IEEE 754-2008 section 3.3; OCP OFP8 v1.0. */
+int probe_dtype_precision(probe_dtype t, int *min_exp);
+
 /* Convert n elements of type t at src (little-endian, packed) to double.
  * Exact for every type except int64/uint64 beyond 2^53 (rounded to nearest).
  * NaN and infinities are preserved (FP8 encodings per the OCP 8-bit floating

@@ -8,8 +8,9 @@
  *                      (see docs/gates.md).
  *   T2                 thresholds per component from a calibration file
  *                      (docs/calibration.md).
- * Every gate fails a tensor with a NaN in the candidate, an infinity that the
- * reference does not hold at the same index, or a non-finite metric.
+ * Every gate fails a tensor with a NaN in the candidate, a NaN in the reference
+ * where the candidate is not NaN, an infinity that the reference does not hold
+ * at the same index, or a non-finite metric.
  */
 #ifndef PROBE_GATE_H
 #define PROBE_GATE_H
@@ -46,6 +47,13 @@ typedef struct probe_gate {
 probe_status probe_gate_parse(const char *spec, probe_gate *out);
 
 #define PROBE_GATE_MAX_REASONS 8
+/* A mismatch reason says "each within N ulps of the element" when every
+ * mismatching index is within this many ulps of its own value
+ * (probe_metrics.mismatch_ulps_max: the tolerance is below what the element
+ * type resolves there), else "all within N ulps of the largest element" when
+ * max_abs is within this many ulps at the tensor's largest magnitude
+ * (max_abs_ulps_scale: absolute rounding at the tensor's scale). */
+#define PROBE_GATE_FEW_ULPS 4.0
 typedef struct probe_gate_verdict {
     int pass;                 /* 1 pass, 0 fail */
     int nreasons;

@@ -40,9 +40,29 @@ typedef struct probe_metrics {
     double mismatch_fraction; /* mismatch_count / n; 0 if n = 0 */
     uint64_t nan_ref, nan_cand, inf_ref, inf_cand;
     int zero_norm_reference;  /* ||r||2 = 0 (over finite indices) */
-    int identical;            /* every index equal (same value, same infinity, or NaN on both sides) */
+    int identical;            /* the same element type on both sides and the same bytes at
+                                 every index (so -0 and +0 differ, and float64 vs float32 is
+                                 never identical) */
     double norm_ref, norm_cand, norm_diff, dot; /* the fp64 sums behind rel_l2 and cosine */
     uint64_t inf_mismatch;    /* indices where r or c is +-inf and r != c (gates fail on > 0) */
+    /* Systematic difference (docs/metrics.md "Systematic difference"), over the
+     * n_finite indices finite on both sides, d = c - r. Source of the standard
+     * error: H. White, "A heteroskedasticity-consistent covariance matrix
+     * estimator", Econometrica 48 (1980), the HC0 estimator. */
+    double gain;              /* relative gain error alpha = <d, r> / <r, r>: the least-squares
+                                 coefficient of d on r (c ~ (1 + alpha) r); 0 if ||r|| = 0 */
+    double gain_se;           /* its standard error sqrt(sum r^2 (d - alpha r)^2) / <r, r>,
+                                 valid for independent d_i of any variance; 0 if ||r|| = 0 */
+    double gain_z;            /* gain / gain_se: 0 if gain = 0, +-inf if gain_se = 0 < |gain| */
+    uint64_t nan_ref_only;    /* indices where r is NaN and c is not NaN (gates fail on > 0) */
+    double mismatch_ulps_max; /* the largest |c - r| over the mismatching finite indices, in
+                                 units of the spacing (ulp, probe_dtype_precision) of the
+                                 coarser element type of the pair at max(|r|, |c|); NaN if no
+                                 finite index mismatches or either type is not floating */
+    double max_abs_ulps_scale; /* max_abs in units of the coarser type's spacing at the
+                                 tensor's largest magnitude max(max |r|, max |c|): 1 means the
+                                 largest difference is one ulp of the biggest element (an
+                                 absolute error at the tensor's scale); NaN as above */
 } probe_metrics;
 
 /* Compute all metrics for n element pairs (ref[i], cand[i]), i in [0, n).
@@ -115,9 +135,13 @@ typedef struct probe_channel_spec {
 
 #define PROBE_CHANNELS_MAX 65536
 
-/* Per-channel mean shift (quantization bias): for channel k over the indices
- * finite on both sides, shift_k = mean(c - r) and std_k = the population
- * standard deviation (divisor n_k) of r. */
+/* Per-channel mean shift (quantization bias): for channel k over the n_k
+ * indices finite on both sides, shift_k = mean(c - r) and std_k = the
+ * population standard deviation (divisor n_k) of r. Its significance: the
+ * standard error se_k = s_k / sqrt(n_k), s_k the sample standard deviation
+ * (divisor n_k - 1) of c - r over the channel, and z_k = shift_k / se_k
+ * (0 if shift_k = 0 or n_k < 2, +-inf if s_k = 0 < |shift_k|); under
+ * independent zero-mean differences z_k is approximately standard normal. */
 typedef struct probe_channel_shift {
     uint64_t count;          /* channels (0: not computed) */
     uint64_t argmax;         /* channel of the largest |shift_k| (the first on ties); channels
@@ -126,12 +150,16 @@ typedef struct probe_channel_shift {
     double max_rel;          /* shift_argmax / std_argmax: 0 if both are 0, +-inf if only std is
                                 0, NaN if no channel has a finite index */
     double std_ref;          /* std_argmax */
+    uint64_t z_argmax;       /* channel of the largest |z_k| (the first on ties; 0 if none) */
+    double z_max;            /* z_{z_argmax}, signed; 0 if no channel has n_k >= 2 */
 } probe_channel_shift;
 
 typedef struct probe_stream_opts {
     int threads;                  /* worker threads; 0 = the online CPUs, at most 8; at most 16 */
     probe_channel_spec channel;   /* count 0: no channel shift */
     double *channel_shift_out;    /* NULL, or channel.count doubles: every shift_k (NaN if none) */
+    double *channel_se_out;       /* NULL, or channel.count doubles: every se_k (NaN if n_k < 2) */
+    double *channel_n_out;        /* NULL, or channel.count doubles: every n_k */
 } probe_stream_opts;
 
 /* Metrics of the pair src (and, if shift is non-NULL and sopts->channel.count

@@ -1364,6 +1364,7 @@ static void finish_metrics(uint64_t n, const unsigned long long *cn, const fused
         cn[C_NAN_R], cn[C_NAN_C], cn[C_INF_R], cn[C_INF_C], cn[C_INF_MIS], cn[C_MIS],
         cn[C_NOT_IDENT],
         fr->maxd, fr->maxoff, p99,
+        0.0, 0.0, 0.0, 0.0, 0, NAN, NAN,
     };
     probe_metrics_finish(&t, out);
 }

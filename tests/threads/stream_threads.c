@@ -57,7 +57,7 @@ int main(void)
     for (int th = 1; th <= 16; th++) {
         src_ctx ctx = {{r, c}, UINT64_MAX};
         probe_pair_source src = {n, {PROBE_DTYPE_FLOAT64, PROBE_DTYPE_FLOAT64}, src_read, &ctx};
-        probe_stream_opts so = {th, {7, 1}, th == 1 ? shift0 : shift};
+        probe_stream_opts so = {th, {7, 1}, th == 1 ? shift0 : shift, NULL, NULL};
         probe_status st = probe_metrics_compute_source(&src, &tol, &so, th == 1 ? &m0 : &m,
                                                        th == 1 ? &s0 : &s);
         CHECK(st == PROBE_OK, "%d threads: status %d (%s)", th, st, probe_last_error());

@@ -71,7 +71,7 @@ static void radix_case(uint64_t n, int K, double base, double step)
     mem_src ms;
     probe_pair_source src = f64_source(&ms, r, c, n);
     probe_metrics m;
-    probe_stream_opts so = {2, {0, 0}, NULL};
+    probe_stream_opts so = {2, {0, 0}, NULL, NULL, NULL};
     cr_assert_eq(probe_metrics_compute_source(&src, &TOL, &so, &m, NULL), PROBE_OK, "%s",
                  probe_last_error());
     double want = p99_by_count(n, K, base, step);
@@ -147,7 +147,7 @@ Test(stream, same_bits_for_any_thread_count, .timeout = 120)
     for (int th = 1; th <= 8; th++) {
         mem_src ms;
         probe_pair_source src = f64_source(&ms, r, c, n);
-        probe_stream_opts so = {th, {7, 1}, th == 1 ? shift0 : shift1};
+        probe_stream_opts so = {th, {7, 1}, th == 1 ? shift0 : shift1, NULL, NULL};
         probe_metrics *m = th == 1 ? &m0 : &m1;
         probe_channel_shift *s = th == 1 ? &s0 : &s1;
         cr_assert_eq(probe_metrics_compute_source(&src, &TOL, &so, m, s), PROBE_OK);
@@ -177,7 +177,7 @@ Test(stream, channel_shift_against_direct_loop, .timeout = 60)
         if ((i / I) % C == 3)
             c[i] += 0.01; /* bias on channel 3 */
     double shift[5];
-    probe_stream_opts so = {2, {C, I}, shift};
+    probe_stream_opts so = {2, {C, I}, shift, NULL, NULL};
     probe_channel_shift cs;
     probe_metrics m;
     mem_src ms;
@@ -226,7 +226,7 @@ Test(stream, channel_shift_by_hand)
     double r[4] = {0, 2, 5, 5}, c[4] = {1, 3, 5, 2};
     mem_src ms;
     probe_pair_source src = f64_source(&ms, r, c, 4);
-    probe_stream_opts so = {1, {2, 2}, NULL};
+    probe_stream_opts so = {1, {2, 2}, NULL, NULL, NULL};
     probe_channel_shift cs;
     probe_metrics m;
     cr_assert_eq(probe_metrics_compute_source(&src, &TOL, &so, &m, &cs), PROBE_OK);
@@ -317,6 +317,15 @@ Test(stream, bf16_candidate_against_fp32_reference)
     cr_assert_eq(probe_metrics_compute_typed(PROBE_DTYPE_FLOAT32, r, PROBE_DTYPE_BFLOAT16, c, N,
                                              &TOL, &a), PROBE_OK);
     cr_assert_eq(probe_metrics_compute(rd, cd, N, &TOL, &b), PROBE_OK);
+    /* The fields of the element types: the largest mismatch in bfloat16 ulps
+     * (spacing 2^-7 on [1, 2): |d| = 7/1024 is 7/8 ulp), and float64 vs
+     * float64 has its own; float32 vs bfloat16 is never identical. */
+    cr_assert_eq(a.mismatch_ulps_max, 0.875);
+    cr_assert_eq(b.mismatch_ulps_max, 7.0 / 1024.0 * 0x1p52);
+    cr_assert_eq(a.identical, 0);
+    b.mismatch_ulps_max = a.mismatch_ulps_max;
+    cr_assert_eq(a.max_abs_ulps_scale, 7.0 / 1024.0 / 0x1p-7); /* the largest element is < 2 */
+    b.max_abs_ulps_scale = a.max_abs_ulps_scale;
     cr_assert_eq(memcmp(&a, &b, sizeof a), 0);
     /* 1 + k/1024 truncated to 7 mantissa bits: |d| = (k % 8)/1024 for k < 1024 */
     cr_assert_eq(a.max_abs, 7.0 / 1024.0);
@@ -344,7 +353,7 @@ Test(stream, source_error_stops_with_its_message, .timeout = 60)
         probe_pair_source src = f64_source(&ms, r, r, n);
         ms.fail_at = 400000;
         probe_metrics m;
-        probe_stream_opts so = {th, {0, 0}, NULL};
+        probe_stream_opts so = {th, {0, 0}, NULL, NULL, NULL};
         cr_assert_eq(probe_metrics_compute_source(&src, &TOL, &so, &m, NULL), PROBE_EIO);
         cr_assert(strstr(probe_last_error(), "disk on fire") != NULL, "%s", probe_last_error());
         cr_assert_eq(m.n, 0, "out is zeroed on error");
@@ -369,7 +378,7 @@ Test(stream, bad_arguments)
     bad.dtype[1] = (probe_dtype)77;
     cr_assert_eq(probe_metrics_compute_source(&bad, &TOL, NULL, &m, NULL), PROBE_EINVAL);
     cr_assert(strstr(probe_last_error(), "77") != NULL, "%s", probe_last_error());
-    probe_stream_opts so = {0, {4, 1}, NULL}; /* 4 channels do not tile 6 */
+    probe_stream_opts so = {0, {4, 1}, NULL, NULL, NULL}; /* 4 channels do not tile 6 */
     cr_assert_eq(probe_metrics_compute_source(&src, &TOL, &so, &m, &cs), PROBE_EINVAL);
     cr_assert(strstr(probe_last_error(), "channel") != NULL, "%s", probe_last_error());
     so.channel = (probe_channel_spec){3, 0};
