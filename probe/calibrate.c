@@ -155,6 +155,8 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
             bad = x->verdict.nreasons ? x->verdict.reasons[0] : "not compared";
         else if (m->nan_cand)
             bad = "NaN in the candidate";
+        else if (m->nan_ref_only)
+            bad = "NaN in the reference where the candidate is not NaN";
         else if (m->inf_mismatch)
             bad = "an infinity on one side only";
         else if (!isfinite(m->rel_l2) || !isfinite(m->cosine) || !isfinite(m->max_abs))

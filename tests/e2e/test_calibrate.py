@@ -228,6 +228,9 @@ def main():
     nan = {k: v.copy() for k, v in cands[0].items()}
     nan["/dit.step/0001/out.sample"].flat[3] = np.nan
     write(P("nan.h5"), nan)
+    nanref = {k: v.copy() for k, v in refs[0].items()}
+    nanref["/dit.step/0001/out.sample"][...] = np.nan  # an all-NaN reference tensor
+    write(P("nanref.h5"), nanref)
     open(P("not-hdf5.h5"), "w").write("hello\n")
     R = lambda i: ["--reference", P("ref%d.h5" % i)]  # noqa: E731
     C = lambda n: ["--candidate", P(n)]  # noqa: E731
@@ -241,6 +244,9 @@ def main():
         ("tensor missing in a candidate", ["--feature", "x", *R(0), *R(1), *C("missing-tensor.h5")],
          "/dit.step/0002/out.sample"),
         ("NaN in a candidate", ["--feature", "x", *R(0), *R(1), *C("nan.h5")], "NaN"),
+        ("all-NaN reference, finite candidate",
+         ["--feature", "x", "--reference", P("nanref.h5"), *R(1), *C("cand0.h5")],
+         "NaN in the reference where the candidate is not NaN"),
         ("candidate identical to its reference", ["--feature", "x", *R(0), *R(1), *C("ref0.h5")],
          "feature not active"),
         ("no floor", ["--feature", "x", *R(0), *C("cand0.h5")], "determinism floor"),
