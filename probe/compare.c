@@ -288,51 +288,100 @@ static void chan_free(chan_arrays *a)
     free(a->n);
 }
 
-/* The oracle's view of a compared tensor: metrics of (o, r) and (o, c) with the pair's
- * channel spec, then the oracle verdict. Leaves has_oracle 0 when the oracle does not
+/* The index of t's path in f when f holds it in full with t's reference shape, else -1. */
+static long same_shaped(probe_file *f, const probe_tensor_result *t)
+{
+    size_t i;
+    if (!f || probe_file_find(f, t->ref.path, &i) != PROBE_OK)
+        return -1;
+    const probe_tensor_info *x = probe_file_tensor(f, i);
+    int same = !x->stats_only && x->rank == t->ref.rank && x->n == t->ref.n &&
+               (x->dtype == PROBE_DTYPE_BOOL) == (t->ref.dtype == PROBE_DTYPE_BOOL);
+    for (int d = 0; same && d < x->rank; d++)
+        same = x->shape[d] == t->ref.shape[d];
+    return same ? (long)i : -1;
+}
+
+/* The oracle verdict of candidate side cs (element type cd) for tensor t: metrics of
+ * (o, r) and (o, cs) with the channel spec, read against the pair (r, cs) whose
+ * metrics and per-channel arrays are pair / pc (pc->shift NULL: no channel test). */
+static probe_status oracle_verdict_of(const probe_compare_opts *o, probe_file *of, size_t oi,
+                                      tensor_side rs, tensor_side cs, probe_dtype cd,
+                                      probe_channel_spec spec, const probe_metrics *pair,
+                                      const chan_arrays *pc, const probe_tensor_result *t,
+                                      probe_metrics *m_or, probe_metrics *m_oc,
+                                      probe_oracle_verdict *v)
+{
+    tensor_side os = {NULL, of, oi};
+    probe_dtype od = probe_file_tensor(of, oi)->dtype;
+    probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
+    double *b[2] = {NULL, NULL};
+    uint64_t nch = pc->shift ? spec.count : 0;
+    probe_status s = PROBE_OK;
+    for (int k = 0; k < 2 && nch; k++)
+        if (!(b[k] = malloc((size_t)nch * sizeof(double))))
+            s = probe_set_error(PROBE_ENOMEM, "%s: cannot allocate the channel statistics",
+                                t->ref.path);
+    probe_channel_shift sh;
+    for (int k = 0; k < 2 && s == PROBE_OK; k++) {
+        any_pair ap = {{os, k ? cs : rs}};
+        probe_pair_source src = {t->ref.n, {od, k ? cd : t->ref.dtype}, any_pair_read, &ap};
+        s = pair_metrics(o, &src, &mo, nch ? spec : (probe_channel_spec){0, 0}, b[k], NULL, NULL,
+                         k ? m_oc : m_or, &sh);
+    }
+    if (s == PROBE_OK)
+        s = probe_oracle_check(m_or, m_oc, pair, b[0], b[1], pc->se, pc->n, nch, &t->sys,
+                               o->oracle_headroom, v);
+    free(b[0]);
+    free(b[1]);
+    return s;
+}
+
+/* The oracle's view of a compared tensor (as run): has_oracle 0 when the oracle does not
  * hold the path with the reference's shape. */
 static probe_status oracle_pair(const probe_compare_opts *o, probe_file *of, tensor_side rs,
                                 tensor_side cs, probe_channel_spec spec, const chan_arrays *pc,
                                 probe_tensor_result *t)
 {
-    size_t oi;
-    if (probe_file_find(of, t->ref.path, &oi) != PROBE_OK)
+    long oi = same_shaped(of, t);
+    if (oi < 0)
         return PROBE_OK;
-    const probe_tensor_info *ot = probe_file_tensor(of, oi);
-    int same = !ot->stats_only && ot->rank == t->ref.rank && ot->n == t->ref.n &&
-               (ot->dtype == PROBE_DTYPE_BOOL) == (t->ref.dtype == PROBE_DTYPE_BOOL);
-    for (int d = 0; same && d < ot->rank; d++)
-        same = ot->shape[d] == t->ref.shape[d];
-    if (!same)
+    probe_status s = oracle_verdict_of(o, of, (size_t)oi, rs, cs, t->dtype_cand, spec, &t->m, pc,
+                                       t, &t->m_oracle_ref, &t->m_oracle_cand, &t->oracle);
+    t->has_oracle = s == PROBE_OK;
+    return s;
+}
+
+/* With an oracle and an isolated run: the oracle verdict of the isolated output (the
+ * candidate component on the reference's inputs) against the reference's, which decides
+ * in attribution whether the component introduced a difference. Outputs only. */
+static probe_status isolate_oracle(probe_file *rf, size_t ri, probe_file *isof, probe_file *of,
+                                   const probe_compare_opts *o, probe_tensor_result *t)
+{
+    long ii = same_shaped(isof, t), oi = same_shaped(of, t);
+    if (!t->has_isolated || !t->has_oracle || ii < 0 || oi < 0 ||
+        !strncmp(t->ref.slot, "in.", 3))
         return PROBE_OK;
-    tensor_side os = {NULL, of, oi};
-    probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
-    chan_arrays br = {0}, bc = {0};
-    probe_status s = PROBE_OK;
-    if (spec.count && pc->shift) {
-        br.shift = malloc((size_t)spec.count * sizeof(double));
-        bc.shift = malloc((size_t)spec.count * sizeof(double));
-        if (!br.shift || !bc.shift)
-            s = probe_set_error(PROBE_ENOMEM, "%s: cannot allocate the channel statistics",
-                                t->ref.path);
-    }
+    probe_channel_spec spec = {0, 0};
+    channel_axis_of(o, &t->ref, &(probe_tensor_result){.channel_axis = -1}, &spec);
+    chan_arrays pc;
+    probe_status s = chan_alloc(&pc, o->use_cuda ? 0 : spec.count, t->ref.path);
+    tensor_side rs = {NULL, rf, ri}, is = {NULL, isof, (size_t)ii};
+    probe_dtype idt = probe_file_tensor(isof, (size_t)ii)->dtype;
+    probe_metrics pair, m_or;
     probe_channel_shift sh;
-    for (int k = 0; k < 2 && s == PROBE_OK; k++) {
-        any_pair ap = {{os, k ? cs : rs}};
-        probe_pair_source src = {t->ref.n, {ot->dtype, k ? t->dtype_cand : t->ref.dtype},
-                                 any_pair_read, &ap};
-        s = pair_metrics(o, &src, &mo, br.shift ? spec : (probe_channel_spec){0, 0},
-                         k ? bc.shift : br.shift, NULL, NULL,
-                         k ? &t->m_oracle_cand : &t->m_oracle_ref, &sh);
-    }
     if (s == PROBE_OK) {
-        uint64_t nch = br.shift && pc->shift ? spec.count : 0;
-        s = probe_oracle_check(&t->m_oracle_ref, &t->m_oracle_cand, &t->m, br.shift, bc.shift,
-                               pc->se, pc->n, nch, &t->sys, o->oracle_headroom, &t->oracle);
-        t->has_oracle = s == PROBE_OK;
+        any_pair ap = {{rs, is}};
+        probe_pair_source src = {t->ref.n, {t->ref.dtype, idt}, any_pair_read, &ap};
+        probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
+        s = pair_metrics(o, &src, &mo, pc.shift ? spec : (probe_channel_spec){0, 0}, pc.shift,
+                         pc.se, pc.n, &pair, &sh);
     }
-    free(br.shift);
-    free(bc.shift);
+    if (s == PROBE_OK)
+        s = oracle_verdict_of(o, of, (size_t)oi, rs, is, idt, spec, &pair, &pc, t, &m_or,
+                              &t->m_oracle_isolated, &t->oracle_isolated);
+    t->has_oracle_isolated = s == PROBE_OK;
+    chan_free(&pc);
     return s;
 }
 
@@ -935,6 +984,14 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         snprintf(res->oracle, sizeof res->oracle, "%s", opts->oracle);
         if ((s = copy_manifest(&res->manifest_oracle, of)))
             goto fail;
+        if (probe_experiment_is_replay(res->manifest_oracle, opts->root_components)) {
+            s = probe_set_error(PROBE_EINVAL, "--oracle %s was recorded with probe-run --replay "
+                                "(each component on the reference's recorded inputs): it cannot "
+                                "judge the inputs of a run or the code between components; record "
+                                "the oracle with probe-run --inject REF.h5 --convert (docs/gates.md)",
+                                opts->oracle);
+            goto fail;
+        }
     }
 
     size_t sel_total = 0, sel_done = 0, ndiffer = 0;
@@ -981,6 +1038,8 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         size_t iri;
         if (isof && probe_rankset_single(rset, i, &irf, &iri) &&
             (s = isolate(irf, iri, isof, opts, t)) != PROBE_OK)
+            goto fail;
+        if (isof && of && (s = isolate_oracle(irf, iri, isof, of, opts, t)) != PROBE_OK)
             goto fail;
         res->nisolated += t->has_isolated != 0;
         if (!t->compared || !t->m.identical) {

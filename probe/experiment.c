@@ -240,3 +240,24 @@ int probe_experiment_check_isolated(const char *iso_manifest, probe_file *rf, ch
     json_decref(m);
     return bad;
 }
+
+int probe_experiment_is_replay(const char *manifest, const char *const *roots)
+{
+    json_t *m = manifest ? json_loads(manifest, 0, NULL) : NULL;
+    json_t *list = m ? json_object_get(json_object_get(m, "inject"), "tensors") : NULL, *e;
+    size_t k;
+    int replay = 0;
+    json_array_foreach(list, k, e) {
+        const char *p = json_string_value(json_object_get(e, "path"));
+        const char *slot = p ? strrchr(p, '/') : NULL;
+        char comp[128];
+        if (!slot || strncmp(slot + 1, "in.", 3) || p[0] != '/')
+            continue;
+        const char *end = strchr(p + 1, '/');
+        snprintf(comp, sizeof comp, "%.*s", end ? (int)(end - p - 1) : 0, p + 1);
+        if (!is_root(comp, roots))
+            replay = 1;
+    }
+    json_decref(m);
+    return replay;
+}

@@ -28,4 +28,9 @@ int probe_experiment_inject_failed(const char *manifest, char *why, size_t cap);
 int probe_experiment_check_isolated(const char *iso_manifest, probe_file *rf, char *why,
                                     size_t cap);
 
+/* 1 when the manifest records a replay (probe-run --replay): an injected tensor is an
+ * input (slot "in.*") of a component that is not a root component (roots: NULL-terminated
+ * names, NULL for the built-in list); else 0. */
+int probe_experiment_is_replay(const char *manifest, const char *const *roots);
+
 #endif

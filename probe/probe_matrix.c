@@ -1,7 +1,9 @@
 /* probe-matrix: merge several probe-compare JSON results (one per feature)
  * into one components x features matrix. Format: docs/matrix.md.
- *   exit 0  no cell failed (with --cells: every requested cell passed or was skipped)
- *   exit 1  a cell failed (with --cells: a requested cell failed or has no data)
+ *   exit 0  no cell failed or inherited a failure (with --cells: every requested cell
+ *           passed or was skipped)
+ *   exit 1  a cell failed or inherited a failure (with --cells: a requested cell did, or
+ *           has no data)
  *   exit 2  bad arguments, an unreadable or invalid input, an unknown cell id
  */
 #include <errno.h>
@@ -14,12 +16,13 @@
 #define MAX_FEATURES 256
 #define MAX_CELL_REASONS 3
 
-enum { ST_ABSENT, ST_PASSED, ST_SKIPPED, ST_FAILED };
-static const char *const st_name[] = {"absent", "passed", "skipped", "failed"};
-static const char *const st_short[] = {"-", "pass", "skip", "FAIL"};
+enum { ST_ABSENT, ST_PASSED, ST_SKIPPED, ST_INHERITED, ST_FAILED, ST_COUNT };
+static const char *const st_name[] = {"absent", "passed", "skipped", "inherited", "failed"};
+static const char *const st_short[] = {"-", "pass", "skip", "inh", "FAIL"};
 
 typedef struct cell {
     size_t tensors, passed, failed, missing, skipped;
+    size_t inherited;         /* failing tensors of calls that only inherited the difference */
     int nreasons;
     char reasons[MAX_CELL_REASONS][400];
     int status;
@@ -47,8 +50,10 @@ static void usage(FILE *f)
             "usage: probe-matrix [options] FEATURE=COMPARE.json ...\n"
             "Merge probe-compare JSON results (one per feature) into one components x features\n"
             "matrix; cell ids are COMPONENT/FEATURE. A cell fails if a tensor of that component\n"
-            "failed or is missing (or the feature's run failed, e.g. feature not active), is\n"
-            "skipped if all its captures were skipped, else passes.\n\n"
+            "failed or is missing (or the feature's run failed, e.g. feature not active); it\n"
+            "is inherited when its only failing tensors belong to calls that inherited the\n"
+            "difference from upstream (the result's \"calls\"); skipped if all its captures\n"
+            "were skipped; else it passes.\n\n"
             "  --out FILE       write the matrix as JSON (docs/matrix.md); '-' for stdout\n"
             "  --html FILE      write a self-contained HTML page of the matrix\n"
             "  --cells ID,...   ask for these cells (repeatable; also --cell ID): an unknown\n"
@@ -56,7 +61,8 @@ static void usage(FILE *f)
             "                   covers only these cells, and one without data fails\n"
             "  --quiet          print only the summary line\n"
             "  --help (-h), --version\n\n"
-            "exit status: 0 no cell failed, 1 a cell failed, 2 bad arguments or input\n");
+            "exit status: 0 no cell failed or inherited, 1 a cell failed or inherited,\n"
+            "2 bad arguments or input\n");
 }
 
 static long comp_index(const matrix *m, const char *name)
@@ -109,6 +115,23 @@ static void path_component(char *buf, size_t cap, const char *path)
 {
     const char *p = path[0] == '/' ? path + 1 : path, *slash = strchr(p, '/');
     snprintf(buf, cap, "%.*s", slash ? (int)(slash - p) : (int)strlen(p), p);
+}
+
+/* The attribution status of the call that tensor `path` belongs to (/<component>/<call>/...)
+ * in the result's "calls", or NULL when the result has none for it. */
+static const char *call_status(json_t *calls, const char *path)
+{
+    const char *slash = strchr(path + (path[0] == '/'), '/');
+    if (!slash || !(slash = strchr(slash + 1, '/')))
+        return NULL;
+    size_t len = (size_t)(slash - path), i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        const char *id = json_string_value(json_object_get(c, "call"));
+        if (id && strlen(id) == len && !strncmp(id, path, len))
+            return json_string_value(json_object_get(c, "status"));
+    }
+    return NULL;
 }
 
 /* Read one FEATURE=FILE result into the matrix; prints the error and returns -1. */
@@ -176,9 +199,15 @@ static int load_feature(matrix *m, size_t fi)
         if (!strcmp(tv, "pass")) {
             c->passed++;
         } else {
-            c->failed++;
+            const char *st = call_status(json_object_get(doc, "calls"), path);
+            int inh = st && (!strcmp(st, "inherited") || !strcmp(st, "inputs-differ"));
+            if (inh)
+                c->inherited++;
+            else
+                c->failed++;
             const char *why = json_string_value(json_array_get(json_object_get(t, "reasons"), 0));
-            cell_reason(c, path, why ? why : "failed");
+            if (!inh || !c->failed)
+                cell_reason(c, path, inh ? "inherited from upstream" : why ? why : "failed");
         }
     }
     for (int side = 0; side < 2; side++) {
@@ -241,6 +270,8 @@ static void classify(matrix *m)
                              m->feat[f].run_reason);
             } else if (x->failed || x->missing) {
                 x->status = ST_FAILED;
+            } else if (x->inherited) {
+                x->status = ST_INHERITED;
             } else if (x->tensors) {
                 x->status = ST_PASSED;
             } else if (x->skipped) {
@@ -310,7 +341,7 @@ static json_t *matrix_json(matrix *m, const req *reqs, size_t nreq, int pass)
     }
     for (size_t c = 0; c < m->ncomp; c++)
         json_array_append_new(cs, json_string(m->comp[c]));
-    size_t count[4] = {0};
+    size_t count[ST_COUNT] = {0};
     for (size_t c = 0; c < m->ncomp; c++)
         for (size_t f = 0; f < m->nfeat; f++) {
             cell *x = cell_at(m, c, f);
@@ -321,10 +352,11 @@ static json_t *matrix_json(matrix *m, const req *reqs, size_t nreq, int pass)
             for (int k = 0; k < x->nreasons; k++)
                 json_array_append_new(r, json_string(x->reasons[k]));
             json_array_append_new(
-                cells, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:o}", "id", id,
+                cells, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "id", id,
                                  "component", m->comp[c], "feature", m->feat[f].name, "status",
                                  st_name[x->status], "tensors", (json_int_t)x->tensors, "passed",
                                  (json_int_t)x->passed, "failed", (json_int_t)x->failed,
+                                 "inherited", (json_int_t)x->inherited,
                                  "missing", (json_int_t)x->missing, "skipped",
                                  (json_int_t)x->skipped, "reasons", r));
         }
@@ -338,10 +370,11 @@ static json_t *matrix_json(matrix *m, const req *reqs, size_t nreq, int pass)
                           st_name[cell_at(m, reqs[i].comp, reqs[i].feat)->status]));
     json_object_set_new(o, "requested", rq);
     json_object_set_new(o, "summary",
-                        json_pack("{s:I,s:I,s:I,s:I,s:I}", "cells",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "cells",
                                   (json_int_t)(m->ncomp * m->nfeat), "passed",
                                   (json_int_t)count[ST_PASSED], "failed",
-                                  (json_int_t)count[ST_FAILED], "skipped",
+                                  (json_int_t)count[ST_FAILED], "inherited",
+                                  (json_int_t)count[ST_INHERITED], "skipped",
                                   (json_int_t)count[ST_SKIPPED], "absent",
                                   (json_int_t)count[ST_ABSENT]));
     return o;
@@ -362,11 +395,12 @@ static void html_text(FILE *f, const char *s)
 
 static int write_html(FILE *f, matrix *m, json_t *doc)
 {
-    static const char *const cls[] = {"absent", "pass", "skip", "fail"};
+    static const char *const cls[] = {"absent", "pass", "skip", "inh", "fail"};
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>probe-matrix</title>\n"
           "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
           "td,th{border:1px solid #ccc;padding:3px 8px}td.pass{background:#dfd}"
-          "td.fail{background:#fbb}td.skip{background:#eee}td.absent{color:#999}"
+          "td.fail{background:#fbb}td.inh{background:#fed}td.skip{background:#eee}"
+          "td.absent{color:#999}"
           "th.c{text-align:left;font-family:monospace}</style></head><body>\n<h1>probe-matrix: ",
           f);
     fputs(strcmp(json_string_value(json_object_get(doc, "verdict")), "pass") ? "FAIL" : "PASS",
@@ -455,8 +489,9 @@ static void print_table(FILE *out, matrix *m)
     for (size_t c = 0; c < m->ncomp; c++)
         for (size_t f = 0; f < m->nfeat; f++) {
             cell *x = cell_at(m, c, f);
-            if (x->status == ST_FAILED)
-                fprintf(out, "%s/%s: FAIL: %s\n", m->comp[c], m->feat[f].name,
+            if (x->status == ST_FAILED || x->status == ST_INHERITED)
+                fprintf(out, "%s/%s: %s: %s\n", m->comp[c], m->feat[f].name,
+                        x->status == ST_FAILED ? "FAIL" : "inherited",
                         x->nreasons ? x->reasons[0] : "failed");
         }
 }
@@ -569,13 +604,13 @@ int main(int argc, char **argv)
     if (nreq) {
         for (size_t i = 0; i < nreq; i++) {
             int st = cell_at(&m, reqs[i].comp, reqs[i].feat)->status;
-            if (st == ST_FAILED || st == ST_ABSENT)
+            if (st == ST_FAILED || st == ST_INHERITED || st == ST_ABSENT)
                 pass = 0;
         }
     } else {
         for (size_t ci = 0; ci < m.ncomp; ci++)
             for (size_t f = 0; f < m.nfeat; f++)
-                if (cell_at(&m, ci, f)->status == ST_FAILED)
+                if (cell_at(&m, ci, f)->status >= ST_INHERITED)
                     pass = 0;
     }
     json_t *doc = matrix_json(&m, reqs, nreq, pass);
@@ -590,11 +625,12 @@ int main(int argc, char **argv)
                 x->nreasons ? ": " : "", x->nreasons ? x->reasons[0] : "");
     }
     json_t *sum = json_object_get(doc, "summary");
-    fprintf(human, "%s: %zu components x %zu features: %lld passed, %lld failed, %lld skipped, "
-                   "%lld absent%s\n",
+    fprintf(human, "%s: %zu components x %zu features: %lld passed, %lld failed, %lld inherited, "
+                   "%lld skipped, %lld absent%s\n",
             pass ? "PASS" : "FAIL", m.ncomp, m.nfeat,
             (long long)json_integer_value(json_object_get(sum, "passed")),
             (long long)json_integer_value(json_object_get(sum, "failed")),
+            (long long)json_integer_value(json_object_get(sum, "inherited")),
             (long long)json_integer_value(json_object_get(sum, "skipped")),
             (long long)json_integer_value(json_object_get(sum, "absent")),
             nreq ? " (exit status from the requested cells)" : "");

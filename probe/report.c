@@ -206,21 +206,22 @@ static json_t *systematic_json(const probe_tensor_result *t)
     return o;
 }
 
-/* "oracle" per tensor: both sides' error against the oracle and the oracle verdict. */
-static json_t *oracle_json(const probe_tensor_result *t)
+/* "oracle" per tensor: both sides' error against the oracle and the oracle verdict
+ * (m_or: (oracle, reference), m_oc: (oracle, candidate side)). */
+static json_t *oracle_json(int has, const probe_oracle_verdict *v, const probe_metrics *m_or,
+                           const probe_metrics *m_oc)
 {
-    if (!t->has_oracle)
+    if (!has)
         return json_null();
-    const probe_oracle_verdict *v = &t->oracle;
     json_t *o = json_object();
     json_object_set_new(o, "rel_l2_reference", num_or_null(v->err_reference));
     json_object_set_new(o, "rel_l2_candidate", num_or_null(v->err_candidate));
     json_object_set_new(o, "ratio", num_or_null(v->ratio));
     json_object_set_new(o, "ratio_limit", num_or_null(v->limit));
-    json_object_set_new(o, "cosine_reference", num_or_null(t->m_oracle_ref.cosine));
-    json_object_set_new(o, "cosine_candidate", num_or_null(t->m_oracle_cand.cosine));
-    json_object_set_new(o, "gain_reference", num_or_null(t->m_oracle_ref.gain));
-    json_object_set_new(o, "gain_candidate", num_or_null(t->m_oracle_cand.gain));
+    json_object_set_new(o, "cosine_reference", num_or_null(m_or->cosine));
+    json_object_set_new(o, "cosine_candidate", num_or_null(m_oc->cosine));
+    json_object_set_new(o, "gain_reference", num_or_null(m_or->gain));
+    json_object_set_new(o, "gain_candidate", num_or_null(m_oc->gain));
     json_object_set_new(o, "gain_excess", num_or_null(v->gain_excess));
     json_object_set_new(o, "channel", json_integer((json_int_t)v->channel));
     json_object_set_new(o, "channel_excess", num_or_null(v->channel_excess));
@@ -283,7 +284,8 @@ static json_t *tensor_json(const probe_tensor_result *t)
     json_object_set_new(o, "reasons", reasons);
     json_object_set_new(o, "gate_verdict", verdict_json(&t->gate_verdict));
     json_object_set_new(o, "systematic", systematic_json(t));
-    json_object_set_new(o, "oracle", oracle_json(t));
+    json_object_set_new(o, "oracle", oracle_json(t->has_oracle, &t->oracle, &t->m_oracle_ref,
+                                                 &t->m_oracle_cand));
     if (t->ref.call >= 0)
         json_object_set_new(o, "call", json_integer(t->ref.call));
     if (t->ref.cfg_branch >= 0)
@@ -309,6 +311,9 @@ static void isolated_keys(json_t *o, const probe_tensor_result *t)
     json_object_set_new(o, "max_abs_isolated", any ? num_or_null(m->max_abs) : json_null());
     json_object_set_new(o, "identical_isolated", h ? json_boolean(m->identical) : json_null());
     json_object_set_new(o, "amplification", h ? num_or_null(t->amplification) : json_null());
+    json_object_set_new(o, "oracle_isolated",
+                        oracle_json(t->has_oracle_isolated, &t->oracle_isolated, &t->m_oracle_ref,
+                                    &t->m_oracle_isolated));
 }
 
 static json_t *manifest_json(const char *text)

@@ -198,6 +198,12 @@ typedef struct probe_tensor_result {
     int has_oracle;             /* the oracle holds this path with the reference's shape */
     probe_metrics m_oracle_ref, m_oracle_cand; /* oracle as reference side: (o, r), (o, c) */
     probe_oracle_verdict oracle;
+    /* With an oracle and --isolated, for outputs: the isolated output (the candidate's
+     * component on the reference's inputs) against the oracle, read as `oracle` is;
+     * attribution then decides "introduced" by it instead of by the gate. */
+    int has_oracle_isolated;
+    probe_metrics m_oracle_isolated;   /* (o, isolated) */
+    probe_oracle_verdict oracle_isolated;
 } probe_tensor_result;
 
 /* (additive) A collective output that must be equal on every rank of one run
