@@ -265,6 +265,7 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "identical", json_boolean(m->identical));
         json_object_set_new(o, "mismatch_count", json_integer((json_int_t)m->mismatch_count));
         json_object_set_new(o, "mismatch_ulps_max", num_or_null(m->mismatch_ulps_max));
+        json_object_set_new(o, "max_abs_ulps_scale", num_or_null(m->max_abs_ulps_scale));
         json_object_set_new(o, "nan_ref_only", json_integer((json_int_t)m->nan_ref_only));
         null_reasons(t, reasons);
         channel_json(o, t);
@@ -500,6 +501,7 @@ static const char html_head[] =
     "#heatmap th.row{text-align:left;font-family:monospace}\n"
     "#tensors td:first-child{text-align:left;font-family:monospace}\n"
     "#tensors tr{cursor:pointer}#tensors tr.fail td{background:#fdd}#tensors tr.pass td{background:#efe}\n"
+    "#calls tr.fail td{background:#fdd}#calls tr.inh td{background:#fed}#calls tr.pass td{background:#efe}\n"
     "#tensors tr.sel td{outline:2px solid #36c}\n"
     ".legend{font-size:11px;color:#555;margin:.3em 0}\n"
     ".legend span.bar{display:inline-block;width:160px;height:10px;vertical-align:middle;margin:0 4px}\n"
@@ -513,7 +515,8 @@ static const char html_head[] =
     "#runs th.runkey{text-align:left;white-space:nowrap}\n"
     "</style></head><body>\n"
     "<h1>probe-compare report</h1>\n"
-    "<p>verdict <span id=\"verdict\"></span> under gate <b id=\"gate\"></b> &mdash; first failing component: <b id=\"first-failure-component\"></b> <code id=\"first-failure-path\"></code></p>\n"
+    "<p>verdict <span id=\"verdict\"></span> under gate <b id=\"gate\"></b><span id=\"headline\"></span> &mdash; first failing component: <b id=\"first-failure-component\"></b> <code id=\"first-failure-path\"></code></p>\n"
+    "<p id=\"introduced\"></p>\n"
     "<p class=\"info\" id=\"files\"></p><p class=\"info\" id=\"counts\"></p><p class=\"info\" id=\"run-reasons\"></p>\n"
     "<h2>runs (each file's manifest; highlighted rows differ)</h2><table id=\"runs\"></table>\n"
     "<h2>root inputs (initial latents, timesteps, prompt embeddings, scheduler configuration)</h2><p class=\"info\" id=\"roots-summary\"></p><table id=\"roots\"></table>\n"
@@ -522,7 +525,8 @@ static const char html_head[] =
     "<table id=\"heatmap\"></table><div class=\"legend\" id=\"hm-legend\"></div>\n"
     "<div id=\"detail\"></div>\n"
     "<h2>tensors in execution order (click a row to show its charts)</h2>\n"
-    "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
+    "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>gain_z</th><th>chan_z</th><th>oracle ratio</th><th>gate</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
+    "<h2>component calls: introduced, inherited</h2><table id=\"calls\"><thead><tr><th>call</th><th>step</th><th>branch</th><th>inside</th><th>status</th><th>first failing output</th><th>via</th></tr></thead><tbody></tbody></table>\n"
     "<div id=\"isolation-box\" style=\"display:none\"><h2>error introduced vs inherited (isolated run <code id=\"isolated-file\"></code>; output tensors)</h2><table id=\"isolation\"><thead><tr><th>path</th><th>component</th><th>step</th><th>rel_l2 as run</th><th>rel_l2 isolated</th><th>amplification</th></tr></thead><tbody></tbody></table></div>\n"
     "<h2>missing</h2><p class=\"info\">in the candidate:</p><ul id=\"missing_in_candidate\"></ul><p class=\"info\">in the reference:</p><ul id=\"missing_in_reference\"></ul>\n";
 static const char html_script[] =
@@ -542,6 +546,9 @@ static const char html_script[] =
     "/* verdict */\n"
     "var v=$('verdict');v.textContent=D.verdict.toUpperCase();v.className=D.verdict;\n"
     "$('gate').textContent=D.gate.name;\n"
+    "$('headline').textContent=D.headline==='oracle'?' (verdict against the oracle '+D.oracle+'; gate alone: '+D.gate_verdict+')':D.headline==='gate+systematic'?' + the systematic test':'';\n"
+    "var I=D.introduced;if(I){var t=I.kind==='call'?'introduced by '+I.call+': '+I.path+' fails while its inputs pass':I.kind==='between'?'introduced between '+I.after+' and '+I.call+', in pipeline code: '+I.path+' fails'+(I.amplification!==null?' ('+fmt(I.amplification)+' x the largest of the outputs since)':'')+' while every output since passes':'introduced before the first captured call: '+I.path+' fails';if(I.inherited_calls)t+='; inherited by '+I.inherited_calls+' later call'+(I.inherited_calls===1?'':'s');$('introduced').textContent=t;}\n"
+    "(D.calls||[]).forEach(function(c){var tr=el('tr',{'class':c.status==='pass'?'pass':c.status==='introduced'||c.status==='inside'?'fail':'inh'});[c.call,c.step===null?'':c.step,c.cfg_branch===null?'':c.cfg_branch,c.parent?c.parent+(c.block!==null?' (block '+c.block+')':''):'',c.status,c.first_failure||'',c.via||''].forEach(function(x){tr.appendChild(el('td',{},String(x)));});$('calls').querySelector('tbody').appendChild(tr);});\n"
     "var ff=D.first_failure;$('first-failure-component').textContent=ff?comp(ff):'none';$('first-failure-path').textContent=ff||'';\n"
     "var sm=D.summary||{};\n"
     "$('files').textContent='reference '+D.reference+' \\u2022 candidate '+D.candidate;\n"
@@ -569,7 +576,7 @@ static const char html_script[] =
     "function tkey(t){return t.rank===undefined?t.path:t.path+' (rank '+t.rank+')';}\n"
     "var tb=$('tensors').querySelector('tbody');\n"
     "D.tensors.forEach(function(t,i){var tr=el('tr',{'class':t.verdict,'data-index':String(i)});\n"
-    " [tkey(t),t.component,S[i].column,t.dtype,JSON.stringify(t.shape),(t.rel_l2===null&&t.stats_only&&t.rel_l2_lower_bound!==null?'>= '+fmt(t.rel_l2_lower_bound)+' (stats-only)':fmt(t.rel_l2)),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
+    " [tkey(t),t.component,S[i].column,t.dtype,JSON.stringify(t.shape),(t.rel_l2===null&&t.stats_only&&t.rel_l2_lower_bound!==null?'>= '+fmt(t.rel_l2_lower_bound)+' (stats-only)':fmt(t.rel_l2)),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.systematic?fmt(t.systematic.gain_z):'n/a',t.systematic&&t.systematic.channels?fmt(t.systematic.channel_z):'n/a',t.oracle?fmt(t.oracle.ratio):'n/a',t.gate_verdict?t.gate_verdict.verdict:'',t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
     " tr.onclick=function(){location.hash='tensor='+encodeURIComponent(tkey(t));};tb.appendChild(tr);});\n"
     "['missing_in_candidate','missing_in_reference'].forEach(function(k){var ul=$(k);D[k].forEach(function(p){ul.appendChild(el('li',{},p));});});\n"
     "/* per-tensor charts */\n"

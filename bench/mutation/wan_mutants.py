@@ -38,8 +38,7 @@ Bugs (BLOCK is the index of a transformer block):
 --weights-from bf16 (the oracle): the transformer is built as the reference
 builds it, rounded to bfloat16 and then held in --dtype, so the oracle
 evaluates the reference's function (the same weight values) in higher
-precision. --blocks-out FILE saves nothing; block capture is probe-run's
---tap (docs/gates.md).
+precision.
 """
 import argparse
 import contextlib
