@@ -26,6 +26,7 @@ Exit status 0 when the study ran (whatever it found), 2 when a run or a compare
 failed to produce a result.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import shlex
@@ -88,6 +89,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     ap.add_argument("--reuse", action="store_true", help="keep captures already in --out")
+    ap.add_argument("--jobs", type=int, default=1, help="candidate runs and compares at a time "
+                    "(the reference and the oracle run first, alone)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     run_bin, cmp_bin = os.path.join(a.bin, "probe-run"), os.path.join(a.bin, "probe-compare")
@@ -124,33 +127,45 @@ def main():
     timings["oracle"] = capture("oracle", ["--dtype", "fp32", "--weights-from", "bf16"], P("ref.h5"),
                                 convert=True)
     cands = [("floor", "ref2", None, None, None)]
+    jobs = []
     for f in features:
-        timings[f] = capture(f, ["--dtype", "bf16", "--feature", f], P("ref.h5"))
+        jobs.append((f, ["--dtype", "bf16", "--feature", f]))
         cands.append(("transparent", f, f, None, None))
     for fam, size, spec in bugs:
         name = "bug-" + spec.replace(":", "_")
-        timings[name] = capture(name, ["--dtype", "bf16", "--bug", spec], P("ref.h5"))
+        jobs.append((name, ["--dtype", "bf16", "--bug", spec]))
         cands.append(("bug", name, spec, fam, size))
+    with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as ex:
+        done = {n: ex.submit(capture, n, args, P("ref.h5")) for n, args in jobs}
+        for n, fut in done.items():
+            timings[n] = fut.result()
 
     def compare(name, key, *opts):
         js = P("%s.%s.json" % (name, key))
         cmd = [cmp_bin, P("ref.h5"), P(name + ".h5"), "--json", js, "--quiet", *opts]
-        rc, _ = sh(cmd, js + ".log", 600)
+        rc, secs = sh(cmd, js + ".log", 600)
         if rc == 2 or not os.path.exists(js):
             sys.exit("study: probe-compare %s failed: see %s.log" % (name, js))
-        return json.load(open(js))
+        j = json.load(open(js))
+        j["_seconds"] = secs
+        return j
 
-    rows = []
-    for kind, name, what, fam, size in cands:
+    def three(name, what):
         cause = TRANSPARENT.get(what, "backend-swap")
-        res = {"T1": compare(name, "T1"),
-               "T1-relaxed": compare(name, "T1-relaxed", "--gate", "T1-relaxed:" + cause),
-               "oracle": compare(name, "oracle", "--oracle", P("oracle.h5"))}
+        return {"T1": compare(name, "T1"),
+                "T1-relaxed": compare(name, "T1-relaxed", "--gate", "T1-relaxed:" + cause),
+                "oracle": compare(name, "oracle", "--oracle", P("oracle.h5"))}
+    with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as ex:
+        results = [ex.submit(three, c[1], c[2]) for c in cands]
+        results = [r.result() for r in results]
+    rows = []
+    for (kind, name, what, fam, size), res in zip(cands, results):
         # a candidate identical to the reference did not exercise anything: no verdict
         # on it counts as a false alarm or a detection
         identical = not res["T1"]["feature_active"]
         row = {"kind": kind, "name": name, "what": what, "family": fam, "size": size,
-               "identical": identical, "verdicts": {}}
+               "identical": identical, "verdicts": {},
+               "compare_seconds": {k: v["_seconds"] for k, v in res.items()}}
         for v in VERDICTS:
             j = res["oracle" if v == "oracle" else "T1" if v == "T1" else "T1-relaxed"]
             if v in ("T1", "T1-relaxed"):
@@ -189,7 +204,10 @@ def main():
             r["named_at"] = want if inblock else "/dit.step/0000"
             for v in VERDICTS:
                 r["verdicts"][v]["named"] = r["verdicts"][v]["introduced"] == r["named_at"]
-    summary = {"device": a.device, "size": a.size, "frames": a.frames, "steps": a.steps,
+    cs = [r["compare_seconds"] for r in rows]
+    cost = {"run_seconds_reference": timings.get("ref"), "run_seconds_oracle": timings.get("oracle"),
+            "compare_seconds_T1": sum(c["T1"] for c in cs), "compare_seconds_oracle": sum(c["oracle"] for c in cs)}
+    summary = {"device": a.device, "cost": cost, "size": a.size, "frames": a.frames, "steps": a.steps,
                "layers": a.layers, "blocks": a.blocks, "named_at": want, "bf16_noise_block": noise,
                "bf16_noise_dit": noise_dit, "seconds": timings, "rows": rows}
     json.dump(summary, open(P("study.json"), "w"), indent=1)
@@ -249,6 +267,12 @@ def tables(s):
         out.append("- %s: %d of %d transparent features (not identical to the reference) fail: false "
                    "alarms; %d of %d bugs detected, %d named where they sit" % (v, fa, len(tr), det,
                                                                               len(bugs), nam))
+    c = s.get("cost") or {}
+    if c.get("run_seconds_reference"):
+        out.append("- cost of the oracle: its run %.1f s against the reference's %.1f s (each a whole "
+                   "process under probe-run); comparing every candidate took %.1f s with --oracle "
+                   "against %.1f s without" % (c["run_seconds_oracle"], c["run_seconds_reference"],
+                                               c["compare_seconds_oracle"], c["compare_seconds_T1"]))
     return "\n".join(out) + "\n"
 
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The mutation study on the GPU (docs/mutation.md): builds probe, runs the device
+# metrics self-test, then bench/mutation/study.py on the diffusers Wan pipeline in
+# bfloat16 on CUDA with the DiT blocks captured. Run from the repository root on the
+# GPU machine; ./.whl holds the diffusers (and importlib_metadata) wheels, ./.debs the
+# jansson/xxhash headers' packages when the machine lacks them. Results:
+# $OUT/study.md, $OUT/study.json, $OUT/summary.txt and $OUT/logs.tar.gz.
+#   STUDY_ARGS   extra study.py arguments (e.g. --quick)
+#   STUDY_JOBS   candidate runs at a time (default 6)
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/probe-study.XXXX)
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+. scripts/gpu/debs-env.sh && probe_debs_env .
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%FT%TZ)"
+log "torch $(python3 -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $(python3 -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+t0=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v python3)" \
+  > "$WORK/build.log" 2>&1 && cmake --build build-gpu >> "$WORK/build.log" 2>&1
+log "build: exit $? ($(( $(date +%s) - t0 )) s)"
+if [ -x scripts/gpu/metrics-selftest ]; then
+  scripts/gpu/metrics-selftest --quick --build-dir "$PWD/build-gpu" --out "$WORK/ms" > "$WORK/metrics-selftest.log" 2>&1
+  log "metrics-selftest: exit $?"; grep -cE "^PASS" "$WORK/metrics-selftest.log" | sed 's/^/PASS lines: /' | tee -a "$OUT/summary.txt"
+  grep -E "^FAIL" "$WORK/metrics-selftest.log" | head -20 | tee -a "$OUT/summary.txt"
+fi
+t0=$(date +%s)
+python3 bench/mutation/study.py --python python3 --bin build-gpu/bin --device cuda --size 256 \
+  --frames 17 --steps 4 --layers 4 --blocks --jobs "${STUDY_JOBS:-6}" --out "$WORK/study" \
+  ${STUDY_ARGS:-} > "$WORK/study.log" 2>&1
+log "study: exit $? ($(( $(date +%s) - t0 )) s)"
+cp "$WORK/study/study.md" "$WORK/study/study.json" "$OUT/" 2>/dev/null
+tail -30 "$WORK/study.log" >> "$OUT/summary.txt"
+rm -f "$WORK"/study/*.h5
+tar -C "$WORK" -czf "$OUT/logs.tar.gz" . 2>/dev/null
+log "done"
