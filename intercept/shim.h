@@ -493,7 +493,8 @@ void shim_tap_operand_nesting(probe_tap_tensor_v1 *t, const struct shim_scope *s
 /* Selection of a tensor of an interposed library call (docs/gemm.md
  * "Selection"): 1 if an item of PROBE_CAPTURE whose glob contains the text
  * `family` ("gemm" or "nccl") matches path with its step/branch/block
- * selectors (block -1: not nested), else 0. The default "*" therefore never selects library-call operands.
+ * selectors (block -1: not nested), else 0. The default "*" therefore never
+ * selects library-call operands.
  * An item naming `<family>.last` is matched, only when may_be_last
  * (shim_scope_may_be_last), against path with the index of its last
  * component's `<family>.<k>.` written `<family>.last.`. */
