@@ -506,6 +506,7 @@ static void capture_one(const struct operand *o, const struct shim_scope *sc,
     probe_tap_tensor_v1 t;
     shim_tap_operand(&t, slot_comp, slot, call, sc->step, sc->cfg_branch, device, o->dtype, o->rank,
                      o->shape, o->strides, o->data, stream);
+    shim_tap_operand_nesting(&t, sc);
     probe_status st = shim_tap_capture(&t, op_json, 0);
     if (st != PROBE_OK && atomic_exchange(&warned_tap, 1) == 0)
         shim_warn("GEMM operand capture failed: %s (the call itself ran normally)",
@@ -685,8 +686,8 @@ static void gemm_pre(struct gcall *g, struct plan *p)
             snprintf(p->slots[i], sizeof p->slots[i], "%s", op_names[i]);
         char path[SHIM_PATH_MAX];
         snprintf(path, sizeof path, "/%s/%04lld/%s", p->comp, (long long)p->call, p->slots[i]);
-        p->selected[i] = shim_tap_selected_interposed(path, p->sc.step, p->sc.cfg_branch, "gemm",
-                                                      may_be_last);
+        p->selected[i] = shim_tap_selected_interposed(path, p->sc.step, p->sc.cfg_branch,
+                                                      p->sc.block, "gemm", may_be_last);
         any |= p->selected[i];
     }
     if (!any)

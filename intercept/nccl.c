@@ -229,10 +229,11 @@ static size_t out_elems(const struct call *c)
 }
 
 /* Selection of an interposed tensor: an item of PROBE_CAPTURE whose glob
- * contains `nccl` and matches path, with its step/branch selectors (tap.c). */
+ * contains `nccl` and matches path, with its step/branch/block selectors
+ * (tap.c). */
 static int nccl_selected(const struct call *c, const char *path, int64_t step, int64_t branch)
 {
-    return shim_tap_selected_interposed(path, step, branch, "nccl",
+    return shim_tap_selected_interposed(path, step, branch, c->in_scope ? c->sc.block : -1, "nccl",
                                         shim_scope_may_be_last(&c->sc, SHIM_COUNT_NCCL, c->k));
 }
 
@@ -313,6 +314,8 @@ static void capture_operand(const struct call *c, const char *operand, const voi
     shim_tap_operand(&t, comp, slot, c->in_scope ? c->sc.call : c->k, c->in_scope ? c->sc.step : -1,
                      c->in_scope ? c->sc.cfg_branch : -1, c->ci.device, (int32_t)dt, 1, shape, NULL,
                      data, c->stream);
+    if (c->in_scope)
+        shim_tap_operand_nesting(&t, &c->sc);
     char *json = op_json(c);
     /* selected by nccl_selected; json becomes the dataset's probe.op attribute */
     int st = shim_tap_capture(&t, json, 0);

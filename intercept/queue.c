@@ -56,6 +56,9 @@ void shim_job_record(const struct shim_job *j, probe_record *rec)
     rec->rank = j->rank;
     rec->shape = j->shape;
     rec->op = j->op;
+    rec->parent = j->parent[0] ? j->parent : NULL;
+    rec->block = j->block;
+    rec->class_name = j->class_name[0] ? j->class_name : NULL;
 }
 
 /* caller holds qlock */

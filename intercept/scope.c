@@ -313,6 +313,7 @@ unsigned shim_scope_nvtx_enter(const char *range_name)
         f->s.call = atomic_fetch_add(&nvtx_calls[maps[i].slot], 1);
         f->s.step = trailing_number(range_name);
         f->s.cfg_branch = -1;
+        f->s.block = -1;
         last_open(f);
         return f->token;
     }
@@ -371,6 +372,22 @@ void shim_scope_names(char *buf, size_t cap)
     pthread_mutex_unlock(&adapter_lock);
 }
 
+/* 1 when the caller's struct_size covers the descriptor's field. */
+#define SCOPE_HAS(s, field) ((s)->struct_size >= offsetof(probe_scope_v1, field) + sizeof((s)->field))
+
+/* A parent call as probe_tap_v1 takes it: '/' first, 1..255 bytes, no
+ * control characters. A scope with any other parent is not nested. */
+static int valid_parent(const char *p)
+{
+    size_t n = strlen(p);
+    if (p[0] != '/' || n >= SHIM_PARENT_MAX)
+        return 0;
+    for (; *p; ++p)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return 0;
+    return 1;
+}
+
 /* Announce a component call on the calling thread (probe/tap.h). */
 SHIM_EXPORT int probe_scope_enter_v1(const probe_scope_v1 *s)
 {
@@ -396,6 +413,12 @@ SHIM_EXPORT int probe_scope_enter_v1(const probe_scope_v1 *s)
     f->s.call = s->call;
     f->s.step = s->step < 0 ? -1 : s->step;
     f->s.cfg_branch = s->cfg_branch < 0 ? -1 : s->cfg_branch;
+    f->s.block = -1;
+    if (SCOPE_HAS(s, parent) && SCOPE_HAS(s, block) && s->parent && s->parent[0] &&
+        s->block >= 0 && valid_parent(s->parent)) {
+        snprintf(f->s.parent, sizeof f->s.parent, "%s", s->parent);
+        f->s.block = s->block;
+    }
     /* a scope that does not know its step (a DiT block inside a DiT call)
      * takes the enclosing scope's step and branch */
     if (tls_scopes.depth >= 2) {
@@ -432,7 +455,8 @@ int shim_scope_current(struct shim_scope *out)
     struct scope_stack *st = &tls_scopes;
     if (st->depth == 0) {
         out->component[0] = '\0';
-        out->call = out->step = -1;
+        out->parent[0] = '\0';
+        out->call = out->step = out->block = -1;
         out->cfg_branch = -1;
         return 0;
     }

@@ -40,6 +40,7 @@
 #define SHIM_SCOPE_MAX 512  /* NVTX scope path, NUL included (reader keeps 512) */
 #define SHIM_REASON_MAX 256 /* skip reason, NUL included (reader keeps 256) */
 #define SHIM_MAX_DEVICES 64 /* CUDA device ordinals probe handles: 0..63 */
+#define SHIM_PARENT_MAX 256 /* parent call and class name, NUL included (reader keeps 256) */
 
 /* ---- shim.c: configuration and process state ---------------------------- */
 
@@ -84,8 +85,9 @@ struct shim_range {
 };
 struct shim_select {
     int last; /* the glob names `<family>.last` (1 << SHIM_COUNT_*): see shim_scope_may_be_last */
-    size_t nstep, nbranch;
-    struct shim_range step[SHIM_SELECT_MAX_RANGES], branch[SHIM_SELECT_MAX_RANGES];
+    size_t nstep, nbranch, nblock;
+    struct shim_range step[SHIM_SELECT_MAX_RANGES], branch[SHIM_SELECT_MAX_RANGES],
+        block[SHIM_SELECT_MAX_RANGES];
 };
 
 extern struct shim_config shim_cfg;
@@ -331,6 +333,9 @@ struct shim_job {
     probe_dtype dtype;
     int rank;
     int64_t shape[PROBE_MAX_RANK];
+    char parent[SHIM_PARENT_MAX];     /* "" not nested */
+    int64_t block;                    /* with parent: index among the parent's calls of the component */
+    char class_name[SHIM_PARENT_MAX]; /* "" unknown */
     /* payload */
     void *data;         /* SHIM_JOB_HOST: malloc'd contiguous bytes (NULL when nbytes 0) */
     size_t nbytes;      /* contiguous size */
@@ -450,6 +455,12 @@ size_t shim_cuda_pinned_bytes(void);
 int shim_tap_process_captures(void);
 /* Validate a tap descriptor and compute its extent (PROBE_EINVAL naming the field). */
 probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext);
+/* The descriptor's fields after timestep, as known from its struct_size:
+ * parent (NULL when absent, empty or not nested), block (-1 without a
+ * parent) and class_name (NULL when absent or empty). */
+const char *shim_tap_parent(const probe_tap_tensor_v1 *t);
+int64_t shim_tap_block(const probe_tap_tensor_v1 *t);
+const char *shim_tap_class(const probe_tap_tensor_v1 *t);
 
 /* Capture one tensor as probe_tap_v1 does (validation, selection by
  * PROBE_CAPTURE unless the caller selected it already, path taken once,
@@ -467,20 +478,27 @@ probe_status shim_tap_hash_device(const probe_tap_tensor_v1 *t, size_t slot);
 /* Fill *t for an operand of an interposed library call: the ABI fields,
  * the scope's names (component, slot, call, step, CFG branch), a device
  * tensor (device, probe_dtype, rank, shape, strides or NULL = contiguous,
- * data, stream) and no timestep (NaN). shape/strides are not copied. */
+ * data, stream) and no timestep (NaN); not nested, no class. shape/strides
+ * are not copied. */
 void shim_tap_operand(probe_tap_tensor_v1 *t, const char *component, const char *slot,
                       int64_t call, int64_t step, int32_t cfg_branch, int device, int32_t dtype,
                       int32_t rank, const int64_t *shape, const int64_t *strides, const void *data,
                       void *stream);
+struct shim_scope;
+/* Give an operand descriptor filled by shim_tap_operand the nesting of the
+ * scope it was made in (sc->parent, sc->block; nothing when sc is NULL or
+ * not nested). sc must outlive t. */
+void shim_tap_operand_nesting(probe_tap_tensor_v1 *t, const struct shim_scope *sc);
 
 /* Selection of a tensor of an interposed library call (docs/gemm.md
  * "Selection"): 1 if an item of PROBE_CAPTURE whose glob contains the text
- * `family` ("gemm" or "nccl") matches path with its step/branch selectors,
- * else 0. The default "*" therefore never selects library-call operands.
+ * `family` ("gemm" or "nccl") matches path with its step/branch/block
+ * selectors (block -1: not nested), else 0. The default "*" therefore never
+ * selects library-call operands.
  * An item naming `<family>.last` is matched, only when may_be_last
  * (shim_scope_may_be_last), against path with the index of its last
  * component's `<family>.<k>.` written `<family>.last.`. */
-int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
+int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch, int64_t block,
                                  const char *family, int may_be_last);
 
 /* Append ,"capture_items":[{"item":TEXT,"matched":N},...] when PROBE_CAPTURE
@@ -563,6 +581,8 @@ struct shim_scope {
     char component[SHIM_NAME_MAX]; /* "" outside any scope */
     int64_t call, step;            /* -1 unknown */
     int32_t cfg_branch;            /* -1 unknown */
+    char parent[SHIM_PARENT_MAX];  /* the enclosing component call of an adapter scope, "" none */
+    int64_t block;                 /* with parent: the block index (probe_scope_v1.block), else -1 */
     /* per kind, when PROBE_CAPTURE names `<family>.last` (shim_cfg.last_kinds):
      * the number of calls the component's previous completed instance made,
      * -1 while no instance has completed */

@@ -3,6 +3,7 @@
  * writer queue. */
 #include <fnmatch.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,13 +67,48 @@ static probe_status check_name(const char *s, const char *what)
     return PROBE_OK;
 }
 
+/* 1 when the caller's struct_size covers the descriptor's field. */
+#define TAP_HAS(t, field)                                                                       \
+    ((t)->struct_size >= offsetof(probe_tap_tensor_v1, field) + sizeof((t)->field))
+
+const char *shim_tap_parent(const probe_tap_tensor_v1 *t)
+{
+    return TAP_HAS(t, parent) && TAP_HAS(t, block) && t->parent && t->parent[0] ? t->parent : NULL;
+}
+
+int64_t shim_tap_block(const probe_tap_tensor_v1 *t)
+{
+    return shim_tap_parent(t) ? t->block : -1;
+}
+
+const char *shim_tap_class(const probe_tap_tensor_v1 *t)
+{
+    return TAP_HAS(t, class_name) && t->class_name && t->class_name[0] ? t->class_name : NULL;
+}
+
+/* parent ("/<component>/<call>", 1..255 bytes) and class name (1..255 bytes):
+ * no control characters. */
+static probe_status check_text(const char *s, const char *what, int path)
+{
+    size_t n = strlen(s);
+    if (n >= SHIM_PARENT_MAX)
+        return probe_set_error(PROBE_EINVAL, "tap: %s must be at most %d bytes long (got %zu)", what,
+                               SHIM_PARENT_MAX - 1, n);
+    if (path && s[0] != '/')
+        return probe_set_error(PROBE_EINVAL, "tap: %s '%s' does not start with '/'", what, s);
+    for (const unsigned char *c = (const unsigned char *)s; *c; ++c)
+        if (*c < 0x20 || *c == 0x7f)
+            return probe_set_error(PROBE_EINVAL, "tap: %s contains a control character", what);
+    return PROBE_OK;
+}
+
 probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext)
 {
     if (!t)
         return probe_set_error(PROBE_EINVAL, "tap: descriptor is NULL");
-    if (t->struct_size < sizeof(probe_tap_tensor_v1))
+    if (t->struct_size < PROBE_TAP_TENSOR_V1_BASE_SIZE)
         return probe_set_error(PROBE_EINVAL, "tap: struct_size %u is smaller than the v1 size %zu",
-                               t->struct_size, sizeof(probe_tap_tensor_v1));
+                               t->struct_size, (size_t)PROBE_TAP_TENSOR_V1_BASE_SIZE);
     if (t->abi_version != PROBE_TAP_ABI_VERSION)
         return probe_set_error(PROBE_EINVAL, "tap: abi_version %u is not %d", t->abi_version,
                                PROBE_TAP_ABI_VERSION);
@@ -82,6 +118,14 @@ probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent 
         return st;
     if (t->call < 0)
         return probe_set_error(PROBE_EINVAL, "tap: call %lld is negative", (long long)t->call);
+    const char *parent = shim_tap_parent(t), *cls = shim_tap_class(t);
+    if (parent && (st = check_text(parent, "parent", 1)) != PROBE_OK)
+        return st;
+    if (parent && t->block < 0)
+        return probe_set_error(PROBE_EINVAL, "tap: block %lld is negative for a nested call (parent %s)",
+                               (long long)t->block, parent);
+    if (cls && (st = check_text(cls, "class_name", 0)) != PROBE_OK)
+        return st;
     if (t->rank < 0 || t->rank > PROBE_MAX_RANK)
         return probe_set_error(PROBE_EINVAL, "tap: rank %d is outside 0..%d", t->rank, PROBE_MAX_RANK);
     size_t esize = probe_dtype_size((probe_dtype)t->dtype);
@@ -104,15 +148,16 @@ probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent 
  *
  *   spec   := item (',' item)*          items are OR-ed; blank items ignored
  *   item   := glob ('@' sel)*           every selector of an item must hold
- *   sel    := ('step' | 'branch') '=' ranges      (each key at most once)
+ *   sel    := ('step' | 'branch' | 'block') '=' ranges   (each key at most once)
  *   ranges := range ('+' range)*        at most SHIM_SELECT_MAX_RANGES
  *   range  := N | N '-' M | N '-'       inclusive; N '-' is N and above
  *
  * glob is an fnmatch(3) pattern (no flags: '*' and '?' also match '/')
  * against the dataset path "/<component>/<call, 4 digits>/<slot>"; one
  * without a leading '/' is also tried against the path without its '/'.
- * step is the tap's denoising step, branch its CFG branch; a tap whose value
- * is unknown (-1) never satisfies a selector on it. */
+ * step is the tap's denoising step, branch its CFG branch, block its block
+ * index (a call nested in another component's call); a tap whose value is
+ * unknown (-1) never satisfies a selector on it. */
 
 #define SEL_VALUE_MAX ((int64_t)999999999)
 
@@ -184,8 +229,10 @@ static const char *parse_item(char *item, struct shim_select *sel)
             r = sel->step, nr = &sel->nstep, p += 5;
         } else if (strncmp(p, "branch=", 7) == 0) {
             r = sel->branch, nr = &sel->nbranch, p += 7;
+        } else if (strncmp(p, "block=", 6) == 0) {
+            r = sel->block, nr = &sel->nblock, p += 6;
         } else {
-            return "has a selector other than @step=RANGES or @branch=RANGES";
+            return "has a selector other than @step=RANGES, @branch=RANGES or @block=RANGES";
         }
         if (*nr)
             return "names the same selector twice";
@@ -272,19 +319,34 @@ static int in_ranges(int64_t v, const struct shim_range *r, size_t nr)
 /* the largest denoising step an adapter tap carried (-1: none), for the
  * message about an item that matched nothing */
 static atomic_llong step_max = -1;
+/* the largest block index an adapter tap carried (-1: none), likewise */
+static atomic_llong block_max = -1;
 
-static int selected(const char *path, int64_t step, int64_t branch)
+static void raise_to(atomic_llong *max, int64_t v)
+{
+    long long seen = atomic_load_explicit(max, memory_order_relaxed);
+    while (v > seen && !atomic_compare_exchange_weak(max, &seen, (long long)v))
+        ;
+}
+
+/* every selector of item s holds for (step, branch, block) */
+static int selectors_hold(const struct shim_select *s, int64_t step, int64_t branch, int64_t block)
+{
+    return in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch) &&
+           in_ranges(block, s->block, s->nblock);
+}
+
+static int selected(const char *path, int64_t step, int64_t branch, int64_t block)
 {
     int any = 0;
     atomic_fetch_add_explicit(&shim_cfg.selections[0], 1, memory_order_relaxed);
-    long long seen = atomic_load_explicit(&step_max, memory_order_relaxed);
-    while (step > seen && !atomic_compare_exchange_weak(&step_max, &seen, (long long)step))
-        ;
+    raise_to(&step_max, step);
+    raise_to(&block_max, block);
     for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
         const char *g = shim_cfg.globs[i];
         const struct shim_select *s = &shim_cfg.sel[i];
         if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
-            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch)) {
+            selectors_hold(s, step, branch, block)) {
             atomic_fetch_add_explicit(&shim_cfg.item_hits[i], 1, memory_order_relaxed);
             any = 1;
         }
@@ -322,10 +384,13 @@ void shim_capture_items_json(struct shim_json *b, int warn)
         } else if (kind == 0) {
             char names[256];
             shim_scope_names(names, sizeof names);
-            long long smax = atomic_load(&step_max);
-            char steps[48] = "";
+            long long smax = atomic_load(&step_max), bmax = atomic_load(&block_max);
+            char steps[96] = "";
+            int n = 0;
             if (smax >= 0)
-                snprintf(steps, sizeof steps, "; denoising steps 0-%lld", smax);
+                n = snprintf(steps, sizeof steps, "; denoising steps 0-%lld", smax);
+            if (bmax >= 0 && n >= 0 && (size_t)n < sizeof steps)
+                snprintf(steps + n, sizeof steps - (size_t)n, "; block indices 0-%lld", bmax);
             shim_warn("--capture item '%s' matched no tensor in this run (paths are "
                       "/<component>/<call:04>/<slot>; components: %s%s)",
                       item, names[0] ? names : "none announced", steps);
@@ -353,6 +418,10 @@ static void fill_record(struct shim_job *j, const probe_tap_tensor_v1 *t, const 
     j->step = t->step;
     j->cfg_branch = t->cfg_branch;
     j->timestep = t->timestep;
+    const char *parent = shim_tap_parent(t), *cls = shim_tap_class(t);
+    snprintf(j->parent, sizeof j->parent, "%s", parent ? parent : "");
+    j->block = shim_tap_block(t);
+    snprintf(j->class_name, sizeof j->class_name, "%s", cls ? cls : "");
     j->dtype = (probe_dtype)t->dtype;
     j->rank = t->rank;
     for (int k = 0; k < t->rank; ++k)
@@ -394,6 +463,17 @@ void shim_tap_operand(probe_tap_tensor_v1 *t, const char *component, const char 
     t->data = data;
     t->stream = stream;
     t->timestep = NAN;
+    t->parent = NULL;
+    t->block = -1;
+    t->class_name = NULL;
+}
+
+void shim_tap_operand_nesting(probe_tap_tensor_v1 *t, const struct shim_scope *sc)
+{
+    if (sc && sc->parent[0] && sc->block >= 0) {
+        t->parent = sc->parent;
+        t->block = sc->block;
+    }
 }
 
 /* path with the index of its last component's "<family>.<digits>." written
@@ -414,7 +494,7 @@ static int last_alias(const char *path, const char *family, char *buf, size_t ca
     return n > 0 && (size_t)n < cap;
 }
 
-int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
+int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch, int64_t block,
                                  const char *family, int may_be_last)
 {
     char alias[SHIM_PATH_MAX];
@@ -438,7 +518,7 @@ int shim_tap_selected_interposed(const char *path, int64_t step, int64_t branch,
             p = alias;
         }
         if ((fnmatch(g, p, 0) == 0 || (g[0] != '/' && fnmatch(g, p + 1, 0) == 0)) &&
-            in_ranges(step, s->step, s->nstep) && in_ranges(branch, s->branch, s->nbranch)) {
+            selectors_hold(s, step, branch, block)) {
             atomic_fetch_add_explicit(&shim_cfg.item_hits[i], 1, memory_order_relaxed);
             any = 1;
         }
@@ -502,7 +582,7 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
 
     char path[SHIM_PATH_MAX];
     snprintf(path, sizeof path, "/%s/%04lld/%s", t->component, (long long)t->call, t->slot);
-    if (select && !selected(path, t->step, t->cfg_branch)) {
+    if (select && !selected(path, t->step, t->cfg_branch, shim_tap_block(t))) {
         atomic_fetch_add(&shim_stats.filtered, 1);
         return PROBE_OK;
     }
@@ -599,6 +679,7 @@ void shim_tap_skip_path(const char *path, const char *reason)
     j->step = -1;
     j->cfg_branch = -1;
     j->timestep = NAN;
+    j->block = -1;
     j->seq = atomic_fetch_add(&next_seq, 1);
     snprintf(j->reason, sizeof j->reason, "%s", reason);
     if (shim_queue_push(j) != PROBE_OK) {

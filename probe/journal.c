@@ -220,14 +220,26 @@ probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uin
     put_u64(&b, hash);
     rec_finish(&b, 0);
     probe_status s = jwrite(j, &b);
-    if (s != PROBE_OK || rec->op == NULL)
-        return s;
-    buf_t o = {0};
-    rec_start(&o, PROBE_JREC_OP);
-    put_str(&o, rec->path);
-    put_str(&o, rec->op);
-    rec_finish(&o, 0);
-    return jwrite(j, &o);
+    if (s == PROBE_OK && rec->op != NULL) {
+        buf_t o = {0};
+        rec_start(&o, PROBE_JREC_OP);
+        put_str(&o, rec->path);
+        put_str(&o, rec->op);
+        rec_finish(&o, 0);
+        s = jwrite(j, &o);
+    }
+    int nested = rec->parent != NULL && rec->parent[0] != '\0';
+    if (s == PROBE_OK && (nested || (rec->class_name != NULL && rec->class_name[0] != '\0'))) {
+        buf_t c = {0};
+        rec_start(&c, PROBE_JREC_CALL);
+        put_str(&c, rec->path);
+        put_str(&c, nested ? rec->parent : "");
+        put_u64(&c, nested ? (uint64_t)rec->block : UINT64_MAX);
+        put_str(&c, rec->class_name);
+        rec_finish(&c, 0);
+        s = jwrite(j, &c);
+    }
+    return s;
 }
 
 probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason)
@@ -431,6 +443,7 @@ static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
     i->step = step >= 0 ? step : -1;
     i->cfg_branch = cfg >= 0 ? cfg : -1;
     memcpy(&i->timestep, &bits, 8);
+    i->block = -1; /* a CALL record may follow */
     return too_long ? 1 : 0;
 }
 
@@ -540,6 +553,19 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
             }
             free(path);
             free(op);
+        } else if (type == PROBE_JREC_CALL) {
+            char path[512], parent[256], cls[256];
+            get_str_cut(&r, path, sizeof path);
+            get_str_cut(&r, parent, sizeof parent);
+            int64_t block = (int64_t)get_u64(&r);
+            get_str_cut(&r, cls, sizeof cls);
+            /* attached to the TENSOR record just before it; otherwise ignored */
+            if (!r.bad && d->n > 0 && strcmp(d->t[d->n - 1].info.path, path) == 0) {
+                probe_tensor_info *i = &d->t[d->n - 1].info;
+                snprintf(i->parent, sizeof i->parent, "%s", parent);
+                i->block = parent[0] != '\0' && block >= 0 ? block : -1;
+                snprintf(i->class_name, sizeof i->class_name, "%s", cls);
+            }
         } else if (type == PROBE_JREC_MANIFEST) {
             char *m = get_str_dup(&r, &oom);
             if (!r.bad && !oom) {

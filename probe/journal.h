@@ -32,7 +32,11 @@ enum {
     /* the probe.op text of the TENSOR record just before it (same path):
      * written only for records with an op (interposed GEMM/NCCL operands);
      * a version-1 reader without it skips it as an unknown type */
-    PROBE_JREC_OP = 6
+    PROBE_JREC_OP = 6,
+    /* the nesting and class of the TENSOR record just before it (same path):
+     * parent, block (u64), class; written only for records with a parent or
+     * a class; a reader without it skips it as an unknown type */
+    PROBE_JREC_CALL = 7
 };
 
 /* --- writing --- */
@@ -45,8 +49,8 @@ PROBE_JOURNAL_API probe_status probe_journal_create(const char *capture_path, pr
 /* Append one record; PROBE_EIO (naming the journal and errno's text) when
  * the write fails or is short (disk full). */
 PROBE_JOURNAL_API probe_status probe_journal_begin(probe_journal *j, const char *path);
-/* probe_journal_tensor appends the TENSOR record and, when rec->op is set,
- * an OP record with it. */
+/* probe_journal_tensor appends the TENSOR record, then an OP record when
+ * rec->op is set and a CALL record when rec->parent or rec->class_name is. */
 PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
                                   uint64_t nbytes, uint64_t hash);
 PROBE_JOURNAL_API probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason);

@@ -44,7 +44,8 @@ static int copy_all(probe_file *f, const char *out)
                             .call = t->call, .step = t->step, .cfg_branch = t->cfg_branch,
                             .timestep = t->timestep, .scope = t->scope,
                             .seq = t->seq >= 0 ? (uint64_t)t->seq : (uint64_t)i, .dtype = t->dtype,
-                            .rank = t->rank, .shape = t->shape, .op = op};
+                            .rank = t->rank, .shape = t->shape, .op = op,
+                            .parent = t->parent, .block = t->block, .class_name = t->class_name};
         if (s == PROBE_OK)
             s = probe_writer_put(w, &rec, buf, nb);
         free(op);

@@ -594,6 +594,9 @@ static probe_status check_record(const probe_writer *w, const probe_record *rec,
                                rec->path, nbytes, n, probe_dtype_name(rec->dtype), want);
     if (want > 0 && data == NULL)
         return probe_set_error(PROBE_EINVAL, "%s: %s: data is NULL", w->path, rec->path);
+    if (rec->parent != NULL && rec->parent[0] != '\0' && rec->block < 0)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: block %lld is negative for the nested call "
+                               "(parent %s)", w->path, rec->path, (long long)rec->block, rec->parent);
     return PROBE_OK;
 }
 
@@ -658,14 +661,22 @@ static herr_t write_attrs(hid_t d, const probe_record *rec, const char *hash)
         r = attr_write_str(d, "probe.hash", hash);
     if (r >= 0 && rec->op != NULL)
         r = attr_write_str(d, "probe.op", rec->op);
+    if (r >= 0 && rec->parent != NULL && rec->parent[0] != '\0') {
+        r = attr_write_str(d, "probe.parent", rec->parent);
+        if (r >= 0)
+            r = attr_write_scalar(d, "probe.block", H5T_STD_I64LE, H5T_NATIVE_INT64, &rec->block);
+    }
+    if (r >= 0 && rec->class_name != NULL && rec->class_name[0] != '\0')
+        r = attr_write_str(d, "probe.class", rec->class_name);
     return r;
 }
 
 /* Strings that are not valid UTF-8 would make h5py fail to decode them. */
 static const char *bad_utf8_field(const probe_record *rec)
 {
-    const char *names[] = {"component", "slot", "scope", "device", "path", "op"};
-    const char *vals[] = {rec->component, rec->slot, rec->scope, rec->device, rec->path, rec->op};
+    const char *names[] = {"component", "slot", "scope", "device", "path", "op", "parent", "class_name"};
+    const char *vals[] = {rec->component, rec->slot, rec->scope,  rec->device,
+                          rec->path,      rec->op,   rec->parent, rec->class_name};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         if (vals[i] == NULL)
             continue;

@@ -12,7 +12,8 @@
  * Dataset attributes (all prefixed "probe."): dtype (logical type name),
  * shape (int64 array), component, slot, call, step, cfg_branch, timestep,
  * scope (NVTX range path), device, seq (execution order), hash (xxh64 of the
- * contiguous bytes as 16 hex digits). Root attributes: probe.format
+ * contiguous bytes as 16 hex digits), parent and block (nested calls),
+ * class (the wrapped method's class). Root attributes: probe.format
  * ("probe-capture"), probe.version (1), probe.manifest (JSON text),
  * probe.skips (JSON list of {path, reason}).
  */
@@ -51,6 +52,17 @@ typedef struct probe_record {
      * attribute probe.op; NULL: no attribute. Must be valid UTF-8. Not kept
      * in the journal: a recovered file has no probe.op. */
     const char *op;
+    /* A call nested in another component's call (docs/file-format.md): parent
+     * is the enclosing call "/<component>/<call:04>" (written as probe.parent)
+     * and block the index of this call among the calls of the same component
+     * inside that parent call, >= 0 (probe.block). parent NULL or "": not
+     * nested, neither attribute is written and block is ignored (so a
+     * zero-initialised record is "not nested"). */
+    const char *parent;
+    int64_t block;
+    /* qualified name "module.Qualname" of the class whose method was wrapped
+     * (probe.class); NULL or "": not written. */
+    const char *class_name;
 } probe_record;
 
 /* --- writer --- */
@@ -125,6 +137,15 @@ typedef struct probe_tensor_info {
      * probe_file_read_* return PROBE_EUNSUPPORTED; probe_file_summary gives
      * the stored summary. 0: a full tensor. */
     int stats_only;
+    /* probe.parent: the enclosing component call ("/dit.step/0003") of a
+     * nested call, "" if absent (not nested); cut to 255 bytes. */
+    char parent[256];
+    /* probe.block: the index of the call among the calls of its component
+     * inside the parent call, -1 if absent (not nested). */
+    int64_t block;
+    /* probe.class: "module.Qualname" of the class whose method was wrapped,
+     * "" if absent; cut to 255 bytes. */
+    char class_name[256];
 } probe_tensor_info;
 
 typedef struct probe_skip_info {

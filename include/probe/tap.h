@@ -17,6 +17,7 @@
 #ifndef PROBE_TAP_H
 #define PROBE_TAP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -28,7 +29,8 @@ extern "C" {
 typedef struct probe_tap_tensor_v1 {
     uint32_t struct_size;    /* sizeof(probe_tap_tensor_v1) as the caller compiled it */
     uint32_t abi_version;    /* PROBE_TAP_ABI_VERSION */
-    const char *component;   /* component name from the table, e.g. "dit.step"; required */
+    const char *component;   /* component name, e.g. "dit.step" (1..127 bytes, no '/', no control
+                                characters, not "." or ".."); required */
     const char *slot;        /* "out", "in.<arg>", "out.<field>", "out.<i>"; required */
     int64_t call;            /* call index of the component (path /<component>/<call:04>/<slot>); required, >= 0 */
     int64_t step;            /* denoising step, -1 unknown */
@@ -41,7 +43,24 @@ typedef struct probe_tap_tensor_v1 {
     const void *data;        /* address of element [0, ..., 0] */
     void *stream;            /* producer cudaStream_t for device tensors; NULL = legacy default stream */
     double timestep;         /* scheduler timestep, NaN unknown */
+    /* Nesting and class. A caller whose struct_size ends before a field (down
+     * to PROBE_TAP_TENSOR_V1_BASE_SIZE, where timestep ends) leaves it unknown. */
+    const char *parent;      /* the enclosing component call, "/<component>/<call:04>", when this
+                                call runs inside another component's call (a DiT block inside
+                                dit.step: "/dit.step/0003"); NULL or "": not nested. 1..255 bytes,
+                                starting with '/', no control characters */
+    int64_t block;           /* with parent: the index of this call among the calls of the same
+                                component inside that parent call (0 .. N-1), >= 0; ignored
+                                without parent */
+    const char *class_name;  /* qualified name "module.Qualname" of the class whose method was
+                                wrapped (e.g. "diffusers.models.transformers.transformer_wan.
+                                WanTransformerBlock"); NULL or "": unknown. At most 255 bytes,
+                                no control characters */
 } probe_tap_tensor_v1;
+
+/* struct_size of a descriptor that ends at timestep (the first fields of
+ * version 1); the smallest one probe_tap_v1 and probe_inject_v1 accept. */
+#define PROBE_TAP_TENSOR_V1_BASE_SIZE (offsetof(probe_tap_tensor_v1, timestep) + sizeof(double))
 
 /* Capture one tensor. Returns 0 (PROBE_OK) when the tensor was accepted,
  * written or recorded as skipped; a probe_status otherwise (bad descriptor:
@@ -118,7 +137,8 @@ int probe_inject_v1(const probe_tap_tensor_v1 *t);
  * libraries (GEMMs, collectives, kernel launches: docs/gemm.md, nccl.md,
  * kernels.md). It attributes each one to the innermost component scope of
  * the calling thread. An adapter announces each component call it wraps
- * with the same component, call index, step and CFG branch its taps carry,
+ * with the same component, call index, step, CFG branch, parent call and
+ * block index its taps carry (operands then carry them too),
  * so a GEMM inside the DiT's 4th call is /dit.step/0003/gemm.<k>.<operand>.
  * NVTX ranges mapped by PROBE_NVTX_SCOPES open scopes too (docs/intercept.md
  * "Scopes"). */
@@ -129,6 +149,9 @@ typedef struct probe_scope_v1 {
     int64_t call;            /* call index of the component, >= 0 */
     int64_t step;            /* denoising step, -1 unknown */
     int32_t cfg_branch;      /* CFG branch, -1 unknown */
+    /* A caller whose struct_size ends before a field leaves it unknown. */
+    const char *parent;      /* as probe_tap_tensor_v1.parent: the enclosing component call */
+    int64_t block;           /* as probe_tap_tensor_v1.block */
 } probe_scope_v1;
 
 /* Open a scope on the calling thread (scopes nest; at most 32 are kept per

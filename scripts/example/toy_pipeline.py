@@ -39,7 +39,14 @@ it produced with numpy, independently of probe: the tensor that probe's
 adapter would capture at /<component>/<call:04>/<slot> is DIR/<component>/
 <call:04>/<slot>.npy, and DIR/index.json lists them in execution order with
 their logical dtype and shape. bfloat16 tensors are stored as their raw
-uint16 bit patterns (numpy has no bfloat16).
+uint16 bit patterns (numpy has no bfloat16). With `--save-blocks` as well,
+forward hooks on the denoiser's blocks (ToyDiTBlock) save every block call
+as probe's opt-in component dit.block would capture it (probe-run --blocks):
+DIR/dit.block/<call:04>/in.x, in.temb, in.context, out, where call counts
+the block calls of the run; their index.json entries also carry the
+pipeline's own bookkeeping: step and cfg_branch (the denoising step and the
+CFG branch, 0 conditional, 1 unconditional), parent (the denoiser call,
+"/dit.step/<call:04>") and block (the block's index in the denoiser).
 """
 
 import argparse
@@ -72,7 +79,7 @@ class TensorSaver:
         self.calls[component] = n + 1
         return n
 
-    def save(self, component, call, slot, t):
+    def save(self, component, call, slot, t, meta=None):
         path = f"/{component}/{call:04d}/{slot}"
         t = t.detach()
         dtype = str(t.dtype).replace("torch.", "")
@@ -83,9 +90,10 @@ class TensorSaver:
         fname = os.path.join(self.root, component, f"{call:04d}", slot + ".npy")
         os.makedirs(os.path.dirname(fname), exist_ok=True)
         np.save(fname, arr)
-        self.index.append({"path": path, "component": component, "call": call, "slot": slot,
-                           "dtype": dtype, "shape": list(t.shape),
-                           "file": os.path.relpath(fname, self.root)})
+        entry = {"path": path, "component": component, "call": call, "slot": slot,
+                 "dtype": dtype, "shape": list(t.shape), "file": os.path.relpath(fname, self.root)}
+        entry.update(meta or {})
+        self.index.append(entry)
 
     def close(self):
         with open(os.path.join(self.root, "index.json"), "w") as fh:
@@ -94,7 +102,8 @@ class TensorSaver:
 
 
 class ToyVideoPipeline:
-    def __init__(self, weight_seed=0, feature="none", saver=None, scheduler_shift=3.0):
+    def __init__(self, weight_seed=0, feature="none", saver=None, scheduler_shift=3.0,
+                 save_blocks=False):
         if feature not in FEATURES:
             raise ValueError(f"unknown feature {feature!r}; one of {', '.join(FEATURES)}")
         torch.manual_seed(weight_seed)
@@ -111,6 +120,33 @@ class ToyVideoPipeline:
         if feature == "perturb-denoiser":
             self.transformer.set_attention_scale_factor(PERTURB_SCALE_FACTOR)
         self.transformer.patchify_impl = "unfold" if feature == "refactor-patchify" else "reshape"
+        self._dit = None  # the denoiser call running now: step, branch, its call, blocks so far
+        if saver is not None and save_blocks:
+            for blk in self.transformer.blocks:
+                blk.register_forward_hook(self._block_hook)
+
+    def _block_hook(self, module, inputs, output):
+        """Forward hook of a ToyDiTBlock: save its call as dit.block."""
+        d = self._dit
+        meta = {"step": d["step"], "cfg_branch": d["branch"],
+                "parent": "/dit.step/%04d" % d["call"], "block": d["blocks"]}
+        d["blocks"] += 1
+        call = self.saver.next_call("dit.block")
+        for name, t in zip(("x", "temb", "context"), inputs):
+            self.saver.save("dit.block", call, "in." + name, t, meta)
+        self.saver.save("dit.block", call, "out", output, meta)
+
+    def _denoise(self, step, branch, latents, tb, embeds):
+        """One denoiser call (CFG branch `branch` of denoising step `step`)."""
+        if self.saver is not None:
+            self._dit = {"step": step, "branch": branch, "call": self.saver.calls.get("dit.step", 0),
+                         "blocks": 0}
+        try:
+            return self._call("dit.step", self.transformer,
+                              [("hidden_states", latents), ("timestep", tb),
+                               ("encoder_hidden_states", embeds)], ["sample"]).sample
+        finally:
+            self._dit = None
 
     # Each component call goes through one of these, so that --save records
     # exactly what the component received and returned, under the argument
@@ -169,17 +205,13 @@ class ToyVideoPipeline:
                                        height // self.vae.scale_factor_spatial,
                                        width // self.vae.scale_factor_spatial, gen)
         self.set_timesteps(steps)
-        for t in self.scheduler.timesteps:
+        for i, t in enumerate(self.scheduler.timesteps):
             tb = t.expand(latents.shape[0]).contiguous()
             # The denoiser takes float32 inputs and casts them to its own
             # dtype; its output is in that dtype (bfloat16 under
             # bf16-denoiser) and is upcast here for guidance.
-            cond = self._call("dit.step", self.transformer,
-                              [("hidden_states", latents), ("timestep", tb),
-                               ("encoder_hidden_states", prompt_embeds)], ["sample"]).sample
-            uncond = self._call("dit.step", self.transformer,
-                                [("hidden_states", latents), ("timestep", tb),
-                                 ("encoder_hidden_states", negative_embeds)], ["sample"]).sample
+            cond = self._denoise(i, 0, latents, tb, prompt_embeds)
+            uncond = self._denoise(i, 1, latents, tb, negative_embeds)
             cond, uncond = cond.float(), uncond.float()
             noise_pred = uncond + guidance_scale * (cond - uncond)
             latents = self._call("scheduler.step", self.scheduler.step,
@@ -206,6 +238,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (default 1: the same reduction order on every host)")
     ap.add_argument("--save", metavar="DIR", help="save every component input/output as .npy")
+    ap.add_argument("--save-blocks", action="store_true",
+                    help="with --save: also every DiT block's input/output (forward hooks), "
+                         "as dit.block")
     ap.add_argument("--out", metavar="FILE", help="save the video [1, 3, F, H, W] float32 as .npy")
     a = ap.parse_args(argv)
 
@@ -218,7 +253,7 @@ def main(argv=None):
     t0 = time.time()
     try:
         pipe = ToyVideoPipeline(weight_seed=a.weight_seed, feature=a.feature, saver=saver,
-                                scheduler_shift=a.scheduler_shift)
+                                scheduler_shift=a.scheduler_shift, save_blocks=a.save_blocks)
         video = pipe(a.prompt, a.negative_prompt, steps=a.steps, frames=a.frames, height=a.height,
                      width=a.width, guidance_scale=a.guidance_scale, seed=a.seed)
     except ValueError as e:

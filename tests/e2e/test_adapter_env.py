@@ -9,8 +9,9 @@ compares what the user sees:
   * `import h5py` still writes and reads a file under probe-run;
   * a program with no matching classes: unchanged output, a capture file
     with zero tensors;
-  * PROBE_TAPS with an unknown component name: one `probe:` line naming it,
-    the valid line still taps;
+  * PROBE_TAPS with an invalid component name: one `probe:` line naming it,
+    the valid line, a component name not in the table, still taps (a new
+    component);
   * an unreadable PROBE_COMPONENTS: one `probe:` line naming the path, the
     program runs unchanged (its own exit status 3 passes through);
   * an exception raised inside a tapped method reaches the caller unchanged;
@@ -162,7 +163,7 @@ def main():
               "no-match: capture file missing or not empty: %s"
               % (tensors_in(out) if os.path.exists(out) else "no file"))
 
-        # --- 5. PROBE_TAPS with an unknown component ---------------------------
+        # --- 5. PROBE_TAPS with an invalid and a new component name ------------
         write("taps_prog.py", """
             import torch
             class Widget:
@@ -171,15 +172,16 @@ def main():
             print(Widget().go(torch.arange(3.0)).tolist())
         """)
         out = os.path.join(work, "taps.h5")
-        probed = run(["env", "PROBE_TAPS=bogus=Foo.forward\ntext_encoder=Widget.go",
+        probed = run(["env", "PROBE_TAPS=bo/gus=Widget.go\nwidget.go=Widget.go",
                       PYTHON, "taps_prog.py"], work, base_env, (probe_run, out, []))
         notes = probe_lines(probed.stderr)
         check(probed.returncode == 0 and probed.stdout == "[0.0, 2.0, 4.0]\n",
               "PROBE_TAPS: program changed: rc %d %r" % (probed.returncode, probed.stdout))
-        check(len(notes) == 1 and "bogus" in notes[0] and "text_encoder" in notes[0],
-              "PROBE_TAPS: expected one probe: line naming 'bogus' and the known names, got %r" % notes)
-        check(os.path.exists(out) and tensors_in(out) == ["/text_encoder/0000/in.x", "/text_encoder/0000/out"],
-              "PROBE_TAPS: the valid tap did not capture: %s"
+        check(len(notes) == 1 and "'bo/gus'" in notes[0] and "contains '/'" in notes[0]
+              and "ignored" in notes[0],
+              "PROBE_TAPS: expected one probe: line naming 'bo/gus' and why, got %r" % notes)
+        check(os.path.exists(out) and tensors_in(out) == ["/widget.go/0000/in.x", "/widget.go/0000/out"],
+              "PROBE_TAPS: the tap of a new component did not capture: %s"
               % (tensors_in(out) if os.path.exists(out) else "no file"))
 
         # --- 6. unreadable component table -----------------------------------

@@ -120,9 +120,14 @@ def main():
     # --- schema --------------------------------------------------------------
     check(doc.get("format") == "probe-components" and doc.get("version") == 1, "format/version")
     names = [c.get("name") for c in doc["components"]]
-    check(names == ["text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode",
-                     "latents.init", "timesteps", "prompt_embeds"],
+    check(names == ["text_encoder", "dit.step", "dit.block", "scheduler.step", "vae.encode",
+                     "vae.decode", "latents.init", "timesteps", "prompt_embeds"],
           "component names/order: %s" % names)
+    opt_in = [c["name"] for c in doc["components"] if c.get("opt_in") is True]
+    check(opt_in == ["dit.block"], "opt-in rows: %s" % opt_in)
+    blk = doc["components"][names.index("dit.block")]
+    check(blk.get("layout") == "[B, T, D]" and blk.get("channel_axis") == -1,
+          "dit.block: layout [B, T, D], channel axis -1")
     roots = [c["name"] for c in doc["components"] if c.get("root") is True]
     check(roots == ["latents.init", "timesteps", "prompt_embeds"], "root inputs: %s" % roots)
     check(doc["components"][names.index("timesteps")].get("output_attrs") == ["timesteps", "sigmas"],
@@ -163,12 +168,37 @@ def main():
     t2.add_tap("dit.step", "torch.nn.modules.linear:Linear.forward")
     check(dict(t2.match(fake("torch.nn.modules.linear", "Linear", "forward"))) == {"forward": "dit.step"},
           "--tap into torch.* was excluded")
-    for bad_name in ("nosuch", "", "dit"):
+    # a name that is not in the table makes a new component; an invalid one is refused
+    t2.add_tap("dit.block.attn", "mymod:Attn.forward")
+    check(dict(t2.match(fake("mymod", "Attn", "forward"))) == {"forward": "dit.block.attn"},
+          "--tap of a component name that is not in the table")
+    for bad_name, why in (("", "is empty"), ("a/b", "contains '/'"), ("..", "'.' or '..'"),
+                          ("x\ty", "control character"), ("c" * 128, "128 bytes")):
         try:
             t2.add_tap(bad_name, "A.b")
             check(False, "add_tap accepted component %r" % bad_name)
         except _table.TableError as e:
-            check("text_encoder" in str(e), "unknown-name error does not list the names: %s" % e)
+            check(why in str(e) and "--tap" in str(e), "bad-name error says why: %s" % e)
+    # the opt-in row dit.block finds nothing until enabled, then wins over *DiT*.forward
+    t3 = _table.Table(table_path)
+    blk = fake("diffusers.models.transformers.transformer_wan", "WanTransformerBlock", "forward")
+    user_blk = fake("__main__", "MyDiTBlock", "forward")
+    vae_blk = fake("diffusers.models.autoencoders.autoencoder_same", "TransformerBlock", "forward")
+    check(dict(t3.match(blk)) == {} and dict(t3.match(user_blk)) == {"forward": "dit.step"},
+          "dit.block is off by default (a *DiTBlock is only dit.step's *DiT*.forward)")
+    t3.enable("dit.block")
+    check(dict(t3.match(blk)) == {"forward": "dit.block"}
+          and dict(t3.match(user_blk)) == {"forward": "dit.block"}
+          and dict(t3.match(vae_blk)) == {}
+          and dict(t3.match(fake("diffusers.models.transformers.transformer_wan",
+                                 "WanTransformer3DModel", "forward"))) == {"forward": "dit.step"},
+          "--blocks: diffusers and user blocks are dit.block, a VAE's TransformerBlock is not, the "
+          "model is still dit.step")
+    try:
+        t3.enable("dit.step")
+        check(False, "enable accepted a row that is not opt-in")
+    except _table.TableError as e:
+        check("no opt-in component 'dit.step'" in str(e), "enable of a row that is not opt-in: %s" % e)
 
     # --- one grammar in probe-run and in the adapter ------------------------------
     patterns = {

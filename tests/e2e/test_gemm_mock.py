@@ -36,6 +36,10 @@ Checked:
   the XXH64 of the documented records, and which are identical across runs
   with the same weights and differ when the weights differ; PROBE_WEIGHTS=0
   leaves "weights" out;
+- blocks nested in a dit.step scope (probe_scope_v1 with parent and block):
+  '*gemm*@block=1-' captures exactly blocks 1 and 2's operands, each with
+  probe.parent /dit.step/0000, its probe.block and the dit.step's step and
+  branch; a block scope of the first v1 size is not nested (not selected);
 - 4 threads x 100 GEMMs, each thread in its own scope instance, with
   '*/gemm.*.out': 400 outputs at /worker/<t>/gemm.<i>.out, each equal to its
   thread's result and carrying its step; one signature counted 400 times.
@@ -46,7 +50,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import (SOURCE, check, expected_bytes, finish, need_build,  # noqa: E402
+from test_shim_common import (SOURCE, attr_str, check, expected_bytes, finish, need_build,  # noqa: E402
                               preload_env, probe_lines, program, read_raw, run, tmpdir)
 
 from test_h5py_interop import xxh64  # noqa: E402
@@ -331,6 +335,34 @@ def main():
                                  "gemm": {"n": 2, "mismatched": 0, "mismatched_calls": []}},
           "manifest capture_last dit.step: its own 2 GEMMs, not the blocks' (%s)" % cl.get("dit.step"))
     check("capture_last" not in manifest(s1), "no capture_last key when no item names .last")
+
+    # 5c. @block=: operands of GEMMs inside nested scopes carry the scope's
+    # parent and block index (probe_scope_v1.parent/.block) and are selected
+    # by them; a scope of the first v1 size is not nested
+    out6 = os.path.join(d, "blocks.h5")
+    r = run(args[:-1] + [d, "blocks"], preload_env(out6, leaks=False, PROBE_CAPTURE="*gemm*@block=1-"))
+    check(r.returncode == 0 and probe_lines(r.stderr) == [],
+          "blocks: rc 0, no probe: line (rc=%d, %r)" % (r.returncode, probe_lines(r.stderr)))
+    want = {"/dit.block/%04d/gemm.0000.%s" % (c, o) for c in (1, 2) for o in ("a", "b", "out")}
+    with h5py.File(out6, "r") as f:
+        got = set()
+        f.visititems(lambda n, o: got.add("/" + n) if isinstance(o, h5py.Dataset) else None)
+        check(got == want, "blocks: '*gemm*@block=1-' captured exactly blocks 1 and 2's operands, "
+              "not the dit.step's own GEMM nor the block without a parent (%s)" % sorted(got))
+        for c in (1, 2):
+            for o in ("a", "b", "out"):
+                p = "/dit.block/%04d/gemm.0000.%s" % (c, o)
+                if p not in f:
+                    continue
+                at = f[p].attrs
+                check(attr_str(f[p], "probe.parent") == "/dit.step/0000" and int(at["probe.block"]) == c
+                      and int(at["probe.step"]) == 2 and int(at["probe.cfg_branch"]) == 1
+                      and int(at["probe.call"]) == c,
+                      "blocks: %s carries parent /dit.step/0000, block %d, the dit.step's step 2 and "
+                      "branch 1" % (p, c))
+                if o == "out":
+                    ref = np.fromfile(os.path.join(d, "last.dit.block.%d.0.out.bin" % c), dtype=np.float32)
+                    check(np.array_equal(f[p][()].reshape(-1), ref), "blocks: %s holds block %d's GEMM" % (p, c))
 
     # 6. 4 threads x 100 GEMMs, each thread in its own scope instance
     out6 = os.path.join(d, "threads.h5")

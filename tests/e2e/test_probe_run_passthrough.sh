@@ -99,8 +99,10 @@ expect_reject "missing '--'" "${touch_cmd[@]}"
 expect_reject "missing '--'" --out "$work/x.h5"
 expect_reject "missing COMMAND" --out "$work/x.h5" --
 expect_reject "--out needs a value" --out
-expect_reject "nosuchcomponent" --tap nosuchcomponent=Foo.forward -- "${touch_cmd[@]}"
-expect_reject "dit.step" --tap nosuchcomponent=Foo.forward -- "${touch_cmd[@]}"  # lists known names
+expect_reject "component name 'a/b' contains '/'" --tap a/b=Foo.forward -- "${touch_cmd[@]}"
+expect_reject "component name '' is empty" --tap =Foo.forward -- "${touch_cmd[@]}"
+expect_reject "component name '..' is '.' or '..'" --tap ..=Foo.forward -- "${touch_cmd[@]}"
+expect_reject "is 128 bytes long" --tap "$(printf 'c%.0s' {1..128})=Foo.forward" -- "${touch_cmd[@]}"
 expect_reject "NAME=PATTERN" --tap dit.step -- "${touch_cmd[@]}"
 expect_reject "malformed pattern" --tap dit.step=NoMethod -- "${touch_cmd[@]}"
 expect_reject "malformed pattern" --tap 'dit.step=a:b:C.f' -- "${touch_cmd[@]}"

@@ -27,8 +27,23 @@ def main():
     with h5py.File(out, "r") as f:
         paths = []
         f.visititems(lambda n, o: paths.append("/" + n) if isinstance(o, h5py.Dataset) else None)
-        check(sorted(paths) == ["/good/0000/out", "/good/0001/in.hidden_states", "/good/0002/out"],
+        check(sorted(paths) == ["/good/0000/out", "/good/0001/in.hidden_states", "/good/0002/out",
+                                "/good/0004/out", "/good/0005/out", "/good/0006/out",
+                                "/good/0007/out"],
               "only the valid tensors are in the file (%s)" % sorted(paths))
+        nest = {p: (attr_str(f[p], "probe.parent"), f[p].attrs.get("probe.block"),
+                    attr_str(f[p], "probe.class")) for p in paths}
+        check(nest["/good/0005/out"] == ("/dit.step/0003", 1, "toy.ToyDiTBlock")
+              and f["/good/0005/out"].attrs["probe.block"].dtype == np.int64,
+              "a nested call's probe.parent, probe.block (int64) and probe.class (%r)"
+              % (nest["/good/0005/out"],))
+        check(all(nest[p] == (None, None, None) for p in ("/good/0000/out", "/good/0004/out",
+                                                          "/good/0006/out")),
+              "no nesting attribute for a call that is not nested, nor from the first v1 size (%r)"
+              % ({p: nest[p] for p in ("/good/0000/out", "/good/0004/out", "/good/0006/out")},))
+        check(nest["/good/0007/out"] == ("/dit.step/0000", 0, None),
+              "a struct_size that ends before class_name: nesting kept, no class (%r)"
+              % (nest["/good/0007/out"],))
         want = (np.arange(16, dtype=np.float32) * 0.5).reshape(4, 4)
         check(np.array_equal(f["/good/0000/out"][()], want), "valid tensor values")
         check("probe.timestep" not in f["/good/0000/out"].attrs, "NaN (unknown) timestep is not written")
@@ -42,7 +57,7 @@ def main():
         check(m["label"] == "overridden", "adapter key overrides the built-in label")
         check(m["pipeline.name"] == "toy", "manifest key with a dot")
         check(m["format"] == "probe-manifest" and m["version"] == 1, "format/version untouched")
-        check(m["taps"]["accepted"] == 3 and m["taps"]["skipped"] == 1, "manifest counts: %s" % m["taps"])
+        check(m["taps"]["accepted"] == 7 and m["taps"]["skipped"] == 1, "manifest counts: %s" % m["taps"])
         pairs = json.loads(attr_str(f, "probe.manifest"), object_pairs_hook=lambda kv: kv)
         keys = [k for k, _ in pairs]
         check(len(keys) == len(set(keys)), "no duplicate keys in the manifest JSON text (%s)" % keys)

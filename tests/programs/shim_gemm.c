@@ -4,7 +4,7 @@
  * fake_cublaslt.c (loaded RTLD_LOCAL under their real sonames, as torch
  * loads cuBLAS, so the shim must find them with RTLD_NOLOAD).
  *
- * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|last|threads
+ * usage: shim_gemm MOCK_CUDART FAKE_CUBLASLT FAKE_CUBLAS DIR main|fork|scope|last|blocks|threads
  *   main  the GEMMs listed in run_main (k0..k12) (outside any scope, so GEMM k is the
  *         k-th call of the process), each followed by a stream sync; for each
  *         operand a base buffer (DIR/<k>.<operand>.bin, saved when the shim
@@ -23,6 +23,8 @@
  *         depend on the environment variable SHIM_GEMM_SEED (default 0), so
  *         a test can make two runs load different weights.
  *   last  GEMMs in nested scopes for `gemm.last` selection (run_last).
+ *   blocks GEMMs in nested scopes that carry a parent call and block index
+ *         (probe_scope_v1.parent/.block), for `@block=` selection (run_blocks).
  * Prints "FAIL ..." for each broken expectation; exit 0 when there is none.
  */
 #include <dlfcn.h>
@@ -590,6 +592,41 @@ static int run_last(void)
     return failures ? 1 : 0;
 }
 
+/* blocks: one scope "dit.step" (call 0, step 2, branch 1) making one GEMM,
+ * inside it three "dit.block" scopes (calls 0..2) described with the whole
+ * probe_scope_v1 (parent "/dit.step/0000", block c, step and branch unknown,
+ * so they take the dit.step's) and a fourth (call 3) with the first v1 size
+ * (struct scope_desc: no parent, not nested); each block makes one
+ * cublasSgemm_v2 from seed 200 + c. */
+struct scope_desc_nested { /* probe_scope_v1 with parent and block */
+    struct scope_desc v1;
+    const char *parent;
+    int64_t block;
+};
+
+static int run_blocks(void)
+{
+    if (!scope_enter || !scope_exit) {
+        FAIL("probe_scope_enter_v1 / probe_scope_exit_v1 not found (shim not preloaded?)");
+        return 1;
+    }
+    struct scope_desc step = {sizeof step, 1, "dit.step", 0, 2, 1};
+    if (scope_enter(&step) != 0)
+        FAIL("probe_scope_enter_v1 failed");
+    last_gemm("dit.step", 0, 0, 190);
+    for (int c = 0; c < 4; ++c) {
+        struct scope_desc_nested sd = {{sizeof sd, 1, "dit.block", c, -1, -1}, "/dit.step/0000", c};
+        if (c == 3)
+            sd.v1.struct_size = sizeof sd.v1;
+        if (scope_enter(&sd) != 0)
+            FAIL("probe_scope_enter_v1 failed");
+        last_gemm("dit.block", c, 0, 200 + c);
+        scope_exit();
+    }
+    scope_exit();
+    return failures ? 1 : 0;
+}
+
 /* threads: 4 threads, each in its own scope "worker" call t (step t), each
  * making 100 cublasSgemm_v2 on its own handle and stream; thread t's
  * operands come from seed t, so every captured out says which thread made it.
@@ -705,6 +742,8 @@ int main(int argc, char **argv)
         rc = run_scope();
     else if (strcmp(argv[5], "last") == 0)
         rc = run_last();
+    else if (strcmp(argv[5], "blocks") == 0)
+        rc = run_blocks();
     else if (strcmp(argv[5], "threads") == 0)
         rc = run_threads();
     fclose(cases);

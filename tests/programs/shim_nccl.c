@@ -240,7 +240,8 @@ int main(int argc, char **argv)
     /* inside a scope */
     float *a20 = fbuf(8, 20), *o20 = poison(32), *b21 = poison(32);
     if (scope_enter) {
-        probe_scope_v1 sc = {sizeof sc, PROBE_TAP_ABI_VERSION, "dit.step", 3, 1, 1};
+        probe_scope_v1 sc = {.struct_size = sizeof sc, .abi_version = PROBE_TAP_ABI_VERSION,
+                             .component = "dit.step", .call = 3, .step = 1, .cfg_branch = 1};
         if (scope_enter(&sc) != 0)
             FAIL("probe_scope_enter_v1");
     }

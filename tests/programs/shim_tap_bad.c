@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +78,7 @@ int main(void)
 
     expect("enabled", enabled(), 1);
     expect("NULL descriptor", tap(NULL), PROBE_EINVAL);
-    t = good("bad", 0); t.struct_size = sizeof t - 8;
+    t = good("bad", 0); t.struct_size = PROBE_TAP_TENSOR_V1_BASE_SIZE - 8;
     expect("struct_size too small", tap(&t), PROBE_EINVAL);
     t = good("bad", 0); t.struct_size = 0;
     expect("struct_size 0", tap(&t), PROBE_EINVAL);
@@ -136,6 +137,22 @@ int main(void)
     int64_t bigst[2] = {(int64_t)1 << 62, 1};
     t = good("bad", 0); t.strides = bigst;
     expect("strided span overflow", tap(&t), PROBE_EINVAL);
+    char longparent[300];
+    longparent[0] = '/';
+    memset(longparent + 1, 'p', sizeof longparent - 2);
+    longparent[sizeof longparent - 1] = '\0';
+    t = good("bad", 0); t.parent = "/dit.step/0003"; t.block = -1;
+    expect("nested call with block -1", tap(&t), PROBE_EINVAL);
+    t = good("bad", 0); t.parent = "dit.step/0003"; t.block = 0;
+    expect("parent without a leading /", tap(&t), PROBE_EINVAL);
+    t = good("bad", 0); t.parent = longparent; t.block = 0;
+    expect("parent 299 bytes", tap(&t), PROBE_EINVAL);
+    t = good("bad", 0); t.parent = "/dit.step/\n0003"; t.block = 0;
+    expect("parent with a newline", tap(&t), PROBE_EINVAL);
+    t = good("bad", 0); t.class_name = longparent + 1;
+    expect("class_name 298 bytes", tap(&t), PROBE_EINVAL);
+    t = good("bad", 0); t.class_name = "mod.\x01Block";
+    expect("class_name with a control character", tap(&t), PROBE_EINVAL);
 
     /* valid ones */
     t = good("good", 0);
@@ -152,6 +169,19 @@ int main(void)
     expect("larger struct_size from a newer caller", tap(&t9.v1), PROBE_OK);
     t = good("good", 3); t.device = 0; t.data = (void *)(uintptr_t)0x1000;
     expect("device tensor without CUDA: recorded as skipped", tap(&t), PROBE_OK);
+    /* a caller compiled before parent/block/class_name: its struct ends at
+     * timestep, and what lies after it in memory is not read */
+    t = good("good", 4); t.struct_size = PROBE_TAP_TENSOR_V1_BASE_SIZE;
+    t.parent = "/not/read"; t.block = -5; t.class_name = "\x01not read";
+    expect("struct_size of the first v1 descriptor (no parent/block/class_name)", tap(&t), PROBE_OK);
+    t = good("good", 5); t.parent = "/dit.step/0003"; t.block = 1; t.class_name = "toy.ToyDiTBlock";
+    expect("nested call with its class", tap(&t), PROBE_OK);
+    t = good("good", 6); t.parent = ""; t.block = -1;
+    expect("empty parent: not nested, block ignored", tap(&t), PROBE_OK);
+    /* a struct_size that ends inside class_name: parent and block known, class not */
+    t = good("good", 7); t.parent = "/dit.step/0000"; t.block = 0; t.class_name = "\x01not read";
+    t.struct_size = (uint32_t)offsetof(probe_tap_tensor_v1, class_name);
+    expect("struct_size up to block", tap(&t), PROBE_OK);
 
     expect("stream_v1(0) without CUDA is NULL", stream(0) == NULL, 1);
     expect("stream_v1(-1) is NULL", stream(-1) == NULL, 1);

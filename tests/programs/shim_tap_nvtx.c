@@ -152,7 +152,8 @@ int main(void)
         fprintf(stderr, "probe_scope_enter_v1/exit_v1 not exported\n");
         return 2;
     }
-    probe_scope_v1 sc = {sizeof sc, PROBE_TAP_ABI_VERSION, "dit.step", 3, 1, 0};
+    probe_scope_v1 sc = {.struct_size = sizeof sc, .abi_version = PROBE_TAP_ABI_VERSION,
+                         .component = "dit.step", .call = 3, .step = 1, .cfg_branch = 0};
     int rc_ok = enter(&sc), rc_exit = leave(), rc_stray = leave(), rc_null = enter(NULL);
     sc.component = "a/b";
     int rc_slash = enter(&sc);

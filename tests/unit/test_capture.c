@@ -549,6 +549,144 @@ Test(capture, attributes_as_documented)
     probe_file_close(f);
 }
 
+/* probe.parent / probe.block / probe.class (docs/file-format.md): written
+ * for a nested call, read back into probe_tensor_info; absent otherwise,
+ * and block is absent without a parent. */
+Test(capture, nesting_and_class_attributes)
+{
+    const char *file = tmp("nest.h5");
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(file, NULL, &w), PROBE_OK);
+    float v[2] = {1, 2};
+    int64_t shape[1] = {2};
+    probe_record r = rec_of("/dit.block/0005/out", PROBE_DTYPE_FLOAT32, 1, shape, 0);
+    r.parent = "/dit.step/0002";
+    r.block = 1;
+    r.class_name = "diffusers.models.transformers.transformer_wan.WanTransformerBlock";
+    put_ok(w, &r, v, sizeof v);
+    probe_record c = rec_of("/dit.step/0002/out", PROBE_DTYPE_FLOAT32, 1, shape, 1);
+    c.class_name = "toy.ToyDiTDenoiser"; /* a class, not nested */
+    c.block = 7;                          /* ignored without a parent */
+    put_ok(w, &c, v, sizeof v);
+    probe_record e = rec_of("/a/0000/out", PROBE_DTYPE_FLOAT32, 1, shape, 2);
+    e.parent = "";
+    e.class_name = "";
+    put_ok(w, &e, v, sizeof v);
+    /* a zero-initialised record: not nested, no class */
+    probe_record z = {.path = "/z/0000/out", .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape,
+                      .seq = 3};
+    put_ok(w, &z, v, sizeof v);
+    /* a nested call needs a block index >= 0 */
+    probe_record bad = rec_of("/dit.block/0006/out", PROBE_DTYPE_FLOAT32, 1, shape, 4);
+    bad.parent = "/dit.step/0002";
+    bad.block = -1;
+    cr_assert_eq(probe_writer_put(w, &bad, v, sizeof v), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "block -1") != NULL, "%s", probe_last_error());
+    bad.block = 0;
+    bad.parent = "/dit.step/\xff";
+    cr_assert_eq(probe_writer_put(w, &bad, v, sizeof v), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "parent is not valid UTF-8") != NULL, "%s", probe_last_error());
+    bad.parent = "/dit.step/0002";
+    bad.class_name = "m.\xc3";
+    cr_assert_eq(probe_writer_put(w, &bad, v, sizeof v), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "class_name is not valid UTF-8") != NULL, "%s",
+              probe_last_error());
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+
+    hid_t fid = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert_geq(fid, 0);
+    hid_t d = H5Dopen2(fid, "/dit.block/0005/out", H5P_DEFAULT);
+    char *s = raw_str_attr(d, "probe.parent");
+    cr_assert_str_eq(s, "/dit.step/0002");
+    free(s);
+    cr_assert_eq(raw_i64_attr(d, "probe.block", H5T_STD_I64LE), 1);
+    s = raw_str_attr(d, "probe.class");
+    cr_assert_str_eq(s, "diffusers.models.transformers.transformer_wan.WanTransformerBlock");
+    free(s);
+    H5Dclose(d);
+    d = H5Dopen2(fid, "/dit.step/0002/out", H5P_DEFAULT);
+    cr_assert_eq(H5Aexists(d, "probe.parent"), 0);
+    cr_assert_eq(H5Aexists(d, "probe.block"), 0);
+    s = raw_str_attr(d, "probe.class");
+    cr_assert_str_eq(s, "toy.ToyDiTDenoiser");
+    free(s);
+    H5Dclose(d);
+    for (int k = 0; k < 2; k++) {
+        d = H5Dopen2(fid, k ? "/z/0000/out" : "/a/0000/out", H5P_DEFAULT);
+        cr_assert_eq(H5Aexists(d, "probe.parent"), 0);
+        cr_assert_eq(H5Aexists(d, "probe.block"), 0);
+        cr_assert_eq(H5Aexists(d, "probe.class"), 0);
+        H5Dclose(d);
+    }
+    cr_assert_eq(H5Lexists(fid, "/dit.block/0006", H5P_DEFAULT), 0);
+    H5Fclose(fid);
+
+    probe_file *f = open_ok(file);
+    cr_assert_eq(probe_file_count(f), 4);
+    const probe_tensor_info *t = find_ok(f, "/dit.block/0005/out", NULL);
+    cr_assert_str_eq(t->parent, "/dit.step/0002");
+    cr_assert_eq(t->block, 1);
+    cr_assert_str_eq(t->class_name, "diffusers.models.transformers.transformer_wan.WanTransformerBlock");
+    t = find_ok(f, "/dit.step/0002/out", NULL);
+    cr_assert_str_eq(t->parent, "");
+    cr_assert_eq(t->block, -1);
+    cr_assert_str_eq(t->class_name, "toy.ToyDiTDenoiser");
+    t = find_ok(f, "/z/0000/out", NULL);
+    cr_assert_str_eq(t->parent, "");
+    cr_assert_eq(t->block, -1);
+    cr_assert_str_eq(t->class_name, "");
+    probe_file_close(f);
+}
+
+/* Foreign files: a probe.block without probe.parent is ignored, a class
+ * name longer than the field is cut, attributes of another type are absent. */
+Test(capture, nesting_attributes_of_foreign_files)
+{
+    const char *file = tmp("nest-foreign.h5");
+    hid_t fid = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert_geq(fid, 0);
+    hsize_t dim = 2;
+    hid_t sp = H5Screate_simple(1, &dim, NULL), sc = H5Screate(H5S_SCALAR);
+    float v[2] = {3, 4};
+    char longname[400];
+    memset(longname, 'k', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    for (int k = 0; k < 2; k++) {
+        hid_t d = H5Dcreate2(fid, k ? "/b" : "/a", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+                             H5P_DEFAULT);
+        cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+        int64_t blk = 3;
+        hid_t a = H5Acreate2(d, "probe.block", H5T_STD_I64LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_INT64, &blk);
+        H5Aclose(a);
+        hid_t st = H5Tcopy(H5T_C_S1);
+        H5Tset_size(st, H5T_VARIABLE);
+        const char *cls = longname, *par = "/dit.step/0001";
+        a = H5Acreate2(d, "probe.class", st, sc, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, st, &cls);
+        H5Aclose(a);
+        if (k) {
+            a = H5Acreate2(d, "probe.parent", st, sc, H5P_DEFAULT, H5P_DEFAULT);
+            H5Awrite(a, st, &par);
+            H5Aclose(a);
+        }
+        H5Tclose(st);
+        H5Dclose(d);
+    }
+    H5Sclose(sp);
+    H5Sclose(sc);
+    H5Fclose(fid);
+    probe_file *f = open_ok(file);
+    const probe_tensor_info *t = find_ok(f, "/a", NULL);
+    cr_assert_str_eq(t->parent, "");
+    cr_assert_eq(t->block, -1, "probe.block without probe.parent: %lld", (long long)t->block);
+    cr_assert_eq(strlen(t->class_name), sizeof t->class_name - 1);
+    t = find_ok(f, "/b", NULL);
+    cr_assert_str_eq(t->parent, "/dit.step/0001");
+    cr_assert_eq(t->block, 3);
+    probe_file_close(f);
+}
+
 Test(capture, utf8_strings_round_trip)
 {
     const char *file = tmp("utf8.h5");

@@ -19,7 +19,7 @@ static char *write_tmp(const char *text)
     return path;
 }
 
-Test(components, repository_table_has_the_eight_components_three_of_them_roots)
+Test(components, repository_table_has_the_nine_components_three_of_them_roots)
 {
     const char *src = getenv("PROBE_SOURCE_DIR");
     cr_assert_not_null(src, "PROBE_SOURCE_DIR is set by ctest");
@@ -27,13 +27,13 @@ Test(components, repository_table_has_the_eight_components_three_of_them_roots)
     snprintf(path, sizeof path, "%s/components/components.json", src);
     char **names = NULL;
     cr_assert_eq(probe_component_names_load(path, &names), PROBE_OK, "%s", probe_last_error());
-    const char *want[] = {"text_encoder", "dit.step", "scheduler.step", "vae.encode", "vae.decode",
-                          "latents.init", "timesteps", "prompt_embeds"};
+    const char *want[] = {"text_encoder", "dit.step", "dit.block", "scheduler.step", "vae.encode",
+                          "vae.decode", "latents.init", "timesteps", "prompt_embeds"};
     size_t n = 0;
     while (names[n])
         n++;
-    cr_assert_eq(n, 8);
-    for (size_t i = 0; i < 8; i++) {
+    cr_assert_eq(n, 9);
+    for (size_t i = 0; i < 9; i++) {
         int found = 0;
         for (size_t k = 0; k < n; k++)
             found |= strcmp(names[k], want[i]) == 0;

@@ -542,6 +542,81 @@ Test(crash, journal_keeps_probe_op)
     free(jb);
 }
 
+/* A nested call's parent, block and class survive a kill (the journal's
+ * CALL record), also next to an OP record; a tensor without them has none;
+ * probe-recover's path (probe_writer_put of the recovered infos) writes
+ * them back. */
+Test(crash, journal_keeps_parent_block_and_class)
+{
+    char out[1024], j[1100], re[1100];
+    snprintf(out, sizeof out, "%s/nest.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    snprintf(re, sizeof re, "%s/rewritten.h5", g_dir);
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(out, "{}", &w), PROBE_OK, "%s", probe_last_error());
+    float v[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    probe_record a = {.path = "/dit.block/0003/out", .step = 1, .cfg_branch = 1, .seq = 0,
+                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape,
+                      .parent = "/dit.step/0001", .block = 1, .class_name = "toy_modules.ToyDiTBlock"};
+    probe_record b = {.path = "/dit.block/0003/gemm.0000.out", .step = 1, .cfg_branch = 1, .seq = 1,
+                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape, .op = "{\"op\":\"gemm\"}",
+                      .parent = "/dit.step/0001", .block = 1};
+    probe_record c = {.path = "/dit.step/0001/out", .step = 0, .cfg_branch = 1, .seq = 2,
+                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+    cr_assert_eq(probe_writer_put(w, &a, v, sizeof v), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_put(w, &b, v, sizeof v), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_put(w, &c, v, sizeof v), PROBE_OK, "%s", probe_last_error());
+    size_t len;
+    unsigned char *jb = slurp(j, &len);
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+    spit(j, jb, len); /* as if the writer had been killed before its close */
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
+    cr_assert_eq(probe_file_count(f), 3);
+    const probe_tensor_info *t = probe_file_tensor(f, 0);
+    cr_assert_str_eq(t->parent, "/dit.step/0001");
+    cr_assert_eq(t->block, 1);
+    cr_assert_str_eq(t->class_name, "toy_modules.ToyDiTBlock");
+    t = probe_file_tensor(f, 1);
+    cr_assert_str_eq(t->parent, "/dit.step/0001");
+    cr_assert_eq(t->block, 1);
+    cr_assert_str_eq(t->class_name, "");
+    char *got = NULL;
+    cr_assert_eq(probe_file_tensor_attr(f, 1, "probe.op", &got), PROBE_OK, "%s", probe_last_error());
+    cr_assert_str_eq(got, "{\"op\":\"gemm\"}");
+    free(got);
+    t = probe_file_tensor(f, 2);
+    cr_assert_str_eq(t->parent, "");
+    cr_assert_eq(t->block, -1);
+    cr_assert_str_eq(t->class_name, "");
+
+    /* rewritten from the recovered infos, as probe-recover does */
+    probe_writer *w2;
+    cr_assert_eq(probe_writer_open(re, NULL, &w2), PROBE_OK, "%s", probe_last_error());
+    for (size_t i = 0; i < probe_file_count(f); i++) {
+        t = probe_file_tensor(f, i);
+        float buf[4];
+        cr_assert_eq(probe_file_read_raw(f, i, buf, sizeof buf), PROBE_OK);
+        probe_record r = {.path = t->path, .step = t->step, .cfg_branch = t->cfg_branch,
+                          .seq = (uint64_t)i, .dtype = t->dtype, .rank = t->rank, .shape = t->shape,
+                          .parent = t->parent, .block = t->block, .class_name = t->class_name};
+        cr_assert_eq(probe_writer_put(w2, &r, buf, sizeof buf), PROBE_OK, "%s", probe_last_error());
+    }
+    cr_assert_eq(probe_writer_close(w2), PROBE_OK);
+    probe_file_close(f);
+    cr_assert_eq(probe_file_open(re, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_recovery(f)->recovered, 0);
+    t = probe_file_tensor(f, 0);
+    cr_assert_str_eq(t->parent, "/dit.step/0001");
+    cr_assert_eq(t->block, 1);
+    cr_assert_str_eq(t->class_name, "toy_modules.ToyDiTBlock");
+    cr_assert_eq(probe_file_tensor(f, 2)->block, -1);
+    probe_file_close(f);
+    free(jb);
+}
+
 Test(crash, truncated_journal_at_every_byte)
 {
     char out[1024], j[1100];

@@ -11,6 +11,8 @@ Environment (set by probe-run, docs/probe-run.md):
   PROBE_TAPS        extra taps, lines NAME=[module-glob:]Class-glob.method
   PROBE_SCOPES      scope-only components, same lines: calls open a scope for
                     the library calls they make, no tensor is tapped
+  PROBE_OPT_IN      opt-in rows of the table to turn on, joined by ','
+                    (probe-run --blocks: dit.block)
 """
 
 import atexit
@@ -73,6 +75,14 @@ def activate():
         # frameworks' libraries are alive, as an active adapter would.
         atexit.register(_flush_only, lib)
         return None
+    for name in (os.environ.get("PROBE_OPT_IN") or "").split(","):
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            table.enable(name)
+        except _table.TableError as e:
+            _note("%s: ignored" % e)
     for name, pat in _table.parse_taps(os.environ.get("PROBE_TAPS", "")):
         if pat is None:
             _note("malformed PROBE_TAPS line %r (expected NAME=PATTERN): ignored" % name)

@@ -15,7 +15,8 @@ PROBE_MAX_RANK = 16
 class ProbeTapTensorV1(ctypes.Structure):
     """Mirror of struct probe_tap_tensor_v1 (field order and types exactly as
     in tap.h; ctypes applies the same natural alignment as the C compiler:
-    96 bytes on LP64)."""
+    120 bytes on LP64). A shim built before parent/block/class_name reads
+    the first 96 bytes and ignores the rest."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -33,11 +34,14 @@ class ProbeTapTensorV1(ctypes.Structure):
         ("data", ctypes.c_void_p),
         ("stream", ctypes.c_void_p),
         ("timestep", ctypes.c_double),
+        ("parent", ctypes.c_char_p),
+        ("block", ctypes.c_int64),
+        ("class_name", ctypes.c_char_p),
     ]
 
 
 class ProbeScopeV1(ctypes.Structure):
-    """Mirror of struct probe_scope_v1 (tap.h): 40 bytes on LP64."""
+    """Mirror of struct probe_scope_v1 (tap.h): 56 bytes on LP64."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -46,6 +50,8 @@ class ProbeScopeV1(ctypes.Structure):
         ("call", ctypes.c_int64),
         ("step", ctypes.c_int64),
         ("cfg_branch", ctypes.c_int32),
+        ("parent", ctypes.c_char_p),
+        ("block", ctypes.c_int64),
     ]
 
 

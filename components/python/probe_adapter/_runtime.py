@@ -5,11 +5,18 @@ Rules (docs/components.md):
   * path /<component>/<call:04>/<slot>; call counts the outermost calls of
     the component in this process, from 0;
   * a wrapped method that runs inside another wrapped method of the SAME
-    component on the same thread is not tapped (re-entrancy guard);
+    component on the same thread is not tapped (re-entrancy guard); one of
+    another component is, as a nested call (a DiT block inside dit.step);
   * step = scheduler.step calls completed so far (dit.step and
-    scheduler.step; -1 for the other components);
-  * cfg_branch = index of the dit.step call within the current step (dit.step
-    only; -1 otherwise);
+    scheduler.step); a nested call of another component takes the enclosing
+    call's; -1 otherwise;
+  * cfg_branch = index of the dit.step call within the current step
+    (dit.step; a nested call takes the enclosing call's; -1 otherwise);
+  * a nested call also carries its parent, the enclosing call
+    "/<component>/<call:04>", and its block index, the number of earlier
+    calls of the same component inside that parent call (-1 and no parent
+    when not nested); every call carries the class ("module.Qualname") of
+    the object whose method was wrapped;
   * timestep = the value of an argument named `timestep` or `t` when it is a
     Python number or a CPU tensor whose elements are all equal; NaN
     otherwise (a CUDA tensor is never read: that would synchronize).
@@ -156,6 +163,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._tls = threading.local()
         self._calls = {name: 0 for name in table.names}
+        self._class_names = {}  # class -> "module.Qualname", cut to 255 bytes
         self._steps_done = 0
         self._dit_in_step = 0
         self._noted = set()
@@ -279,6 +287,13 @@ class Runtime:
         except Exception:
             pass
         try:
+            for comp, pats in self.table.unused_enabled_rows():
+                _note_stderr("opt-in component %s (probe-run --blocks) matched no method in this "
+                             "run: no class matched %s; name the class with --tap %s=Class.forward"
+                             % (comp, ", ".join(pats), comp))
+        except Exception:
+            pass
+        try:
             self.manifest_libraries()
             self.manifest_dtypes()
             rc = self.lib.flush()
@@ -346,7 +361,7 @@ class Runtime:
             return
         if not callable(func) or getattr(func, "__probe_component__", None) is not None:
             return  # already wrapped (here or in a base class)
-        wrapper = self._make_wrapper(func, component)
+        wrapper = self._make_wrapper(func, component, cls, kind)
         if kind == "static":
             wrapper = staticmethod(wrapper)
         elif kind == "class":
@@ -359,7 +374,7 @@ class Runtime:
             return
         self.wrapped.append("%s.%s.%s -> %s" % (cls.__module__, cls.__qualname__, method, component))
 
-    def _make_wrapper(self, func, component):
+    def _make_wrapper(self, func, component, owner=None, kind="function"):
         rt = self
         sig_cache = []
 
@@ -379,7 +394,9 @@ class Runtime:
                 return func(*args, **kwargs)
             if scope_only:
                 try:
-                    scoped = rt._scope_enter(rt._begin(component))
+                    stack = rt._stack()
+                    scoped = rt._scope_enter(rt._begin(component, stack[-1] if stack else None,
+                                                       rt._class_of(owner, kind, args)))
                 except Exception as e:
                     scoped = False
                     rt.note("internal-scope", "adapter error while opening scope %s: %s: %s"
@@ -395,9 +412,13 @@ class Runtime:
             if component in active:
                 return func(*args, **kwargs)
             active.add(component)
-            scoped = False
+            stack = rt._stack()
+            scoped = pushed = False
             try:
-                ctx = rt._begin(component)
+                ctx = rt._begin(component, stack[-1] if stack else None,
+                                rt._class_of(owner, kind, args))
+                stack.append(ctx)
+                pushed = True
                 try:
                     args, kwargs = rt._tap_inputs(ctx, signature(), args, kwargs)
                 except Exception as e:
@@ -408,6 +429,8 @@ class Runtime:
             finally:
                 if scoped:
                     rt._scope_exit()
+                if pushed:
+                    rt._pop(stack, ctx)
                 active.discard(component)
             rt._end(component)
             try:
@@ -431,7 +454,52 @@ class Runtime:
         return probe_wrapper
 
     # -- per call bookkeeping ----------------------------------------------
-    def _begin(self, component):
+    def _stack(self):
+        """The tapped component calls open on this thread, outermost first."""
+        stack = getattr(self._tls, "stack", None)
+        if stack is None:
+            stack = self._tls.stack = []
+        return stack
+
+    @staticmethod
+    def _pop(stack, ctx):
+        """Remove the call ctx from this thread's stack (normally its top)."""
+        if stack and stack[-1] is ctx:
+            stack.pop()
+            return
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is ctx:
+                del stack[i]
+                return
+
+    def _class_of(self, owner, kind, args):
+        """"module.Qualname" of the object whose method runs: the instance's
+        class for a method, the class for a classmethod, the class the method
+        was wrapped on otherwise (a staticmethod). None when unknown."""
+        try:
+            t = owner
+            if args and kind == "function" and (owner is None or isinstance(args[0], owner)):
+                t = type(args[0])
+            elif args and kind == "class" and isinstance(args[0], type):
+                t = args[0]
+            if t is None:
+                return None
+            name = self._class_names.get(t)
+            if name is None:
+                text = "%s.%s" % (getattr(t, "__module__", None) or "?",
+                                  getattr(t, "__qualname__", None) or t.__name__)
+                name = text.encode("utf-8", "replace")[:255].decode("utf-8", "ignore")
+                name = "".join(c for c in name if ord(c) >= 0x20 and ord(c) != 0x7f)
+                self._class_names[t] = name
+            return name
+        except Exception:
+            return None
+
+    def _begin(self, component, parent=None, cls=None):
+        """The context of a new call of component: its call index, step, CFG
+        branch, and, inside the call `parent` (the enclosing tapped call on
+        this thread), the parent's path and this call's block index; a nested
+        call whose step or branch is unknown takes the parent's."""
         with self._lock:
             call = self._calls.get(component, 0)
             self._calls[component] = call + 1
@@ -442,8 +510,19 @@ class Runtime:
                 step, cfg = self._steps_done, -1
             else:
                 step, cfg = -1, -1
+        parent_path, block = None, -1
+        if parent is not None:
+            if step < 0:
+                step = parent["step"]
+            if cfg < 0:
+                cfg = parent["cfg"]
+            kids = parent["children"]
+            block = kids.get(component, 0)
+            kids[component] = block + 1
+            parent_path = "/%s/%04d" % (parent["component"], parent["call"])
         return {"component": component, "call": call, "step": step, "cfg": cfg,
-                "timestep": math.nan}
+                "timestep": math.nan, "parent": parent_path, "block": block, "class": cls,
+                "children": {}}
 
     def _scope_enter(self, ctx):
         """Announce the component call to the shim (probe_scope_enter_v1), so
@@ -457,7 +536,9 @@ class Runtime:
                 struct_size=ctypes.sizeof(_abi.ProbeScopeV1),
                 abi_version=_abi.PROBE_TAP_ABI_VERSION,
                 component=ctx["component"].encode(),
-                call=ctx["call"], step=ctx["step"], cfg_branch=ctx["cfg"])
+                call=ctx["call"], step=ctx["step"], cfg_branch=ctx["cfg"],
+                parent=ctx["parent"].encode() if ctx.get("parent") else None,
+                block=ctx.get("block", -1))
             rc = enter(ctypes.byref(desc))
         except Exception as e:
             self.note("internal-scope", "adapter error while opening scope %s: %s: %s"
@@ -746,6 +827,9 @@ class Runtime:
             data=data or None,
             stream=stream,
             timestep=ctx["timestep"],
+            parent=ctx["parent"].encode() if ctx.get("parent") else None,
+            block=ctx.get("block", -1),
+            class_name=ctx["class"].encode() if ctx.get("class") else None,
         )
         return desc
 

@@ -6,6 +6,9 @@ __module__, Class-glob against its __name__, and method is the exact name of
 the method to wrap. The table's "exclude_modules" globs keep the table's
 patterns away from classes of those modules (e.g. torch.optim's
 *LRScheduler.step); extra taps given with probe-run --tap are not excluded.
+A row with "opt_in": true (dit.block) finds nothing until it is enabled
+(probe-run --blocks: PROBE_OPT_IN); an enabled row's patterns are tried
+before the other rows', after --tap and --scope.
 """
 
 import fnmatch
@@ -23,6 +26,27 @@ _PATTERN_RE = re.compile(
 
 class TableError(Exception):
     """The table file or an extra tap is unusable; the message names it."""
+
+
+def check_component_name(name):
+    """None when `name` is a valid component name (1..127 bytes of UTF-8, no
+    '/', no control characters, not '.' or '..': one HDF5 path element, as
+    the shim requires), else why not."""
+    if not isinstance(name, str) or not name:
+        return "is empty"
+    if "/" in name:
+        return "contains '/'"
+    if name in (".", ".."):
+        return "is '.' or '..'"
+    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
+        return "contains a control character"
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeError:
+        return "is not valid UTF-8"
+    if n > 127:
+        return "is %d bytes long (at most 127)" % n
+    return None
 
 
 class Pattern:
@@ -74,36 +98,49 @@ class Table:
         self.names = []
         self.rows = {}
         self.patterns = []
+        self.opt_in = {}  # opt-in row name -> its patterns (tried only once enabled)
         for row in comps:
             name = row.get("name") if isinstance(row, dict) else None
-            if not isinstance(name, str) or not name or "/" in name:
+            if not isinstance(name, str) or check_component_name(name) is not None:
                 raise TableError("component table %s: a component has no valid \"name\"" % path)
             pats = row.get("patterns", [])
             if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
                 raise TableError("component table %s: \"patterns\" of %s is not a list of strings"
                                  % (path, name))
+            opt_in = row.get("opt_in", False)
+            if not isinstance(opt_in, bool):
+                raise TableError("component table %s: \"opt_in\" of %s is not true or false"
+                                 % (path, name))
             self.names.append(name)
             self.rows[name] = row
-            for p in pats:
-                try:
-                    self.patterns.append(Pattern(name, p, True))
-                except TableError as e:
-                    raise TableError("component table %s: %s" % (path, e))
+            try:
+                row_pats = [Pattern(name, p, True) for p in pats]
+            except TableError as e:
+                raise TableError("component table %s: %s" % (path, e))
+            if opt_in:
+                self.opt_in[name] = row_pats
+            else:
+                self.patterns.extend(row_pats)
         excl = doc.get("exclude_modules", [])
         if not isinstance(excl, list) or not all(isinstance(g, str) for g in excl):
             raise TableError("component table %s: \"exclude_modules\" is not a list of strings" % path)
         self.exclude_modules = list(excl)
         self._extra = []
         self._scopes = []
+        self.enabled = []  # opt-in rows enabled, in the order asked
         self.scope_only = set()
         self._compile()
 
     def add_tap(self, name, text):
-        """Add an extra tap (probe-run --tap NAME=PATTERN). Raises TableError
-        for an unknown component name or a malformed pattern."""
-        if name not in self.rows:
-            raise TableError("unknown component %r in --tap %s=%s (known: %s)"
-                             % (name, name, text, ", ".join(self.names)))
+        """Add an extra tap (probe-run --tap NAME=PATTERN): the methods PATTERN
+        selects are tapped as component NAME, a name of the table (also an
+        opt-in row's, without enabling the row's own patterns) or any other
+        valid component name, which makes a new component. Raises TableError
+        for a bad name or a malformed pattern."""
+        why = check_component_name(name)
+        if why is not None:
+            raise TableError("--tap %s=%s: component name %r %s (1..127 bytes, no '/', no control "
+                             "characters, not '.' or '..')" % (name, text, name, why))
         p = Pattern(name, text, False)
         p.kind = "--tap"
         self._extra.append(p)
@@ -116,8 +153,8 @@ class Table:
         collectives, kernels) are named /NAME/<call>/..., but none of its
         tensors is tapped. NAME is any component name (1..127 bytes, no '/').
         Raises TableError for a bad name or a malformed pattern."""
-        if not isinstance(name, str) or not name or "/" in name or len(name.encode()) > 127 \
-                or name in (".", "..") or any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
+        why = check_component_name(name)
+        if why is not None:
             raise TableError("--scope %s=%s: %r is not a valid component name (1..127 bytes, "
                              "no '/', no control characters)" % (name, text, name))
         p = Pattern(name, text, False)
@@ -126,10 +163,24 @@ class Table:
         self.scope_only.add(name)
         self._compile()
 
+    def enable(self, name):
+        """Turn on the opt-in row `name` (probe-run --blocks: dit.block): its
+        patterns are tried after --tap and --scope, before the other rows.
+        Raises TableError when the table has no such opt-in row."""
+        if name not in self.opt_in:
+            raise TableError("component table %s has no opt-in component %r (opt-in: %s)"
+                             % (self.path, name, ", ".join(sorted(self.opt_in)) or "none"))
+        if name not in self.enabled:
+            self.enabled.append(name)
+            self._compile()
+
     def _compile(self):
         # Extra taps first: an explicit --tap decides a method that a table
-        # pattern would give to another component; then --scope patterns.
-        self._all = self._extra + self._scopes + self.patterns
+        # pattern would give to another component; then --scope patterns,
+        # then the enabled opt-in rows (a *DiTBlock is a block, not the
+        # *DiT*.forward of dit.step), then the table.
+        opt = [p for name in self.enabled for p in self.opt_in[name]]
+        self._all = self._extra + self._scopes + opt + self.patterns
         globs = sorted({p.class_glob for p in self._all})
         self._quick = re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
 
@@ -163,6 +214,12 @@ class Table:
         """The --tap / --scope patterns that selected no method of any class
         seen so far: [(kind, component, pattern text)]."""
         return [(p.kind, p.component, p.text) for p in self._extra + self._scopes if not p.used]
+
+    def unused_enabled_rows(self):
+        """The enabled opt-in rows none of whose patterns selected a method:
+        [(component, [pattern texts])]."""
+        return [(name, [p.text for p in self.opt_in[name]]) for name in self.enabled
+                if not any(p.used for p in self.opt_in[name])]
 
 
 def parse_taps(text):
