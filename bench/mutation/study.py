@@ -51,7 +51,8 @@ BUGS = [  # (family, size, --bug spec); BLOCK is where the bug sits (None: not i
     ("chanbias", 0.3, "chanbias:1:0.3"), ("chanbias", 1.0, "chanbias:1:1"),
     ("attnscale", 0.01, "attnscale:1:0.01"), ("attnscale", 0.03, "attnscale:1:0.03"),
     ("attnscale", 0.1, "attnscale:1:0.1"), ("attnscale", 0.3, "attnscale:1:0.3"),
-    ("gain", 0.001, "gain:1:0.001"), ("gain", 0.003, "gain:1:0.003"), ("gain", 0.01, "gain:1:0.01"),
+    ("gain", 0.003, "gain:1:0.003"), ("gain", 0.01, "gain:1:0.01"), ("gain", 0.03, "gain:1:0.03"),
+    ("gain", 0.1, "gain:1:0.1"),
     ("normeps", 1e-3, "normeps:1:1e-3"), ("normeps", 1e-2, "normeps:1:1e-2"),
     ("normeps", 1e-1, "normeps:1:1e-1"),
     ("fp8", 1, "fp8:1"), ("rope", 1, "rope:1"), ("mask", 1, "mask:1"),
@@ -59,8 +60,8 @@ BUGS = [  # (family, size, --bug spec); BLOCK is where the bug sits (None: not i
     ("timestep", 1.0, "timestep:1"),
 ]
 BUG_BLOCK = 1
-QUICK_BUGS = ["chanbias:1:0.3", "chanbias:1:1", "attnscale:1:0.3", "gain:1:0.01", "mask:1",
-              "timestep:1"]
+QUICK_BUGS = ["chanbias:1:0.3", "chanbias:1:1", "attnscale:1:0.3", "gain:1:0.1", "mask:1",
+              "rope:1", "timestep:1"]
 VERDICTS = ("T1", "T1-relaxed", "systematic", "oracle")
 
 
@@ -97,7 +98,7 @@ def main():
     prog = [a.python, os.path.join(HERE, "wan_mutants.py"), "--device", a.device, "--size",
             str(a.size), "--frames", str(a.frames), "--steps", str(a.steps), "--layers",
             str(a.layers)]
-    tap = ["--tap", "dit.block=diffusers.*:WanTransformerBlock.forward"] if a.blocks else []
+    tap = ["--blocks"] if a.blocks else []
     cpu = a.device == "cpu"
     if a.features:
         features = a.features.split(",")

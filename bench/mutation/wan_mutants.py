@@ -25,12 +25,15 @@ Bugs (BLOCK is the index of a transformer block):
                      times that channel's standard deviation
   attnscale:BLOCK:E  block BLOCK's self-attention logits scaled by 1 + E
                      (the query multiplied by 1 + E after its norm)
-  gain:BLOCK:E       block BLOCK's output multiplied by 1 + E
+  gain:BLOCK:E       block BLOCK's FFN output multiplied by 1 + E
   normeps:BLOCK:EPS  block BLOCK's FFN LayerNorm (norm3) with eps EPS
   fp8:BLOCK          block BLOCK's FFN down-projection weight rounded to
                      float8_e4m3fn (one per-tensor scale, amax / 448)
   rope:BLOCK         block BLOCK's self-attention RoPE tables shifted by one
                      token
+Every bug but the timestep one acts inside its block's forward (hooks on the
+block's submodules), so a capture of the block's inputs and outputs sees it
+as the block's own; the timestep bug changes the DiT's input.
   mask:BLOCK         block BLOCK's cross-attention leaves out the last text
                      token (a mask off by one)
   timestep:D         the timestep given to the transformer plus D
@@ -99,7 +102,7 @@ def plant(transformer, name, args):
         blk.attn1.norm_q.register_forward_hook(lambda mod, a, out: out * (1.0 + e))
     elif name == "gain":
         e = float(args[1])
-        blk.register_forward_hook(lambda mod, a, out: out * (1.0 + e))
+        blk.ffn.register_forward_hook(lambda mod, a, out: out * (1.0 + e))
     elif name == "normeps":
         blk.norm3.eps = float(args[1])
     elif name == "fp8":
@@ -115,7 +118,7 @@ def plant(transformer, name, args):
             cos, sin = a[3]
             a[3] = (cos.roll(1, dims=1), sin.roll(1, dims=1))
             return tuple(a), kw
-        blk.register_forward_pre_hook(pre, with_kwargs=True)
+        blk.attn1.register_forward_pre_hook(pre, with_kwargs=True)
     elif name == "mask":
         def pre(mod, a, kw):
             a = list(a)

@@ -1,0 +1,65 @@
+"""The quick mutation study on the CPU (bench/mutation/study.py --quick: the real
+diffusers WanPipeline of the probe venv in bfloat16, 4 blocks captured as dit.block,
+a float32 oracle, two transparent features and six planted bugs), and the claims
+docs/mutation.md makes from it:
+
+- the reference repeat is bit-identical (the determinism floor is 0);
+- T1 fails every transparent feature that is not identical to the reference (why
+  a bf16 verdict needs more than the gate), the oracle verdict fails none;
+- the oracle verdict detects every bug of the quick set, names a bug planted in
+  block 1 at /dit.block/0001 (block 1 of the first dit.step call) and the timestep
+  bug at /dit.step/0000, whose input it changes.
+
+Skipped (77) when the venv of scripts/setup ($PROBE_VENV, default
+~/.cache/probe-venv) has no torch/diffusers.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import BUILD, check, finish, need_build, venv_python  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    need_build()
+    build = os.path.abspath(BUILD)
+    py = venv_python()
+    if not os.path.exists(py) or subprocess.run([py, "-c", "import torch, diffusers, transformers"],
+                                                capture_output=True).returncode != 0:
+        print("SKIP: no venv with torch and diffusers at %s (scripts/setup creates it)" % py)
+        return 77
+    out = tempfile.mkdtemp(prefix="probe-mutation-")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mutation", "study.py"), "--python", py,
+                        "--bin", os.path.join(build, "bin"), "--device", "cpu", "--size", "128",
+                        "--frames", "17", "--steps", "4", "--layers", "4", "--blocks", "--quick",
+                        "--jobs", "2", "--out", out], capture_output=True, text=True, timeout=3000)
+    print(p.stdout[-4000:])
+    if p.returncode != 0:
+        print(p.stderr[-3000:])
+    check(p.returncode == 0, "the study ran (exit %d)" % p.returncode)
+    if p.returncode != 0:
+        return finish()
+    s = json.load(open(os.path.join(out, "study.json")))
+    rows = {r["name"]: r for r in s["rows"]}
+    check(rows["ref2"]["identical"], "the reference repeat is bit-identical")
+    tr = [r for r in s["rows"] if r["kind"] == "transparent" and not r["identical"]]
+    check(len(tr) >= 1, "a transparent feature differs from the reference: %s" % [r["what"] for r in tr])
+    for r in tr:
+        check(r["verdicts"]["T1"]["fail"], "T1 fails %s (bf16 rounding)" % r["what"])
+        check(not r["verdicts"]["oracle"]["fail"], "no false alarm of the oracle verdict on %s: %s"
+              % (r["what"], r["verdicts"]["oracle"]["reason"]))
+    for r in (x for x in s["rows"] if x["kind"] == "bug"):
+        v = r["verdicts"]["oracle"]
+        check(v["fail"], "the oracle verdict detects %s" % r["what"])
+        check(v["introduced"] == r["named_at"], "%s is named at %s (got %s)"
+              % (r["what"], r["named_at"], v["introduced"]))
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
