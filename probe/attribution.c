@@ -24,18 +24,24 @@ static int is_input(const probe_tensor_result *t)
     return strncmp(t->ref.slot, "in.", 3) == 0;
 }
 
+/* A library call's operand captured inside a component call (gemm.K.*, nccl.K.*): neither
+ * an input nor an output of the component. */
+static int is_operand(const probe_tensor_info *ti)
+{
+    return strncmp(ti->slot, "gemm.", 5) == 0 || strncmp(ti->slot, "nccl.", 5) == 0;
+}
+
 /* The execution position of tensor i: its probe.seq, else its place in the list. */
 static int64_t seq_of(const probe_compare_result *r, size_t i)
 {
     return r->tensors[i].ref.seq >= 0 ? r->tensors[i].ref.seq : (int64_t)i;
 }
 
-static const probe_compare_result *sort_r;
-
-static int by_call(const void *a, const void *b)
+static int by_call(const void *a, const void *b, void *ctx)
 {
-    const probe_tensor_info *x = &sort_r->tensors[*(const size_t *)a].ref;
-    const probe_tensor_info *y = &sort_r->tensors[*(const size_t *)b].ref;
+    const probe_compare_result *r = ctx;
+    const probe_tensor_info *x = &r->tensors[*(const size_t *)a].ref;
+    const probe_tensor_info *y = &r->tensors[*(const size_t *)b].ref;
     int c = strcmp(x->component, y->component);
     if (c)
         return c;
@@ -212,10 +218,10 @@ static probe_status build_calls(const probe_compare_result *r, probe_call_verdic
     if (!idx)
         goto oom;
     for (size_t i = 0; i < r->ntensors; i++)
-        if (r->tensors[i].ref.call >= 0 && r->tensors[i].ref.component[0])
+        if (r->tensors[i].ref.call >= 0 && r->tensors[i].ref.component[0] &&
+            !is_operand(&r->tensors[i].ref))
             idx[n++] = i;
-    sort_r = r;
-    qsort(idx, n, sizeof *idx, by_call);
+    qsort_r(idx, n, sizeof *idx, by_call, (void *)r);
     for (size_t k = 0; k < n; k++)
         ncalls += k == 0 || !same_call(&r->tensors[idx[k - 1]].ref, &r->tensors[idx[k]].ref);
     it = calloc(ncalls ? ncalls : 1, sizeof *it);
