@@ -617,10 +617,40 @@ static probe_status rank_roots(probe_compare_result *res, probe_rankset *rset,
                 (gl[0] != '/' && ri->path[0] == '/' && fnmatch(gl, ri->path + 1, 0) == 0))
                 ri->allowed = 1;
         }
-        if (!ri->allowed)
+        if (!ri->allowed && !ri->incomplete)
             res->same_experiment = 0;
     }
     return PROBE_OK;
+}
+
+/* How a side's run ended (the manifests' "run_end", experiment.c): the first file of the
+ * set whose run_end says it did not complete makes the side incomplete; how gets the
+ * reason's parenthesis. */
+static void side_run_end(probe_compare_result *res, int side, const probe_rankset *set,
+                         char *how, size_t cap)
+{
+    int W = probe_rankset_world(set), nf = W ? W : 1;
+    char **dst = side ? &res->run_end_candidate : &res->run_end_reference;
+    int *inc = side ? &res->incomplete_candidate : &res->incomplete_reference;
+    for (int r = 0; r < nf; r++) {
+        char *j = NULL, h[256];
+        int bad = probe_experiment_run_incomplete(probe_file_manifest(probe_rankset_file(set, r)),
+                                                  h, sizeof h, &j);
+        if (bad && !*inc) {
+            free(*dst);
+            *dst = j;
+            *inc = 1;
+            if (W)
+                snprintf(how, cap, "%s; in rank %d's file %s", h, r,
+                         probe_rankset_file_path(set, r));
+            else
+                snprintf(how, cap, "%s", h);
+        } else if (!*dst) {
+            *dst = j;
+        } else {
+            free(j);
+        }
+    }
 }
 
 probe_status probe_compare_files(const char *reference, const char *candidate,
@@ -646,6 +676,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
 
     probe_rankset *rset = NULL, *cset = NULL;
     probe_file *isof = NULL;
+    char iso_why[256] = "";
     probe_status s = probe_rankset_open(reference, nrefs, &rset);
     if (s != PROBE_OK)
         return s;
@@ -699,13 +730,15 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         snprintf(res->isolated, sizeof res->isolated, "%s", opts->isolated);
         if ((s = copy_manifest(&res->manifest_isolated, isof)))
             goto fail;
-        char why[256];
-        if (probe_experiment_check_isolated(res->manifest_isolated, rf, why, sizeof why)) {
-            res->pass = 0;
-            add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
-                           opts->isolated, why);
-        }
+        res->isolated_complete = !probe_experiment_check_isolated(res->manifest_isolated, rf,
+                                                                   iso_why, sizeof iso_why);
+        char *j = NULL;
+        probe_experiment_run_incomplete(res->manifest_isolated, NULL, 0, &j);
+        res->run_end_isolated = j;
     }
+    char how[2][320] = {"", ""};
+    side_run_end(res, 0, rset, how[0], sizeof how[0]);
+    side_run_end(res, 1, cset, how[1], sizeof how[1]);
 
     size_t sel_total = 0, sel_done = 0, ndiffer = 0;
     char first_differ[512] = "", name[512];
@@ -744,7 +777,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         t->amplification = NAN;
         probe_file *irf;
         size_t iri;
-        if (isof && probe_rankset_single(rset, i, &irf, &iri) &&
+        if (isof && res->isolated_complete && probe_rankset_single(rset, i, &irf, &iri) &&
             (s = isolate(irf, iri, isof, opts, t)) != PROBE_OK)
             goto fail;
         res->nisolated += t->has_isolated != 0;
@@ -782,6 +815,23 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         goto fail;
     res->ignored_ref = set_ignored(rset);
     res->ignored_cand = set_ignored(cset);
+    /* A run that did not complete: its missing tensors are not the feature's doing. */
+    for (int side = 0; side < 2; side++) {
+        if (!(side ? res->incomplete_candidate : res->incomplete_reference))
+            continue;
+        size_t lacks = side ? res->nmissing_cand : res->nmissing_ref;
+        res->pass = 0;
+        add_run_reason(res, "incomplete capture: the %s run did not complete (%s): it lacks %zu of "
+                       "the %s's %zu tensors", side ? "candidate" : "reference", how[side], lacks,
+                       side ? "reference" : "candidate", res->ntensors + lacks);
+    }
+    if (isof && !res->isolated_complete) {
+        res->pass = 0;
+        add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
+                       opts->isolated, iso_why);
+    }
+    int whole = !res->nmissing_cand && !res->nmissing_ref && !res->incomplete_reference &&
+                !res->incomplete_candidate;
     if (res->ntensors == 0 && res->nmissing_cand == 0 && res->nmissing_ref == 0) {
         /* Nothing matched: a gate that checked nothing must not pass. */
         res->nothing_compared = 1;
@@ -791,8 +841,10 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         res->pass = 0;
         add_run_reason(res, "not identical: %zu of %zu compared tensors differ from the reference "
                        "(first: %s)", ndiffer, res->ntensors, first_differ);
-    } else if (!opts->expect_identical && res->ntensors && !res->feature_active) {
-        /* A candidate equal to the reference everywhere did not exercise the feature. */
+    } else if (!opts->expect_identical && res->ntensors && !res->feature_active && whole) {
+        /* A candidate equal to the reference in every tensor of both complete captures
+         * did not exercise the feature (with tensors missing or a run that did not
+         * complete, the identical ones prove nothing about the rest). */
         res->feature_not_active = 1;
         res->pass = 0;
         add_run_reason(res, "feature not active: the candidate is identical to the reference in "
@@ -819,7 +871,8 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         if (!res->same_experiment) {
             size_t ndiff = 0, first = 0;
             for (size_t i = 0; i < res->nroots; i++)
-                if (!res->roots[i].same && !res->roots[i].allowed && !ndiff++)
+                if (!res->roots[i].same && !res->roots[i].allowed && !res->roots[i].incomplete &&
+                    !ndiff++)
                     first = i;
             res->pass = 0;
             add_run_reason(res, "not the same experiment: root input %s differs (%s)%s",
@@ -864,6 +917,9 @@ void probe_compare_result_free(probe_compare_result *r)
     free(r->manifest_reference);
     free(r->manifest_candidate);
     free(r->manifest_isolated);
+    free(r->run_end_reference);
+    free(r->run_end_candidate);
+    free(r->run_end_isolated);
     free(r->roots);
     free(r);
 }

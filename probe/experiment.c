@@ -175,10 +175,17 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
         probe_root_input *ri = &res->roots[i];
         if (ri->same)
             continue;
-        if (allowed(ri->path, ri->component, opts->allow_root_diff))
+        if (allowed(ri->path, ri->component, opts->allow_root_diff)) {
             ri->allowed = 1;
-        else
+        } else if ((!ri->in_candidate && res->incomplete_candidate) ||
+                   (!ri->in_reference && res->incomplete_reference)) {
+            /* A run that did not complete may simply not have reached it. */
+            ri->incomplete = 1;
+            snprintf(ri->why, sizeof ri->why, "missing in the %s, whose capture is incomplete",
+                     ri->in_candidate ? "reference" : "candidate");
+        } else {
             res->same_experiment = 0;
+        }
     }
     return PROBE_OK;
 }
@@ -206,9 +213,55 @@ int probe_experiment_inject_failed(const char *manifest, char *why, size_t cap)
     return failed;
 }
 
+int probe_experiment_run_incomplete(const char *manifest, char *how, size_t cap,
+                                    char **run_end_json)
+{
+    if (run_end_json)
+        *run_end_json = NULL;
+    if (cap)
+        how[0] = 0;
+    json_t *m = manifest ? json_loads(manifest, 0, NULL) : NULL;
+    json_t *re = m ? json_object_get(m, "run_end") : NULL;
+    if (!re) {
+        json_decref(m);
+        return 0;
+    }
+    if (run_end_json)
+        *run_end_json = json_dumps(re, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    int incomplete = !json_is_true(json_object_get(re, "capture_complete"));
+    if (incomplete) {
+        size_t len = 0;
+        const char *sig = json_string_value(json_object_get(re, "signal"));
+        json_t *st = json_object_get(re, "exit_status");
+        const char *cs = json_string_value(json_object_get(re, "capture"));
+        char part[3][96];
+        int np = 0;
+        if (sig)
+            snprintf(part[np++], sizeof part[0], "killed by signal %.40s", sig);
+        if (json_is_integer(st) && json_integer_value(st) != 0)
+            snprintf(part[np++], sizeof part[0], "exit status %lld",
+                     (long long)json_integer_value(st));
+        if (cs && strcmp(cs, "journal") == 0)
+            snprintf(part[np++], sizeof part[0], "its writer did not close the capture");
+        else if (cs && strcmp(cs, "not written") == 0)
+            snprintf(part[np++], sizeof part[0], "no process of the run wrote the capture");
+        if (!np)
+            snprintf(part[np++], sizeof part[0], "its run_end does not say that it completed");
+        for (int k = 0; k < np && len < cap; k++)
+            len += (size_t)snprintf(how + len, cap - len, "%s%s", k ? "; " : "", part[k]);
+    }
+    json_decref(m);
+    return incomplete;
+}
+
 int probe_experiment_check_isolated(const char *iso_manifest, probe_file *rf, char *why,
                                     size_t cap)
 {
+    char how[256];
+    if (probe_experiment_run_incomplete(iso_manifest, how, sizeof how, NULL)) {
+        snprintf(why, cap, "the run did not complete (%s)", how);
+        return 1;
+    }
     if (probe_experiment_inject_failed(iso_manifest, why, cap))
         return 1;
     json_t *m = iso_manifest ? json_loads(iso_manifest, 0, NULL) : NULL;

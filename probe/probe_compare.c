@@ -1,9 +1,10 @@
 /* probe-compare: compare a reference capture (feature off) with a candidate
  * capture (feature on). CLI, exit codes and JSON: CONTRACT.md.
  *   exit 0  every matched tensor passes the gate and nothing is missing
- *   exit 1  a gate failed, a tensor is missing, nothing was compared, or the
- *           candidate equals the reference (feature not active; --expect-identical
- *           turns that into the pass and any difference into the failure)
+ *   exit 1  a gate failed, a tensor is missing, nothing was compared, a capture is
+ *           incomplete (its run_end), or the candidate equals the reference
+ *           (feature not active; --expect-identical turns that into the pass and
+ *           any difference into the failure)
  *   exit 2  bad arguments, or a file that cannot be opened/read
  */
 #include <errno.h>
@@ -82,8 +83,8 @@ static void usage(FILE *f)
             "  --quiet             print only the final verdict line (and no progress)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 all pass, 1 a gate failed, a tensor is missing, nothing was\n"
-            "compared, the feature was not active, the runs are not the same experiment or an\n"
-            "injection failed, 2 bad arguments or an unreadable file\n"
+            "compared, the feature was not active, the runs are not the same experiment, an\n"
+            "injection failed or a capture is incomplete, 2 bad arguments or an unreadable file\n"
             "On a terminal, progress (tensors and bytes done) is shown on stderr.\n");
 }
 
@@ -290,6 +291,30 @@ static void inject_summary(json_t *m, char *buf, size_t cap)
              base ? base + 1 : ref ? ref : "?");
 }
 
+/* The run_end of a side (JSON text) in a few words: "exit status 0, capture complete",
+ * "signal SIGSEGV, capture journal"; "" when the file has none. */
+static void run_end_summary(const char *text, char *buf, size_t cap)
+{
+    json_t *re = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    buf[0] = 0;
+    if (json_is_object(re)) {
+        const char *sig = json_string_value(json_object_get(re, "signal"));
+        json_t *st = json_object_get(re, "exit_status");
+        const char *cs = json_string_value(json_object_get(re, "capture"));
+        size_t len = 0;
+        if (sig)
+            len = (size_t)snprintf(buf, cap, "signal %s", sig);
+        else if (json_is_integer(st))
+            len = (size_t)snprintf(buf, cap, "exit status %lld", (long long)json_integer_value(st));
+        if (len < cap)
+            snprintf(buf + len, cap - len, "%scapture %s", len ? ", " : "",
+                     json_is_true(json_object_get(re, "capture_complete")) ? "complete"
+                     : cs                                                   ? cs
+                                                                            : "incomplete");
+    }
+    json_decref(re);
+}
+
 static void print_runs(FILE *out, const probe_compare_result *r)
 {
     json_t *m[2] = {r->manifest_reference ? json_loads(r->manifest_reference, 0, NULL) : NULL,
@@ -306,7 +331,8 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         {"TF32 matmul", "dtypes.cuda_matmul_allow_tf32"},
         {"output dtypes", "dtypes.outputs"}, {"scheduler", "scheduler"},
         {"capture", "capture"}, {"taps", "taps"}, {"staging waits", "staging.waits"},
-        {"staging wait s", "staging.wait_s"}, {"inject", ""}, {"skips", ""}, {"files", ""}};
+        {"staging wait s", "staging.wait_s"}, {"inject", ""}, {"run end", ""}, {"skips", ""},
+        {"files", ""}};
     char v[2][1024];
     int w = 30;
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
@@ -324,6 +350,9 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         for (int s = 0; s < 2; s++) {
             if (strcmp(rows[k].label, "inject") == 0) {
                 inject_summary(m[s], v[s], sizeof v[s]);
+            } else if (strcmp(rows[k].label, "run end") == 0) {
+                run_end_summary(s ? r->run_end_candidate : r->run_end_reference, v[s],
+                                sizeof v[s]);
             } else if (strcmp(rows[k].label, "files") == 0) {
                 if (r->world[0] || r->world[1])
                     snprintf(v[s], sizeof v[s], r->world[s] ? "rank set (%d files)" : "one file",
@@ -358,24 +387,29 @@ static void print_roots(FILE *out, const probe_compare_result *r)
 {
     if (!r->roots_checked)
         return;
-    size_t ndiff = 0, nallowed = 0;
+    size_t ndiff = 0, nallowed = 0, nincomplete = 0;
     for (size_t i = 0; i < r->nroots; i++) {
-        ndiff += !r->roots[i].same && !r->roots[i].allowed;
+        ndiff += !r->roots[i].same && !r->roots[i].allowed && !r->roots[i].incomplete;
         nallowed += r->roots[i].allowed;
+        nincomplete += r->roots[i].incomplete;
     }
     if (r->nroots == 0) {
         fprintf(out, "root inputs: none recorded in either file (initial latents, timesteps and "
                      "prompt embeddings are not known to be the same)\n\n");
         return;
     }
-    fprintf(out, "root inputs: %zu checked, %zu identical, %zu differ%s\n", r->nroots,
-            r->nroots - ndiff - nallowed, ndiff + nallowed,
+    fprintf(out, "root inputs: %zu checked, %zu identical", r->nroots,
+            r->nroots - ndiff - nallowed - nincomplete);
+    if (nincomplete)
+        fprintf(out, ", %zu missing from an incomplete capture", nincomplete);
+    fprintf(out, ", %zu differ%s\n", ndiff + nallowed,
             nallowed ? " (some allowed by --allow-root-diff)" : "");
     for (size_t i = 0; i < r->nroots; i++) {
         const probe_root_input *ri = &r->roots[i];
         if (ri->same)
             continue;
-        fprintf(out, "  %s %s: %s\n", ri->allowed ? "allowed  " : "DIFFERENT", ri->path, ri->why);
+        fprintf(out, "  %s %s: %s\n", ri->allowed ? "allowed  " : ri->incomplete ? "unknown  " : "DIFFERENT",
+                ri->path, ri->why);
     }
     if (ndiff)
         fprintf(out, "not the same experiment: the runs did not start from the same inputs; "
@@ -390,6 +424,11 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
 {
     if (!r->isolated[0])
         return;
+    if (!r->isolated_complete) {
+        fprintf(out, "isolation: no table: %s is not a complete replay of the reference (the "
+                     "reason is below), so no isolated error is measured\n\n", r->isolated);
+        return;
+    }
     int w = 4;
     for (size_t i = 0; i < r->ntensors; i++) {
         int len = (int)strlen(r->tensors[i].ref.path);

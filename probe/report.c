@@ -249,6 +249,13 @@ static json_t *manifest_json(const char *text)
     return m ? m : json_null();
 }
 
+/* A JSON value of any type from its text; null when absent or not JSON. */
+static json_t *any_json(const char *text)
+{
+    json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    return v ? v : json_null();
+}
+
 /* (additive) what was compared: both runs' manifests, the root-input check,
  * the injection status, the isolated run (docs/compare-json.md). */
 static void experiment_json(json_t *o, const probe_compare_result *r)
@@ -263,12 +270,24 @@ static void experiment_json(json_t *o, const probe_compare_result *r)
             ri->hash_reference[0] ? json_string(ri->hash_reference) : json_null(), "hash_candidate",
             ri->hash_candidate[0] ? json_string(ri->hash_candidate) : json_null(), "same", ri->same,
             "allowed", ri->allowed, "why", ri->why[0] ? json_string(ri->why) : json_null()));
+        json_t *last = json_array_get(roots, json_array_size(roots) - 1);
+        json_object_set_new(last, "incomplete", json_boolean(ri->incomplete));
     }
     json_object_set_new(o, "root_inputs", r->roots_checked ? roots : (json_decref(roots), json_null()));
     json_object_set_new(o, "inject_failed", json_pack("{s:b,s:b}", "reference",
                                                       r->inject_failed_reference, "candidate",
                                                       r->inject_failed_candidate));
     json_object_set_new(o, "isolated", r->isolated[0] ? json_string(r->isolated) : json_null());
+    json_object_set_new(o, "isolated_complete",
+                        r->isolated[0] ? json_boolean(r->isolated_complete) : json_null());
+    json_object_set_new(o, "incomplete_reference", json_boolean(r->incomplete_reference));
+    json_object_set_new(o, "incomplete_candidate", json_boolean(r->incomplete_candidate));
+    json_t *re = json_object();
+    json_object_set_new(re, "reference", any_json(r->run_end_reference));
+    json_object_set_new(re, "candidate", any_json(r->run_end_candidate));
+    if (r->isolated[0])
+        json_object_set_new(re, "isolated", any_json(r->run_end_isolated));
+    json_object_set_new(o, "run_end", re);
     json_t *m = json_object();
     json_object_set_new(m, "reference", manifest_json(r->manifest_reference));
     json_object_set_new(m, "candidate", manifest_json(r->manifest_candidate));
@@ -306,7 +325,7 @@ static json_t *result_json(const probe_compare_result *r)
     size_t npass = 0;
     for (size_t i = 0; i < r->ntensors; i++) {
         json_t *tj = tensor_json(&r->tensors[i]);
-        if (r->isolated[0])
+        if (r->isolated[0] && r->isolated_complete)
             isolated_keys(tj, &r->tensors[i]);
         json_array_append_new(ts, tj);
         npass += r->tensors[i].verdict.pass != 0;
@@ -497,10 +516,10 @@ static const char html_script[] =
     " var a,b;if(row[0]==='files'){var RS=D.rank_sets;if(RS){var fs=function(x){return x?('rank set ('+x.world_size+' files'+(x.index?', index '+x.index:'')+'): '+x.files.join(' ')):'one file';};a=fs(RS.reference);b=fs(RS.candidate);}}else if(row[0]==='inject'){a=injs(MR);b=injs(MC);}else if(row[0]==='skips'){a=String((D.skipped||[]).filter(function(s){return s.side==='reference';}).length);b=String((D.skipped||[]).filter(function(s){return s.side==='candidate';}).length);}else if(row[0]==='gate'){a=b=JSON.stringify(D.gate);}else{a=mget(MR,row[1]);b=mget(MC,row[1]);}\n"
     " if(!a&&!b)return;var tr=el('tr',{'class':'run-row','data-key':row[0]});tr.appendChild(el('th',{'class':'runkey'},row[0]));tr.appendChild(el('td',{'class':'mono'},a||'-'));tr.appendChild(el('td',{'class':'mono'},b||'-'));if(a!==b)tr.style.background='#fff3cd';rt.appendChild(tr);});\n"
     "var RI=D.root_inputs;\n"
-    "if(!RI){$('roots-summary').textContent='not checked';}else{var nd=RI.filter(function(x){return !x.same&&!x.allowed;}).length;$('roots-summary').textContent=RI.length?(RI.length+' root inputs checked; '+(D.same_experiment?'the same experiment':'NOT the same experiment: '+nd+' differ')):'no root input recorded in either file';\n"
+    "if(!RI){$('roots-summary').textContent='not checked';}else{var nd=RI.filter(function(x){return !x.same&&!x.allowed&&!x.incomplete;}).length;$('roots-summary').textContent=RI.length?(RI.length+' root inputs checked; '+(D.same_experiment?'the same experiment':'NOT the same experiment: '+nd+' differ')):'no root input recorded in either file';\n"
     " var rh=el('tr');['path','reference hash','candidate hash','status'].forEach(function(x){rh.appendChild(el('th',{},x));});$('roots').appendChild(rh);\n"
-    " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?'same':(x.allowed?'differs (allowed): ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
-    "if(D.isolated){$('isolation-box').style.display='';$('isolated-file').textContent=D.isolated;var ib=$('isolation').querySelector('tbody');\n"
+    " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?'same':(x.allowed?'differs (allowed): ':x.incomplete?'unknown: ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
+    "if(D.isolated&&D.isolated_complete){$('isolation-box').style.display='';$('isolated-file').textContent=D.isolated;var ib=$('isolation').querySelector('tbody');\n"
     " D.tensors.forEach(function(t,i){if(!/^out/.test(S[i].slot))return;var tr=el('tr',{'class':'iso-row','data-path':t.path});[t.path,t.component,t.step===undefined?'-':String(t.step),fmt(t.rel_l2),fmt(t.rel_l2_isolated),fmt(t.amplification)].forEach(function(v){tr.appendChild(el('td',{},v));});ib.appendChild(tr);});}\n"
     "window.addEventListener('hashchange',select);select();\n"
     "})();\n";

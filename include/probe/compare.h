@@ -69,7 +69,7 @@ typedef struct probe_compare_opts {
     const char *isolated;
 } probe_compare_opts;
 
-#define PROBE_COMPARE_MAX_REASONS 4
+#define PROBE_COMPARE_MAX_REASONS 8
 
 /* What the HTML report shows per tensor beyond the metrics: the error
  * histogram, the per-channel mean shift and a spatial map of the error.
@@ -201,6 +201,10 @@ typedef struct probe_root_input {
     int same;                           /* equal dtype, shape and bytes (config: equal JSON) */
     int allowed;                        /* differs, but --allow-root-diff matches it */
     char why[160];                      /* how it differs ("" if same) */
+    int incomplete;                     /* (additive) missing on a side whose capture is incomplete
+                                           (probe_compare_result.incomplete_*): not known to
+                                           differ, so it does not make the runs "not the same
+                                           experiment" */
 } probe_root_input;
 
 typedef struct probe_compare_skip {
@@ -229,10 +233,13 @@ typedef struct probe_compare_result {
     /* Additive fields. */
     int expect_identical;                   /* opts->expect_identical */
     int feature_not_active;                 /* the candidate equals the reference in every compared
-                                               tensor and identity was not expected: the run fails */
+                                               tensor, nothing is missing in either file, neither
+                                               capture is incomplete, and identity was not
+                                               expected: the run fails */
     int nreasons;                           /* run-level reasons the verdict is "fail" beyond the
-                                               per-tensor ones ("feature not active: ...",
-                                               "not identical: ...", "nothing compared: ...") */
+                                               per-tensor ones ("incomplete capture: ...",
+                                               "feature not active: ...", "not identical: ...",
+                                               "nothing compared: ...", ...) */
     char reasons[PROBE_COMPARE_MAX_REASONS][256];
     /* (additive) the run manifests (probe.manifest JSON text, NULL if absent), shown side
      * by side by the CLI, the JSON ("manifests") and the HTML report. */
@@ -265,6 +272,21 @@ typedef struct probe_compare_result {
     uint64_t *collectives_left_out[2];
     size_t ndivergent;
     probe_collective_divergence *divergent;
+    /* (additive) how each run ended (the manifest key "run_end" that probe-run records
+     * after the command exits; docs/file-format.md): incomplete_*: 1 when that run's
+     * run_end says the capture did not complete (the command exited with a nonzero
+     * status or was killed by a signal, or its writer did not close the file); the
+     * run then fails with the run-level reason "incomplete capture: ...". 0 when
+     * complete or when the file has no run_end (older captures, files made by h5py).
+     * run_end_*: the run_end object as JSON text (of the first incomplete file of a rank
+     * set, else of its first file), NULL when absent. */
+    int incomplete_reference, incomplete_candidate;
+    char *run_end_reference, *run_end_candidate, *run_end_isolated;
+    /* (additive) with opts->isolated: 1 when the isolated run is a complete replay of
+     * the reference (its injection completed from this reference, and its run_end, if
+     * any, says it completed); only then are the tensors' isolated metrics computed.
+     * 0 without --isolated or when it is not (a run-level reason says why). */
+    int isolated_complete;
 } probe_compare_result;
 
 /* The lower bound on rel_l2 that two summaries prove (see
