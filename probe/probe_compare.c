@@ -398,14 +398,21 @@ static void print_roots(FILE *out, const probe_compare_result *r)
                      "prompt embeddings are not known to be the same)\n\n");
         return;
     }
+    size_t nconv = 0;
+    for (size_t i = 0; i < r->nroots; i++)
+        nconv += r->roots[i].same && r->roots[i].converted;
     fprintf(out, "root inputs: %zu checked, %zu identical", r->nroots,
-            r->nroots - ndiff - nallowed - nincomplete);
+            r->nroots - ndiff - nallowed - nconv - nincomplete);
+    if (nconv)
+        fprintf(out, ", %zu converted from the reference", nconv);
     if (nincomplete)
         fprintf(out, ", %zu missing from an incomplete capture", nincomplete);
     fprintf(out, ", %zu differ%s\n", ndiff + nallowed,
             nallowed ? " (some allowed by --allow-root-diff)" : "");
     for (size_t i = 0; i < r->nroots; i++) {
         const probe_root_input *ri = &r->roots[i];
+        if (ri->same && ri->converted)
+            fprintf(out, "  same      %s: %s\n", ri->path, ri->why);
         if (ri->same)
             continue;
         fprintf(out, "  %s %s: %s\n", ri->allowed ? "allowed  " : ri->incomplete ? "unknown  " : "DIFFERENT",

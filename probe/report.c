@@ -271,6 +271,7 @@ static void experiment_json(json_t *o, const probe_compare_result *r)
             ri->hash_candidate[0] ? json_string(ri->hash_candidate) : json_null(), "same", ri->same,
             "allowed", ri->allowed, "why", ri->why[0] ? json_string(ri->why) : json_null()));
         json_t *last = json_array_get(roots, json_array_size(roots) - 1);
+        json_object_set_new(last, "converted", json_boolean(ri->converted));
         json_object_set_new(last, "incomplete", json_boolean(ri->incomplete));
     }
     json_object_set_new(o, "root_inputs", r->roots_checked ? roots : (json_decref(roots), json_null()));
@@ -518,7 +519,7 @@ static const char html_script[] =
     "var RI=D.root_inputs;\n"
     "if(!RI){$('roots-summary').textContent='not checked';}else{var nd=RI.filter(function(x){return !x.same&&!x.allowed&&!x.incomplete;}).length;$('roots-summary').textContent=RI.length?(RI.length+' root inputs checked; '+(D.same_experiment?'the same experiment':'NOT the same experiment: '+nd+' differ')):'no root input recorded in either file';\n"
     " var rh=el('tr');['path','reference hash','candidate hash','status'].forEach(function(x){rh.appendChild(el('th',{},x));});$('roots').appendChild(rh);\n"
-    " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?'same':(x.allowed?'differs (allowed): ':x.incomplete?'unknown: ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
+    " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?(x.converted?'same: '+x.why:'same'):(x.allowed?'differs (allowed): ':x.incomplete?'unknown: ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
     "if(D.isolated&&D.isolated_complete){$('isolation-box').style.display='';$('isolated-file').textContent=D.isolated;var ib=$('isolation').querySelector('tbody');\n"
     " D.tensors.forEach(function(t,i){if(!/^out/.test(S[i].slot))return;var tr=el('tr',{'class':'iso-row','data-path':t.path});[t.path,t.component,t.step===undefined?'-':String(t.step),fmt(t.rel_l2),fmt(t.rel_l2_isolated),fmt(t.amplification)].forEach(function(v){tr.appendChild(el('td',{},v));});ib.appendChild(tr);});}\n"
     "window.addEventListener('hashchange',select);select();\n"

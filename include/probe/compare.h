@@ -200,7 +200,12 @@ typedef struct probe_root_input {
     char hash_reference[17], hash_candidate[17]; /* probe.hash ("" if absent or not a tensor) */
     int same;                           /* equal dtype, shape and bytes (config: equal JSON) */
     int allowed;                        /* differs, but --allow-root-diff matches it */
-    char why[160];                      /* how it differs ("" if same) */
+    char why[160];                      /* how it differs ("" if same; for a converted one
+                                           "converted from the reference (A -> B)") */
+    int converted;                      /* (additive) same because the candidate holds exactly
+                                           the reference's values converted to its dtype by
+                                           probe-run --inject --convert (its manifest records
+                                           the conversion from this reference) */
     int incomplete;                     /* (additive) missing on a side whose capture is incomplete
                                            (probe_compare_result.incomplete_*): not known to
                                            differ, so it does not make the runs "not the same

@@ -3,7 +3,8 @@
  * active" only for complete captures with nothing missing, incomplete
  * captures from the manifests' run_end (reason text, counts, rank of
  * reasons), an isolated run that is not a complete replay (no isolated
- * metrics). */
+ * metrics), and root inputs converted by
+ * --inject --convert (same only for the exact conversion). */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -259,5 +260,54 @@ Test(run_level, isolation_needs_a_complete_replay)
              "reference: the run did not complete (exit status 1)", g_dir);
     cr_assert(has_reason(x, want_r), "%s", x->reasons[0]);
     cr_assert_not_null(x->run_end_isolated);
+    probe_compare_result_free(x);
+}
+
+Test(run_level, converted_roots_are_the_same_experiment_only_when_exact)
+{
+    fill();
+    uint16_t lb[N];
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT32, A, PROBE_DTYPE_BFLOAT16, lb, N), PROBE_OK);
+    tensor r[1] = {{"/latents.init/0000/out", PROBE_DTYPE_FLOAT32, A}};
+    write_file("ref.h5", r, 1, NULL);
+    char h[17], m[1024];
+    hash_of("ref.h5", "/latents.init/0000/out", h);
+    snprintf(m, sizeof m, "{\"inject\":{\"status\":\"ok\",\"convert\":true,\"tensors\":[{\"path\":"
+             "\"/latents.init/0000/out\",\"reference_hash\":\"%s\",\"converted_from\":\"float32\"}]}}", h);
+    tensor c[1] = {{"/latents.init/0000/out", PROBE_DTYPE_BFLOAT16, lb}};
+    write_file("cand.h5", c, 1, m);
+    probe_compare_result *x = compare("ref.h5", "cand.h5", NULL);
+    cr_assert_eq(x->same_experiment, 1);
+    cr_assert_eq(x->nroots, 1);
+    cr_assert_eq(x->roots[0].same, 1);
+    cr_assert_eq(x->roots[0].converted, 1);
+    cr_assert_str_eq(x->roots[0].why, "converted from the reference (float32 -> bfloat16)");
+    probe_compare_result_free(x);
+    /* one bit off */
+    lb[7] ^= 1;
+    write_file("off.h5", c, 1, m);
+    x = compare("ref.h5", "off.h5", NULL);
+    cr_assert_eq(x->same_experiment, 0);
+    cr_assert_eq(x->roots[0].same, 0);
+    cr_assert_eq(x->roots[0].converted, 0);
+    cr_assert_str_eq(x->roots[0].why, "dtype float32 vs bfloat16 (injected with conversion, but the "
+                                      "values are not the reference's converted to bfloat16)");
+    cr_assert(has_reason(x, "not the same experiment: root input /latents.init/0000/out differs (dtype "
+                            "float32 vs bfloat16 (injected with conversion, but the values are not the "
+                            "reference's converted to bfloat16))"), "%s", x->reasons[0]);
+    probe_compare_result_free(x);
+    /* exact values, but the record is of another reference, or says no conversion */
+    lb[7] ^= 1;
+    write_file("other.h5", c, 1, "{\"inject\":{\"status\":\"ok\",\"convert\":true,\"tensors\":[{\"path\":"
+                                 "\"/latents.init/0000/out\",\"reference_hash\":\"0000000000000000\","
+                                 "\"converted_from\":\"float32\"}]}}");
+    x = compare("ref.h5", "other.h5", NULL);
+    cr_assert_eq(x->roots[0].same, 0);
+    cr_assert_str_eq(x->roots[0].why, "dtype float32 vs bfloat16");
+    probe_compare_result_free(x);
+    write_file("plain.h5", c, 1, NULL);
+    x = compare("ref.h5", "plain.h5", NULL);
+    cr_assert_eq(x->roots[0].same, 0);
+    cr_assert_str_eq(x->roots[0].why, "dtype float32 vs bfloat16");
     probe_compare_result_free(x);
 }
