@@ -8,6 +8,7 @@
 #include "probe/rankset.h"
 
 #include <fnmatch.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -653,6 +654,118 @@ static void side_run_end(probe_compare_result *res, int side, const probe_rankse
     }
 }
 
+typedef struct {
+    const char *path;
+    const char *converted_from; /* the manifest's "converted_from", or NULL */
+} injected_input;
+
+static int cmp_injected(const void *a, const void *b)
+{
+    return strcmp(((const injected_input *)a)->path, ((const injected_input *)b)->path);
+}
+
+/* The inputs of the isolated run (compare.h, isolated_inputs_*): for every output tensor
+ * with isolated metrics, the inputs of its call that the isolated run's manifest lists as
+ * injected ("inject"."tensors", paths /<component>/<call>/in.*) are compared with the
+ * reference's; one that is not the reference's bytes in the reference's dtype was
+ * converted (probe-run --convert), and the largest rel_l2 of those is kept. Computed once
+ * per call. */
+static probe_status isolate_inputs(probe_compare_result *res, probe_file *rf, probe_file *isof,
+                                   const probe_compare_opts *o)
+{
+    json_t *m = res->manifest_isolated ? json_loads(res->manifest_isolated, 0, NULL) : NULL;
+    json_t *list = m ? json_object_get(json_object_get(m, "inject"), "tensors") : NULL, *e;
+    size_t nin = 0, k;
+    injected_input *in = json_array_size(list) ? calloc(json_array_size(list), sizeof *in) : NULL;
+    if (json_array_size(list) && !in) {
+        json_decref(m);
+        return probe_set_error(PROBE_ENOMEM, "out of memory listing the isolated run's inputs");
+    }
+    json_array_foreach(list, k, e) {
+        const char *p = json_string_value(json_object_get(e, "path"));
+        const char *slash = p ? strrchr(p, '/') : NULL;
+        if (slash && strncmp(slash + 1, "in.", 3) == 0) {
+            in[nin].path = p;
+            in[nin++].converted_from = json_string_value(json_object_get(e, "converted_from"));
+        }
+    }
+    if (nin > 1)
+        qsort(in, nin, sizeof *in, cmp_injected);
+    probe_status s = PROBE_OK;
+    char last[512] = "";
+    probe_tensor_result cache;
+    memset(&cache, 0, sizeof cache);
+    for (size_t i = 0; s == PROBE_OK && i < res->ntensors; i++) {
+        probe_tensor_result *t = &res->tensors[i];
+        const char *slash = strrchr(t->ref.path, '/');
+        if (!t->has_isolated || !slash || strncmp(slash + 1, "out", 3) != 0)
+            continue;
+        size_t plen = (size_t)(slash - t->ref.path) + 1;
+        if (plen >= sizeof last)
+            continue;
+        if (strlen(last) != plen || strncmp(last, t->ref.path, plen) != 0) {
+            memcpy(last, t->ref.path, plen);
+            last[plen] = 0;
+            cache.isolated_inputs_compared = cache.isolated_inputs_converted = 0;
+            cache.isolated_inputs_worst[0] = 0;
+            double worst = -1;
+            /* the first injected input of this call: the lower bound of the prefix */
+            size_t lo = 0, hi = nin;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (strcmp(in[mid].path, last) < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            for (size_t j = lo; s == PROBE_OK && j < nin && strncmp(in[j].path, last, plen) == 0;
+                 j++) {
+                size_t ri, ii;
+                if (strchr(in[j].path + plen, '/') || probe_file_find(rf, in[j].path, &ri) ||
+                    probe_file_find(isof, in[j].path, &ii))
+                    continue;
+                const probe_tensor_info *a = probe_file_tensor(rf, ri);
+                const probe_tensor_info *b = probe_file_tensor(isof, ii);
+                int same = a->rank == b->rank && a->n == b->n && !a->stats_only && !b->stats_only &&
+                           (a->dtype == PROBE_DTYPE_BOOL) == (b->dtype == PROBE_DTYPE_BOOL);
+                for (int d = 0; same && d < a->rank; d++)
+                    same = a->shape[d] == b->shape[d];
+                if (!same)
+                    continue;
+                cache.isolated_inputs_compared++;
+                if (a->dtype == b->dtype && !in[j].converted_from && a->hash[0] && b->hash[0] &&
+                    strcmp(a->hash, b->hash) == 0)
+                    continue; /* the reference's bytes */
+                file_pair fp = {{rf, isof}, {ri, ii}};
+                probe_pair_source src = {a->n, {a->dtype, b->dtype}, file_pair_read, &fp};
+                probe_metrics_opts mo = {o->gate.atol, o->gate.rtol};
+                probe_stream_opts so = {o->threads, {0, 0}, NULL};
+                probe_metrics mi;
+                if ((s = probe_metrics_compute_source(&src, &mo, &so, &mi, NULL)) != PROBE_OK)
+                    break;
+                if (a->dtype == b->dtype && !in[j].converted_from && mi.identical)
+                    continue;
+                cache.isolated_inputs_converted++;
+                double key = isfinite(mi.rel_l2) ? mi.rel_l2 : INFINITY;
+                if (key > worst) {
+                    worst = key;
+                    snprintf(cache.isolated_inputs_worst, sizeof cache.isolated_inputs_worst, "%s",
+                             in[j].path + plen);
+                }
+            }
+            cache.isolated_inputs_rel_l2 = worst >= 0 && isfinite(worst) ? worst : NAN;
+        }
+        t->isolated_inputs_compared = cache.isolated_inputs_compared;
+        t->isolated_inputs_converted = cache.isolated_inputs_converted;
+        t->isolated_inputs_rel_l2 = cache.isolated_inputs_rel_l2;
+        memcpy(t->isolated_inputs_worst, cache.isolated_inputs_worst,
+               sizeof t->isolated_inputs_worst);
+    }
+    free(in);
+    json_decref(m);
+    return s;
+}
+
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out)
 {
@@ -815,6 +928,8 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         goto fail;
     res->ignored_ref = set_ignored(rset);
     res->ignored_cand = set_ignored(cset);
+    if (isof && res->isolated_complete && (s = isolate_inputs(res, rf, isof, opts)) != PROBE_OK)
+        goto fail;
     /* A run that did not complete: its missing tensors are not the feature's doing. */
     for (int side = 0; side < 2; side++) {
         if (!(side ? res->incomplete_candidate : res->incomplete_reference))

@@ -463,6 +463,7 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
                  "output tensors:\n%-*s  %-14s %5s %12s %12s %13s\n",
             r->isolated, globs, w, "path", "component", "step", "rel_l2 run", "rel_l2 iso",
             "amplification");
+    size_t nconv = 0;
     for (size_t i = 0; i < r->ntensors; i++) {
         const probe_tensor_result *t = &r->tensors[i];
         if (strncmp(t->ref.slot, "out", 3) != 0)
@@ -478,10 +479,25 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
             snprintf(st, sizeof st, "%lld", (long long)t->ref.step);
         else
             snprintf(st, sizeof st, "-");
-        fprintf(out, "%-*s  %-14s %5s %12s %12s %13s\n", w, t->ref.path, t->ref.component, st, a, b, c);
+        char inputs[200] = "";
+        if (t->isolated_inputs_converted) {
+            char x[32];
+            fmt_num(x, sizeof x, t->isolated_inputs_rel_l2, 1);
+            snprintf(inputs, sizeof inputs, "  inputs converted: rel_l2 %s (%s)", x,
+                     t->isolated_inputs_worst);
+            nconv++;
+        }
+        fprintf(out, "%-*s  %-14s %5s %12s %12s %13s%s\n", w, t->ref.path, t->ref.component, st, a,
+                b, c, inputs);
     }
     fprintf(out, "(rel_l2 iso > 0: the component introduces error itself; 0 with rel_l2 run > 0: "
-                 "all of its error is inherited from upstream)\n\n");
+                 "all of its error is inherited from upstream)\n");
+    if (nconv)
+        fprintf(out, "(inputs converted: the isolated run's inputs of that call are the "
+                     "reference's converted to the candidate's dtype (probe-run --convert), so "
+                     "its rel_l2 iso includes the rounding of its inputs; rel_l2 of the worst "
+                     "input)\n");
+    fputc('\n', out);
 }
 
 /* The gate's name, plus any --atol/--rtol override, as the human output shows it. */

@@ -241,6 +241,16 @@ static void isolated_keys(json_t *o, const probe_tensor_result *t)
     json_object_set_new(o, "max_abs_isolated", any ? num_or_null(m->max_abs) : json_null());
     json_object_set_new(o, "identical_isolated", h ? json_boolean(m->identical) : json_null());
     json_object_set_new(o, "amplification", h ? num_or_null(t->amplification) : json_null());
+    const char *slash = strrchr(t->ref.path, '/');
+    if (h && slash && strncmp(slash + 1, "out", 3) == 0) {
+        int c = t->isolated_inputs_converted > 0;
+        json_object_set_new(o, "isolated_inputs_converted", json_boolean(c));
+        json_object_set_new(o, "isolated_inputs_rel_l2",
+                            c ? num_or_null(t->isolated_inputs_rel_l2) : json_null());
+        json_object_set_new(o, "isolated_inputs_worst",
+                            c && t->isolated_inputs_worst[0] ? json_string(t->isolated_inputs_worst)
+                                                             : json_null());
+    }
 }
 
 static json_t *manifest_json(const char *text)
@@ -411,7 +421,7 @@ static const char html_head[] =
     "<div id=\"detail\"></div>\n"
     "<h2>tensors in execution order (click a row to show its charts)</h2>\n"
     "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
-    "<div id=\"isolation-box\" style=\"display:none\"><h2>error introduced vs inherited (isolated run <code id=\"isolated-file\"></code>; output tensors)</h2><table id=\"isolation\"><thead><tr><th>path</th><th>component</th><th>step</th><th>rel_l2 as run</th><th>rel_l2 isolated</th><th>amplification</th></tr></thead><tbody></tbody></table></div>\n"
+    "<div id=\"isolation-box\" style=\"display:none\"><h2>error introduced vs inherited (isolated run <code id=\"isolated-file\"></code>; output tensors)</h2><table id=\"isolation\"><thead><tr><th>path</th><th>component</th><th>step</th><th>rel_l2 as run</th><th>rel_l2 isolated</th><th>amplification</th><th>inputs</th></tr></thead><tbody></tbody></table></div>\n"
     "<h2>missing</h2><p class=\"info\">in the candidate:</p><ul id=\"missing_in_candidate\"></ul><p class=\"info\">in the reference:</p><ul id=\"missing_in_reference\"></ul>\n";
 static const char html_script[] =
     "(function(){'use strict';\n"
@@ -521,7 +531,7 @@ static const char html_script[] =
     " var rh=el('tr');['path','reference hash','candidate hash','status'].forEach(function(x){rh.appendChild(el('th',{},x));});$('roots').appendChild(rh);\n"
     " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?(x.converted?'same: '+x.why:'same'):(x.allowed?'differs (allowed): ':x.incomplete?'unknown: ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
     "if(D.isolated&&D.isolated_complete){$('isolation-box').style.display='';$('isolated-file').textContent=D.isolated;var ib=$('isolation').querySelector('tbody');\n"
-    " D.tensors.forEach(function(t,i){if(!/^out/.test(S[i].slot))return;var tr=el('tr',{'class':'iso-row','data-path':t.path});[t.path,t.component,t.step===undefined?'-':String(t.step),fmt(t.rel_l2),fmt(t.rel_l2_isolated),fmt(t.amplification)].forEach(function(v){tr.appendChild(el('td',{},v));});ib.appendChild(tr);});}\n"
+    " D.tensors.forEach(function(t,i){if(!/^out/.test(S[i].slot))return;var tr=el('tr',{'class':'iso-row','data-path':t.path});[t.path,t.component,t.step===undefined?'-':String(t.step),fmt(t.rel_l2),fmt(t.rel_l2_isolated),fmt(t.amplification),t.isolated_inputs_converted?'converted: rel_l2 '+fmt(t.isolated_inputs_rel_l2):''].forEach(function(v){tr.appendChild(el('td',{},v));});ib.appendChild(tr);});}\n"
     "window.addEventListener('hashchange',select);select();\n"
     "})();\n";
 

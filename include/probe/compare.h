@@ -180,6 +180,19 @@ typedef struct probe_tensor_result {
     int *replica_mismatch_ranks;
     int nranks_present;
     int *ranks_present;
+    /* (additive) the inputs of the isolated run (docs/inject.md "Replay and isolation"):
+     * for an output tensor ("out*" slot) with has_isolated, the isolated run's inputs of the
+     * same call (the datasets "in.*" of /<component>/<call>/ in both the reference and the
+     * isolated run) compared with the reference's. isolated_inputs_compared: how many;
+     * isolated_inputs_converted: how many of them are not the reference's bytes in the
+     * reference's dtype (probe-run --replay --convert converted them: the isolated error
+     * then includes the rounding of the inputs); isolated_inputs_rel_l2: the largest
+     * rel_l2 of those against the reference (NaN when none is converted or it is not
+     * finite), isolated_inputs_worst: that input's slot ("" when none). */
+    int isolated_inputs_compared;
+    int isolated_inputs_converted;
+    double isolated_inputs_rel_l2;
+    char isolated_inputs_worst[128];
 } probe_tensor_result;
 
 /* (additive) A collective output that must be equal on every rank of one run

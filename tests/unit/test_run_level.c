@@ -3,7 +3,8 @@
  * active" only for complete captures with nothing missing, incomplete
  * captures from the manifests' run_end (reason text, counts, rank of
  * reasons), an isolated run that is not a complete replay (no isolated
- * metrics), and root inputs converted by
+ * metrics), isolated inputs converted by --replay --convert (the largest
+ * rel_l2, computed here independently), and root inputs converted by
  * --inject --convert (same only for the exact conversion). */
 #include <criterion/criterion.h>
 
@@ -207,7 +208,20 @@ static void hash_of(const char *name, const char *path, char out[17])
     probe_file_close(f);
 }
 
-Test(run_level, isolation_needs_a_complete_replay)
+static double rel_l2_f32_bf16(const float *r, const uint16_t *c)
+{
+    double d = 0, n = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t u = (uint32_t)c[i] << 16;
+        float cf;
+        memcpy(&cf, &u, 4);
+        d += ((double)cf - r[i]) * ((double)cf - r[i]);
+        n += (double)r[i] * r[i];
+    }
+    return sqrt(d) / sqrt(n);
+}
+
+Test(run_level, isolation_needs_a_complete_replay_and_marks_converted_inputs)
 {
     fill();
     uint16_t xb[N], ob[N];
@@ -229,7 +243,16 @@ Test(run_level, isolation_needs_a_complete_replay)
     probe_compare_result *x = compare("ref.h5", "cand.h5", "iso.h5");
     cr_assert_eq(x->isolated_complete, 1);
     cr_assert_eq(x->nisolated, 2);
-    cr_assert_eq(x->tensors[1].has_isolated, 1);
+    const probe_tensor_result *o = &x->tensors[1];
+    cr_assert_str_eq(o->ref.path, "/dit.step/0000/out");
+    cr_assert_eq(o->has_isolated, 1);
+    cr_assert_eq(o->isolated_inputs_compared, 1);
+    cr_assert_eq(o->isolated_inputs_converted, 1);
+    cr_assert_str_eq(o->isolated_inputs_worst, "in.x");
+    double want = rel_l2_f32_bf16(A, xb);
+    cr_assert(want > 0 && fabs(o->isolated_inputs_rel_l2 - want) <= 1e-12 * want, "%.17g vs %.17g",
+              o->isolated_inputs_rel_l2, want);
+    cr_assert_eq(x->tensors[0].isolated_inputs_converted, 0, "an input tensor carries no input marks");
     probe_compare_result_free(x);
 
     /* a replay whose injection failed: no isolated metrics at all */
