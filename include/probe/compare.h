@@ -180,7 +180,7 @@ typedef struct probe_tensor_result {
     int *replica_mismatch_ranks;
     int nranks_present;
     int *ranks_present;
-    /* (additive) the inputs of the isolated run (docs/inject.md "Replay and isolation"):
+    /* The inputs of the isolated run (docs/inject.md "Replay and isolation"):
      * for an output tensor ("out*" slot) with has_isolated, the isolated run's inputs of the
      * same call (the datasets "in.*" of /<component>/<call>/ in both the reference and the
      * isolated run) compared with the reference's. isolated_inputs_compared: how many;
@@ -215,11 +215,11 @@ typedef struct probe_root_input {
     int allowed;                        /* differs, but --allow-root-diff matches it */
     char why[160];                      /* how it differs ("" if same; for a converted one
                                            "converted from the reference (A -> B)") */
-    int converted;                      /* (additive) same because the candidate holds exactly
+    int converted;                      /* same because the candidate holds exactly
                                            the reference's values converted to its dtype by
                                            probe-run --inject --convert (its manifest records
                                            the conversion from this reference) */
-    int incomplete;                     /* (additive) missing on a side whose capture is incomplete
+    int incomplete;                     /* missing on a side whose capture is incomplete
                                            (probe_compare_result.incomplete_*): not known to
                                            differ, so it does not make the runs "not the same
                                            experiment" */
@@ -290,7 +290,7 @@ typedef struct probe_compare_result {
     uint64_t *collectives_left_out[2];
     size_t ndivergent;
     probe_collective_divergence *divergent;
-    /* (additive) how each run ended (the manifest key "run_end" that probe-run records
+    /* How each run ended (the manifest key "run_end" that probe-run records
      * after the command exits; docs/file-format.md): incomplete_*: 1 when that run's
      * run_end says the capture did not complete (the command exited with a nonzero
      * status or was killed by a signal, or its writer did not close the file); the
@@ -300,7 +300,7 @@ typedef struct probe_compare_result {
      * set, else of its first file), NULL when absent. */
     int incomplete_reference, incomplete_candidate;
     char *run_end_reference, *run_end_candidate, *run_end_isolated;
-    /* (additive) with opts->isolated: 1 when the isolated run is a complete replay of
+    /* With opts->isolated: 1 when the isolated run is a complete replay of
      * the reference (its injection completed from this reference, and its run_end, if
      * any, says it completed); only then are the tensors' isolated metrics computed.
      * 0 without --isolated or when it is not (a run-level reason says why). */
