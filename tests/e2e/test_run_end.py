@@ -7,8 +7,9 @@ probe-compare's verdict on a capture that did not complete
  (1) a complete run: run_end {"exit_status": 0, "signal": null, "capture":
      "closed", "capture_complete": true}; two complete identical runs are
      still "feature not active" (exit 1);
- (2) a candidate that crashes half-way (SIGSEGV at its second scheduler step):
-     probe-run ends by SIGSEGV like the command alone (exit 139, the same
+ (2) a candidate that crashes half-way (SIGSEGV at its second scheduler step; SIGABRT under
+     a preloaded sanitizer runtime, which reports a SIGSEGV itself): probe-run ends by it like the
+     command alone (exit 139, the same
      stdout/stderr bytes), run_end {"signal": "SIGSEGV", "capture":
      "journal"}; probe-compare exits 1 with exactly one run-level reason
      "incomplete capture: the candidate run did not complete (killed by signal
@@ -50,6 +51,9 @@ PY = os.environ.get("PROBE_PYTHON") or sys.executable
 TOY_DIR = os.path.join(SRC, "scripts", "example")
 ARGS = ["--steps", "3", "--frames", "2", "--height", "32", "--width", "32"]
 FAILURES = []
+# The crash: SIGSEGV, except where a sanitizer runtime preloaded into every process (the ASan
+# build of these tests) turns a SIGSEGV into its own report and exit status 1.
+SIG = "SIGABRT" if "san.so" in os.environ.get("LD_PRELOAD", "") else "SIGSEGV"
 
 # The toy pipeline, killed by a signal at its CRASH_AT-th scheduler step (or
 # exiting with EXIT_WITH after a complete run).
@@ -137,22 +141,23 @@ def main():
           "(1) two complete identical runs: still feature not active (%r)" % doc.get("reasons"))
 
     # (2) a candidate that crashes half-way
-    cenv = dict(env, CRASH_AT="2")
+    cenv = dict(env, CRASH_AT="2", CRASH_SIG=SIG)
+    signum = getattr(signal, SIG)
     plain = run([PY, prog] + ARGS, env=cenv)
     p = run([run_, "--out", j("cand.h5"), "--", PY, prog] + ARGS, env=cenv)
-    check(plain.returncode == -signal.SIGSEGV and p.returncode == -signal.SIGSEGV,
-          "(2) probe-run ends by SIGSEGV as the command alone (%d, %d)" % (p.returncode, plain.returncode))
+    check(plain.returncode == -signum and p.returncode == -signum,
+          "(2) probe-run ends by %s as the command alone (%d, %d)" % (SIG, p.returncode, plain.returncode))
     check(p.stdout == plain.stdout == b"crashing\n" and p.stderr == plain.stderr,
           "(2) the command's stdout and stderr bytes are unchanged (%r %r)" % (p.stdout, p.stderr[-200:]))
     check(os.path.exists(j("cand.h5.journal")), "(2) the killed writer left its journal")
     rc, doc, err = compare(cmp_, j("ref.h5"), j("cand.h5"), "--junit", j("cand.xml"))
     recand = (doc.get("run_end") or {}).get("candidate") or {}
-    check(recand.get("signal") == "SIGSEGV" and recand.get("exit_status") is None
+    check(recand.get("signal") == SIG and recand.get("exit_status") is None
           and recand.get("capture") == "journal" and recand.get("capture_complete") is False,
           "(2) run_end of the crashed run, read through its journal: %r" % recand)
     nmiss, ncmp = len(doc.get("missing_in_candidate", [])), len(doc.get("tensors", []))
-    want = ("incomplete capture: the candidate run did not complete (killed by signal SIGSEGV; its writer "
-            "did not close the capture): it lacks %d of the reference's %d tensors" % (nmiss, nmiss + ncmp))
+    want = ("incomplete capture: the candidate run did not complete (killed by signal %s; its writer "
+            "did not close the capture): it lacks %d of the reference's %d tensors" % (SIG, nmiss, nmiss + ncmp))
     check(rc == 1 and nmiss > 0 and doc.get("reasons") == [want], "(2) exit 1, one reason: %r" % doc.get("reasons"))
     check(doc.get("incomplete_candidate") is True and doc.get("incomplete_reference") is False
           and doc.get("feature_not_active") is False and doc.get("verdict") == "fail"
@@ -167,16 +172,16 @@ def main():
     p = run([cmp_, j("ref.h5"), j("cand.h5")])
     out = p.stdout.decode()
     check(want in out and "feature not active" not in out and re.search(r"\* run end +exit status 0, capture "
-                                                                       r"complete +signal SIGSEGV, capture journal", out),
+                                                                       r"complete +signal %s, capture journal" % SIG, out),
           "(2) terminal: the reason line and the runs table's run end row")
     rc, doc2, err = compare(cmp_, j("cand.h5"), j("ref.h5"))
-    want2 = ("incomplete capture: the reference run did not complete (killed by signal SIGSEGV; its writer "
-             "did not close the capture): it lacks %d of the candidate's %d tensors" % (nmiss, nmiss + ncmp))
+    want2 = ("incomplete capture: the reference run did not complete (killed by signal %s; its writer "
+             "did not close the capture): it lacks %d of the candidate's %d tensors" % (SIG, nmiss, nmiss + ncmp))
     check(rc == 1 and doc2.get("reasons") == [want2] and doc2.get("incomplete_reference") is True,
           "(2) sides swapped: the reference is named (%r)" % doc2.get("reasons"))
     p = run([rec_, j("cand.h5"), "-o", j("recovered.h5")])
     rc, doc3, err = compare(cmp_, j("ref.h5"), j("recovered.h5"))
-    check(p.returncode == 0 and manifest(j("recovered.h5")).get("run_end", {}).get("signal") == "SIGSEGV"
+    check(p.returncode == 0 and manifest(j("recovered.h5")).get("run_end", {}).get("signal") == SIG
           and rc == 1 and doc3.get("reasons") == [want], "(2) probe-recover keeps run_end and the verdict")
 
     # (3) a complete capture, then exit status 3
