@@ -177,46 +177,6 @@ static int convertible(probe_dtype from, probe_dtype to)
     return src && dst;
 }
 
-/* float -> bfloat16, round to nearest even (as torch's .to(torch.bfloat16));
- * NaN stays a (quiet) NaN. */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* Convert n reference elements (type from, at src) into dst of type to.
- * Every source type converts exactly to double; a double holding a value of
- * float16/bfloat16/float32 converts exactly to float, so the only rounding
- * is the final one (float32 -> bfloat16 RNE, or float64 -> float32 RN).
- * PROBE_ENOMEM. */
-static probe_status convert(probe_dtype from, const void *src, probe_dtype to, void *dst, size_t n)
-{
-    double *tmp = malloc(n * sizeof *tmp);
-    if (!tmp)
-        return PROBE_ENOMEM;
-    probe_dtype_to_f64(from, src, tmp, n);
-    for (size_t i = 0; i < n; ++i) {
-        if (to == PROBE_DTYPE_FLOAT64) {
-            memcpy((char *)dst + 8 * i, &tmp[i], 8);
-        } else {
-            float f = (float)tmp[i];
-            if (to == PROBE_DTYPE_FLOAT32) {
-                memcpy((char *)dst + 4 * i, &f, 4);
-            } else {
-                uint16_t b = f32_to_bf16(f);
-                memcpy((char *)dst + 2 * i, &b, 2);
-            }
-        }
-    }
-    free(tmp);
-    return PROBE_OK;
-}
-
 static void shape_text(char *buf, size_t cap, int rank, const int64_t *shape)
 {
     size_t len = (size_t)snprintf(buf, cap, "[");
@@ -316,7 +276,8 @@ SHIM_EXPORT int probe_inject_v1(const probe_tap_tensor_v1 *t)
         }
         if (conv_from != PROBE_DTYPE_INVALID) {
             unsigned char *cbuf = malloc(ext.nbytes);
-            if (!cbuf || convert(conv_from, buf, (probe_dtype)t->dtype, cbuf, (size_t)ext.n)) {
+            if (!cbuf ||
+                probe_dtype_convert(conv_from, buf, (probe_dtype)t->dtype, cbuf, (size_t)ext.n)) {
                 free(cbuf);
                 fail_locked("%s: cannot allocate %zu bytes to convert", path, ext.nbytes);
                 goto out;

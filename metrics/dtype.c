@@ -1,5 +1,5 @@
-/* dtype.c - element types: sizes, names, and exact conversion to double
- * (probe/dtype.h).
+/* dtype.c - element types: sizes, names, exact conversion to double, and
+ * the floating conversion of injection (probe/dtype.h).
  *
  * Also compiled into the preloaded shim (intercept/), so it must link only
  * against libc: no libm (doubles are assembled from their bit fields).
@@ -228,6 +228,56 @@ probe_status probe_dtype_to_f64(probe_dtype t, const void *src, double *dst, siz
         break;
     default:
         return probe_set_error(PROBE_EINVAL, "probe_dtype_to_f64: unknown element type %d", (int)t);
+    }
+    return PROBE_OK;
+}
+
+/* float -> bfloat16, round to nearest even (as torch's .to(torch.bfloat16));
+ * NaN stays a (quiet) NaN. */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+probe_status probe_dtype_convert(probe_dtype from, const void *src, probe_dtype to, void *dst,
+                                 size_t n)
+{
+    if (!dtype_valid(from) || !dtype_table[from].is_float || from == PROBE_DTYPE_FLOAT8_E4M3FN ||
+        from == PROBE_DTYPE_FLOAT8_E5M2)
+        return probe_set_error(PROBE_EINVAL, "probe_dtype_convert: %s is not a source type "
+                               "(float16, bfloat16, float32, float64)", probe_dtype_name(from));
+    if (to != PROBE_DTYPE_FLOAT32 && to != PROBE_DTYPE_FLOAT64 && to != PROBE_DTYPE_BFLOAT16)
+        return probe_set_error(PROBE_EINVAL, "probe_dtype_convert: %s is not a target type "
+                               "(float32, float64, bfloat16)", probe_dtype_name(to));
+    if (n > 0 && (!src || !dst))
+        return probe_set_error(PROBE_EINVAL, "probe_dtype_convert: NULL buffer");
+    enum { BLOCK = 256 };
+    double tmp[BLOCK];
+    const unsigned char *s = src;
+    unsigned char *d = dst;
+    size_t es = dtype_table[from].size, et = dtype_table[to].size;
+    for (size_t at = 0; at < n; at += BLOCK) {
+        size_t m = n - at < BLOCK ? n - at : BLOCK;
+        probe_dtype_to_f64(from, s + at * es, tmp, m);
+        for (size_t i = 0; i < m; i++) {
+            unsigned char *o = d + (at + i) * et;
+            if (to == PROBE_DTYPE_FLOAT64) {
+                memcpy(o, &tmp[i], 8);
+                continue;
+            }
+            float f = (float)tmp[i];
+            if (to == PROBE_DTYPE_FLOAT32) {
+                memcpy(o, &f, 4);
+            } else {
+                uint16_t b = f32_to_bf16(f);
+                memcpy(o, &b, 2);
+            }
+        }
     }
     return PROBE_OK;
 }

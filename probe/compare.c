@@ -8,6 +8,7 @@
 #include "probe/rankset.h"
 
 #include <fnmatch.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -838,7 +839,7 @@ static probe_status rank_roots(probe_compare_result *res, probe_rankset *rset,
                 (gl[0] != '/' && ri->path[0] == '/' && fnmatch(gl, ri->path + 1, 0) == 0))
                 ri->allowed = 1;
         }
-        if (!ri->allowed)
+        if (!ri->allowed && !ri->incomplete)
             res->same_experiment = 0;
     }
     return PROBE_OK;
@@ -889,6 +890,148 @@ static probe_status oracle_run_checks(probe_compare_result *res, probe_file *rf,
     return s;
 }
 
+/* How a side's run ended (the manifests' "run_end", experiment.c): the first file of the
+ * set whose run_end says it did not complete makes the side incomplete; how gets the
+ * reason's parenthesis. */
+static void side_run_end(probe_compare_result *res, int side, const probe_rankset *set,
+                         char *how, size_t cap)
+{
+    int W = probe_rankset_world(set), nf = W ? W : 1;
+    char **dst = side ? &res->run_end_candidate : &res->run_end_reference;
+    int *inc = side ? &res->incomplete_candidate : &res->incomplete_reference;
+    for (int r = 0; r < nf; r++) {
+        char *j = NULL, h[256];
+        int bad = probe_experiment_run_incomplete(probe_file_manifest(probe_rankset_file(set, r)),
+                                                  h, sizeof h, &j);
+        if (bad && !*inc) {
+            free(*dst);
+            *dst = j;
+            *inc = 1;
+            if (W)
+                snprintf(how, cap, "%s; in rank %d's file %s", h, r,
+                         probe_rankset_file_path(set, r));
+            else
+                snprintf(how, cap, "%s", h);
+        } else if (!*dst) {
+            *dst = j;
+        } else {
+            free(j);
+        }
+    }
+}
+
+typedef struct {
+    const char *path;
+    const char *converted_from; /* the manifest's "converted_from", or NULL */
+} injected_input;
+
+static int cmp_injected(const void *a, const void *b)
+{
+    return strcmp(((const injected_input *)a)->path, ((const injected_input *)b)->path);
+}
+
+/* The inputs of the isolated run (compare.h, isolated_inputs_*): for every output tensor
+ * with isolated metrics, the inputs of its call that the isolated run's manifest lists as
+ * injected ("inject"."tensors", paths /<component>/<call>/in.*) are compared with the
+ * reference's; one that is not the reference's bytes in the reference's dtype was
+ * converted (probe-run --convert), and the largest rel_l2 of those is kept. Computed once
+ * per call. */
+static probe_status isolate_inputs(probe_compare_result *res, probe_file *rf, probe_file *isof,
+                                   const probe_compare_opts *o)
+{
+    json_t *m = res->manifest_isolated ? json_loads(res->manifest_isolated, 0, NULL) : NULL;
+    json_t *list = m ? json_object_get(json_object_get(m, "inject"), "tensors") : NULL, *e;
+    size_t nin = 0, k;
+    injected_input *in = json_array_size(list) ? calloc(json_array_size(list), sizeof *in) : NULL;
+    if (json_array_size(list) && !in) {
+        json_decref(m);
+        return probe_set_error(PROBE_ENOMEM, "out of memory listing the isolated run's inputs");
+    }
+    json_array_foreach(list, k, e) {
+        const char *p = json_string_value(json_object_get(e, "path"));
+        const char *slash = p ? strrchr(p, '/') : NULL;
+        if (slash && strncmp(slash + 1, "in.", 3) == 0) {
+            in[nin].path = p;
+            in[nin++].converted_from = json_string_value(json_object_get(e, "converted_from"));
+        }
+    }
+    if (nin > 1)
+        qsort(in, nin, sizeof *in, cmp_injected);
+    probe_status s = PROBE_OK;
+    char last[512] = "";
+    probe_tensor_result cache;
+    memset(&cache, 0, sizeof cache);
+    for (size_t i = 0; s == PROBE_OK && i < res->ntensors; i++) {
+        probe_tensor_result *t = &res->tensors[i];
+        const char *slash = strrchr(t->ref.path, '/');
+        if (!t->has_isolated || !slash || strncmp(slash + 1, "out", 3) != 0)
+            continue;
+        size_t plen = (size_t)(slash - t->ref.path) + 1;
+        if (plen >= sizeof last)
+            continue;
+        if (strlen(last) != plen || strncmp(last, t->ref.path, plen) != 0) {
+            memcpy(last, t->ref.path, plen);
+            last[plen] = 0;
+            cache.isolated_inputs_compared = cache.isolated_inputs_converted = 0;
+            cache.isolated_inputs_worst[0] = 0;
+            double worst = -1;
+            /* the first injected input of this call: the lower bound of the prefix */
+            size_t lo = 0, hi = nin;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (strcmp(in[mid].path, last) < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            for (size_t j = lo; s == PROBE_OK && j < nin && strncmp(in[j].path, last, plen) == 0;
+                 j++) {
+                size_t ri, ii;
+                if (strchr(in[j].path + plen, '/') || probe_file_find(rf, in[j].path, &ri) ||
+                    probe_file_find(isof, in[j].path, &ii))
+                    continue;
+                const probe_tensor_info *a = probe_file_tensor(rf, ri);
+                const probe_tensor_info *b = probe_file_tensor(isof, ii);
+                int same = a->rank == b->rank && a->n == b->n && !a->stats_only && !b->stats_only &&
+                           (a->dtype == PROBE_DTYPE_BOOL) == (b->dtype == PROBE_DTYPE_BOOL);
+                for (int d = 0; same && d < a->rank; d++)
+                    same = a->shape[d] == b->shape[d];
+                if (!same)
+                    continue;
+                cache.isolated_inputs_compared++;
+                if (a->dtype == b->dtype && !in[j].converted_from && a->hash[0] && b->hash[0] &&
+                    strcmp(a->hash, b->hash) == 0)
+                    continue; /* the reference's bytes */
+                file_pair fp = {{rf, isof}, {ri, ii}};
+                probe_pair_source src = {a->n, {a->dtype, b->dtype}, file_pair_read, &fp};
+                probe_metrics_opts mo = {o->gate.atol, o->gate.rtol};
+                probe_stream_opts so = {o->threads, {0, 0}, NULL, NULL, NULL};
+                probe_metrics mi;
+                if ((s = probe_metrics_compute_source(&src, &mo, &so, &mi, NULL)) != PROBE_OK)
+                    break;
+                if (a->dtype == b->dtype && !in[j].converted_from && mi.identical)
+                    continue;
+                cache.isolated_inputs_converted++;
+                double key = isfinite(mi.rel_l2) ? mi.rel_l2 : INFINITY;
+                if (key > worst) {
+                    worst = key;
+                    snprintf(cache.isolated_inputs_worst, sizeof cache.isolated_inputs_worst, "%s",
+                             in[j].path + plen);
+                }
+            }
+            cache.isolated_inputs_rel_l2 = worst >= 0 && isfinite(worst) ? worst : NAN;
+        }
+        t->isolated_inputs_compared = cache.isolated_inputs_compared;
+        t->isolated_inputs_converted = cache.isolated_inputs_converted;
+        t->isolated_inputs_rel_l2 = cache.isolated_inputs_rel_l2;
+        memcpy(t->isolated_inputs_worst, cache.isolated_inputs_worst,
+               sizeof t->isolated_inputs_worst);
+    }
+    free(in);
+    json_decref(m);
+    return s;
+}
+
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out)
 {
@@ -912,6 +1055,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
 
     probe_rankset *rset = NULL, *cset = NULL;
     probe_file *isof = NULL, *of = NULL;
+    char iso_why[256] = "";
     probe_status s = probe_rankset_open(reference, nrefs, &rset);
     if (s != PROBE_OK)
         return s;
@@ -970,13 +1114,15 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         snprintf(res->isolated, sizeof res->isolated, "%s", opts->isolated);
         if ((s = copy_manifest(&res->manifest_isolated, isof)))
             goto fail;
-        char why[256];
-        if (probe_experiment_check_isolated(res->manifest_isolated, rf, why, sizeof why)) {
-            res->pass = 0;
-            add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
-                           opts->isolated, why);
-        }
+        res->isolated_complete = !probe_experiment_check_isolated(res->manifest_isolated, rf,
+                                                                   iso_why, sizeof iso_why);
+        char *j = NULL;
+        probe_experiment_run_incomplete(res->manifest_isolated, NULL, 0, &j);
+        res->run_end_isolated = j;
     }
+    char how[2][320] = {"", ""};
+    side_run_end(res, 0, rset, how[0], sizeof how[0]);
+    side_run_end(res, 1, cset, how[1], sizeof how[1]);
 
     if (opts->oracle) {
         if ((s = probe_file_open(opts->oracle, &of)) != PROBE_OK)
@@ -1036,7 +1182,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         t->amplification = NAN;
         probe_file *irf;
         size_t iri;
-        if (isof && probe_rankset_single(rset, i, &irf, &iri) &&
+        if (isof && res->isolated_complete && probe_rankset_single(rset, i, &irf, &iri) &&
             (s = isolate(irf, iri, isof, opts, t)) != PROBE_OK)
             goto fail;
         if (isof && of && (s = isolate_oracle(irf, iri, isof, of, opts, t)) != PROBE_OK)
@@ -1085,6 +1231,25 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         goto fail;
     res->ignored_ref = set_ignored(rset);
     res->ignored_cand = set_ignored(cset);
+    if (isof && res->isolated_complete && (s = isolate_inputs(res, rf, isof, opts)) != PROBE_OK)
+        goto fail;
+    /* A run that did not complete: its missing tensors are not the feature's doing. */
+    for (int side = 0; side < 2; side++) {
+        if (!(side ? res->incomplete_candidate : res->incomplete_reference))
+            continue;
+        size_t lacks = side ? res->nmissing_cand : res->nmissing_ref;
+        res->pass = 0;
+        add_run_reason(res, "incomplete capture: the %s run did not complete (%s): it lacks %zu of "
+                       "the %s's %zu tensors", side ? "candidate" : "reference", how[side], lacks,
+                       side ? "reference" : "candidate", res->ntensors + lacks);
+    }
+    if (isof && !res->isolated_complete) {
+        res->pass = 0;
+        add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
+                       opts->isolated, iso_why);
+    }
+    int whole = !res->nmissing_cand && !res->nmissing_ref && !res->incomplete_reference &&
+                !res->incomplete_candidate;
     if (res->ntensors == 0 && res->nmissing_cand == 0 && res->nmissing_ref == 0) {
         /* Nothing matched: a gate that checked nothing must not pass. */
         res->nothing_compared = 1;
@@ -1094,8 +1259,10 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         res->pass = 0;
         add_run_reason(res, "not identical: %zu of %zu compared tensors differ from the reference "
                        "(first: %s)", ndiffer, res->ntensors, first_differ);
-    } else if (!opts->expect_identical && res->ntensors && !res->feature_active) {
-        /* A candidate equal to the reference everywhere did not exercise the feature. */
+    } else if (!opts->expect_identical && res->ntensors && !res->feature_active && whole) {
+        /* A candidate equal to the reference in every tensor of both complete captures
+         * did not exercise the feature (with tensors missing or a run that did not
+         * complete, the identical ones prove nothing about the rest). */
         res->feature_not_active = 1;
         res->pass = 0;
         add_run_reason(res, "feature not active: the candidate is identical to the reference in "
@@ -1122,7 +1289,8 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         if (!res->same_experiment) {
             size_t ndiff = 0, first = 0;
             for (size_t i = 0; i < res->nroots; i++)
-                if (!res->roots[i].same && !res->roots[i].allowed && !ndiff++)
+                if (!res->roots[i].same && !res->roots[i].allowed && !res->roots[i].incomplete &&
+                    !ndiff++)
                     first = i;
             res->pass = 0;
             add_run_reason(res, "not the same experiment: root input %s differs (%s)%s",
@@ -1175,6 +1343,9 @@ void probe_compare_result_free(probe_compare_result *r)
     free(r->manifest_candidate);
     free(r->manifest_isolated);
     free(r->manifest_oracle);
+    free(r->run_end_reference);
+    free(r->run_end_candidate);
+    free(r->run_end_isolated);
     free(r->roots);
     free(r->calls);
     free(r);

@@ -69,8 +69,58 @@ static int same_bytes(probe_file *rf, size_t ri, probe_file *cf, size_t ci)
     return r;
 }
 
+/* The candidate manifest's record of an injection with conversion of path:
+ * the entry of "inject"."tensors" for path when the injection converted it
+ * ("converted_from") from a tensor whose recorded hash is ref_hash; NULL
+ * otherwise. inject is the manifest's "inject" object (or NULL). */
+static json_t *converted_entry(json_t *inject, const char *path, const char *ref_hash)
+{
+    if (!json_is_object(inject) || !json_is_true(json_object_get(inject, "convert")))
+        return NULL;
+    json_t *list = json_object_get(inject, "tensors"), *e;
+    size_t k;
+    json_array_foreach(list, k, e) {
+        const char *p = json_string_value(json_object_get(e, "path"));
+        const char *h = json_string_value(json_object_get(e, "reference_hash"));
+        if (p && strcmp(p, path) == 0)
+            return h && strcmp(h, ref_hash) == 0 &&
+                           json_is_string(json_object_get(e, "converted_from"))
+                       ? e
+                       : NULL;
+    }
+    return NULL;
+}
+
+/* 1 in *same when candidate tensor ci holds exactly reference tensor ri
+ * converted to the candidate's dtype with the rounding of the injection
+ * (probe_dtype_convert); both have n elements. Read in chunks. */
+static probe_status same_as_converted(probe_file *rf, size_t ri, probe_file *cf, size_t ci,
+                                      int *same)
+{
+    const probe_tensor_info *a = probe_file_tensor(rf, ri), *b = probe_file_tensor(cf, ci);
+    enum { CHUNK = 1 << 15 };
+    size_t ea = probe_dtype_size(a->dtype), eb = probe_dtype_size(b->dtype);
+    unsigned char *x = malloc((size_t)CHUNK * ea), *y = malloc((size_t)CHUNK * eb),
+                  *z = malloc((size_t)CHUNK * eb);
+    probe_status s = PROBE_OK;
+    *same = 1;
+    if (!x || !y || !z)
+        s = probe_set_error(PROBE_ENOMEM, "out of memory comparing root input %s", a->path);
+    for (uint64_t off = 0; s == PROBE_OK && *same && off < a->n; off += CHUNK) {
+        size_t m = a->n - off < CHUNK ? (size_t)(a->n - off) : CHUNK;
+        if ((s = probe_file_read_range(rf, ri, off, m, x)) == PROBE_OK &&
+            (s = probe_file_read_range(cf, ci, off, m, y)) == PROBE_OK &&
+            (s = probe_dtype_convert(a->dtype, x, b->dtype, z, m)) == PROBE_OK)
+            *same = memcmp(y, z, m * eb) == 0;
+    }
+    free(x);
+    free(y);
+    free(z);
+    return s;
+}
+
 static probe_status root_pair(probe_root_input *ri, probe_file *rf, size_t i, probe_file *cf,
-                              size_t ci)
+                              size_t ci, json_t *cand_inject)
 {
     const probe_tensor_info *a = probe_file_tensor(rf, i), *b = probe_file_tensor(cf, ci);
     snprintf(ri->hash_reference, sizeof ri->hash_reference, "%s", a->hash);
@@ -79,6 +129,28 @@ static probe_status root_pair(probe_root_input *ri, probe_file *rf, size_t i, pr
     for (int k = 0; same_shape && k < a->rank; k++)
         same_shape = a->shape[k] == b->shape[k];
     if (a->dtype != b->dtype) {
+        /* Injected with --convert: the same experiment when the candidate holds exactly
+         * the reference's values converted to its dtype. */
+        json_t *e = same_shape && !a->stats_only && !b->stats_only
+                        ? converted_entry(cand_inject, a->path, a->hash)
+                        : NULL;
+        const char *from = e ? json_string_value(json_object_get(e, "converted_from")) : NULL;
+        if (from && strcmp(from, probe_dtype_name(a->dtype)) == 0) {
+            int eq = 0;
+            probe_status s = same_as_converted(rf, i, cf, ci, &eq);
+            if (s != PROBE_OK && s != PROBE_EINVAL)
+                return s;
+            if (s == PROBE_OK && eq) {
+                ri->same = ri->converted = 1;
+                snprintf(ri->why, sizeof ri->why, "converted from the reference (%s -> %s)",
+                         probe_dtype_name(a->dtype), probe_dtype_name(b->dtype));
+                return PROBE_OK;
+            }
+            snprintf(ri->why, sizeof ri->why, "dtype %s vs %s (injected with conversion, but the "
+                     "values are not the reference's converted to %s)", probe_dtype_name(a->dtype),
+                     probe_dtype_name(b->dtype), probe_dtype_name(b->dtype));
+            return PROBE_OK;
+        }
         snprintf(ri->why, sizeof ri->why, "dtype %s vs %s", probe_dtype_name(a->dtype),
                  probe_dtype_name(b->dtype));
         return PROBE_OK;
@@ -107,13 +179,17 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
     res->roots_checked = 1;
     res->same_experiment = 1;
     size_t nref = probe_file_count(rf), ncand = probe_file_count(cf);
+    json_t *mc = res->manifest_candidate ? json_loads(res->manifest_candidate, 0, NULL) : NULL;
+    json_t *cand_inject = mc ? json_object_get(mc, "inject") : NULL;
     for (size_t i = 0; i < nref; i++) {
         const probe_tensor_info *ti = probe_file_tensor(rf, i);
         if (!is_root(ti->component, roots))
             continue;
         probe_root_input *ri = push_root(res);
-        if (!ri)
+        if (!ri) {
+            json_decref(mc);
             return probe_set_error(PROBE_ENOMEM, "out of memory listing root inputs");
+        }
         snprintf(ri->path, sizeof ri->path, "%s", ti->path);
         snprintf(ri->component, sizeof ri->component, "%s", ti->component);
         snprintf(ri->hash_reference, sizeof ri->hash_reference, "%s", ti->hash);
@@ -124,9 +200,11 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
             continue;
         }
         ri->in_candidate = 1;
-        probe_status s = root_pair(ri, rf, i, cf, ci);
-        if (s != PROBE_OK)
+        probe_status s = root_pair(ri, rf, i, cf, ci, cand_inject);
+        if (s != PROBE_OK) {
+            json_decref(mc);
             return s;
+        }
     }
     for (size_t i = 0; i < ncand; i++) {
         const probe_tensor_info *ti = probe_file_tensor(cf, i);
@@ -134,8 +212,10 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
         if (!is_root(ti->component, roots) || probe_file_find(rf, ti->path, &ri_) == PROBE_OK)
             continue;
         probe_root_input *ri = push_root(res);
-        if (!ri)
+        if (!ri) {
+            json_decref(mc);
             return probe_set_error(PROBE_ENOMEM, "out of memory listing root inputs");
+        }
         snprintf(ri->path, sizeof ri->path, "%s", ti->path);
         snprintf(ri->component, sizeof ri->component, "%s", ti->component);
         snprintf(ri->hash_candidate, sizeof ri->hash_candidate, "%s", ti->hash);
@@ -145,7 +225,6 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
     /* The scheduler configuration the adapter records (manifest "scheduler"):
      * compared when both runs carry one. */
     json_t *mr = res->manifest_reference ? json_loads(res->manifest_reference, 0, NULL) : NULL;
-    json_t *mc = res->manifest_candidate ? json_loads(res->manifest_candidate, 0, NULL) : NULL;
     json_t *sr = mr ? json_object_get(mr, "scheduler") : NULL;
     json_t *sc = mc ? json_object_get(mc, "scheduler") : NULL;
     if (sr || sc) {
@@ -175,10 +254,17 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
         probe_root_input *ri = &res->roots[i];
         if (ri->same)
             continue;
-        if (allowed(ri->path, ri->component, opts->allow_root_diff))
+        if (allowed(ri->path, ri->component, opts->allow_root_diff)) {
             ri->allowed = 1;
-        else
+        } else if ((!ri->in_candidate && res->incomplete_candidate) ||
+                   (!ri->in_reference && res->incomplete_reference)) {
+            /* A run that did not complete may simply not have reached it. */
+            ri->incomplete = 1;
+            snprintf(ri->why, sizeof ri->why, "missing in the %s, whose capture is incomplete",
+                     ri->in_candidate ? "reference" : "candidate");
+        } else {
             res->same_experiment = 0;
+        }
     }
     return PROBE_OK;
 }
@@ -206,9 +292,55 @@ int probe_experiment_inject_failed(const char *manifest, char *why, size_t cap)
     return failed;
 }
 
+int probe_experiment_run_incomplete(const char *manifest, char *how, size_t cap,
+                                    char **run_end_json)
+{
+    if (run_end_json)
+        *run_end_json = NULL;
+    if (cap)
+        how[0] = 0;
+    json_t *m = manifest ? json_loads(manifest, 0, NULL) : NULL;
+    json_t *re = m ? json_object_get(m, "run_end") : NULL;
+    if (!re) {
+        json_decref(m);
+        return 0;
+    }
+    if (run_end_json)
+        *run_end_json = json_dumps(re, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    int incomplete = !json_is_true(json_object_get(re, "capture_complete"));
+    if (incomplete) {
+        size_t len = 0;
+        const char *sig = json_string_value(json_object_get(re, "signal"));
+        json_t *st = json_object_get(re, "exit_status");
+        const char *cs = json_string_value(json_object_get(re, "capture"));
+        char part[3][96];
+        int np = 0;
+        if (sig)
+            snprintf(part[np++], sizeof part[0], "killed by signal %.40s", sig);
+        if (json_is_integer(st) && json_integer_value(st) != 0)
+            snprintf(part[np++], sizeof part[0], "exit status %lld",
+                     (long long)json_integer_value(st));
+        if (cs && strcmp(cs, "journal") == 0)
+            snprintf(part[np++], sizeof part[0], "its writer did not close the capture");
+        else if (cs && strcmp(cs, "not written") == 0)
+            snprintf(part[np++], sizeof part[0], "no process of the run wrote the capture");
+        if (!np)
+            snprintf(part[np++], sizeof part[0], "its run_end does not say that it completed");
+        for (int k = 0; k < np && len < cap; k++)
+            len += (size_t)snprintf(how + len, cap - len, "%s%s", k ? "; " : "", part[k]);
+    }
+    json_decref(m);
+    return incomplete;
+}
+
 int probe_experiment_check_isolated(const char *iso_manifest, probe_file *rf, char *why,
                                     size_t cap)
 {
+    char how[256];
+    if (probe_experiment_run_incomplete(iso_manifest, how, sizeof how, NULL)) {
+        snprintf(why, cap, "the run did not complete (%s)", how);
+        return 1;
+    }
     if (probe_experiment_inject_failed(iso_manifest, why, cap))
         return 1;
     json_t *m = iso_manifest ? json_loads(iso_manifest, 0, NULL) : NULL;

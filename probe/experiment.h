@@ -21,10 +21,21 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
  * or the injection completed. */
 int probe_experiment_inject_failed(const char *manifest, char *why, size_t cap);
 
-/* Check that the isolated run's manifest records an injection that
- * completed and took each injected tensor from this reference (its
- * "reference_hash" equals the reference's probe.hash at that path). 0 when
- * it did; otherwise 1 with the reason in why. */
+/* How the run ended, from the manifest's "run_end" (probe-run records it
+ * after the command exits; docs/file-format.md): 1 when it is present and
+ * its "capture_complete" is not true, with how (e.g. "killed by signal
+ * SIGSEGV; its writer did not close the capture") in how; 0 when the
+ * capture completed or the manifest has no run_end (older captures, files
+ * not made by probe-run). *run_end_json (when run_end_json is not NULL):
+ * the run_end value as malloc'd compact JSON text, or NULL when absent. */
+int probe_experiment_run_incomplete(const char *manifest, char *how, size_t cap,
+                                    char **run_end_json);
+
+/* Check that the isolated run completed (its run_end, when present) and
+ * that its manifest records an injection that completed and took each
+ * injected tensor from this reference (its "reference_hash" equals the
+ * reference's probe.hash at that path). 0 when it did; otherwise 1 with the
+ * reason in why. */
 int probe_experiment_check_isolated(const char *iso_manifest, probe_file *rf, char *why,
                                     size_t cap);
 

@@ -252,6 +252,33 @@ probe_status probe_journal_skip(probe_journal *j, const char *path, const char *
     return jwrite(j, &b);
 }
 
+probe_status probe_journal_reopen(const char *jpath, uint64_t keep, probe_journal **out)
+{
+    *out = NULL;
+    probe_journal *j = calloc(1, sizeof *j);
+    if (j == NULL || (j->path = strdup(jpath)) == NULL) {
+        free(j);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
+    }
+    j->fd = open(jpath, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    probe_status s = PROBE_OK;
+    if (j->fd < 0)
+        s = probe_set_error(PROBE_EIO, "%s: cannot open the journal: %s", jpath,
+                            errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+    else if (fstat(j->fd, &st) != 0 || !S_ISREG(st.st_mode))
+        s = probe_set_error(PROBE_EIO, "%s: the journal is not a regular file", jpath);
+    else if ((uint64_t)st.st_size > keep && ftruncate(j->fd, (off_t)keep) != 0)
+        s = probe_set_error(PROBE_EIO, "%s: cannot cut the journal's torn last record: %s", jpath,
+                            strerror(errno));
+    if (s != PROBE_OK) {
+        probe_journal_close(j, 0);
+        return s;
+    }
+    *out = j;
+    return PROBE_OK;
+}
+
 probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json)
 {
     buf_t b = {0};
@@ -586,6 +613,8 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
         }
         at += rlen;
     }
+    d->valid_len = at < len ? at : len;
+    d->header = seen_header;
     if (s == PROBE_OK && !seen_header && !d->torn)
         s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: no header record", jpath);
     if (s != PROBE_OK)

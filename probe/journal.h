@@ -54,6 +54,12 @@ PROBE_JOURNAL_API probe_status probe_journal_begin(probe_journal *j, const char 
 PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
                                   uint64_t nbytes, uint64_t hash);
 PROBE_JOURNAL_API probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason);
+/* Open the existing journal jpath to append to it (never through a symlink;
+ * it must be a regular file), first cutting it to keep bytes when it is
+ * longer: keep is probe_journal_data.valid_len of its parse, so that a torn
+ * last record left by a killed writer does not sit before the new records.
+ * PROBE_EIO naming the journal; PROBE_ENOMEM. */
+PROBE_JOURNAL_API probe_status probe_journal_reopen(const char *jpath, uint64_t keep, probe_journal **out);
 /* manifest_json NULL: the manifest was removed. */
 PROBE_JOURNAL_API probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json);
 /* Close the descriptor; with remove set, unlink the journal first. j may be NULL. */
@@ -85,6 +91,9 @@ typedef struct probe_journal_data {
     char partial[512]; /* path of a put begun and not completed, "" if none/unknown */
     size_t ignored;    /* TENSOR records with a path too long to index */
     int torn;          /* the journal ends in an incomplete/corrupt record */
+    size_t valid_len;  /* bytes up to the end of the last complete record (the magic
+                          included): what is left once a torn tail is cut off */
+    int header;        /* the header record was read */
 } probe_journal_data;
 
 /* Parse a journal image (len bytes). PROBE_EFORMAT (message names jpath)

@@ -1,9 +1,10 @@
 /* probe-compare: compare a reference capture (feature off) with a candidate
  * capture (feature on). CLI, exit codes and JSON: CONTRACT.md.
  *   exit 0  every matched tensor passes the gate and nothing is missing
- *   exit 1  a gate failed, a tensor is missing, nothing was compared, or the
- *           candidate equals the reference (feature not active; --expect-identical
- *           turns that into the pass and any difference into the failure)
+ *   exit 1  a gate failed, a tensor is missing, nothing was compared, a capture is
+ *           incomplete (its run_end), or the candidate equals the reference
+ *           (feature not active; --expect-identical turns that into the pass and
+ *           any difference into the failure)
  *   exit 2  bad arguments, or a file that cannot be opened/read
  */
 #include <errno.h>
@@ -90,8 +91,8 @@ static void usage(FILE *f)
             "  --quiet             print only the final verdict line (and no progress)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 all pass, 1 a gate failed, a tensor is missing, nothing was\n"
-            "compared, the feature was not active, the runs are not the same experiment or an\n"
-            "injection failed, 2 bad arguments or an unreadable file\n"
+            "compared, the feature was not active, the runs are not the same experiment, an\n"
+            "injection failed or a capture is incomplete, 2 bad arguments or an unreadable file\n"
             "On a terminal, progress (tensors and bytes done) is shown on stderr.\n");
 }
 
@@ -318,6 +319,30 @@ static void inject_summary(json_t *m, char *buf, size_t cap)
              base ? base + 1 : ref ? ref : "?");
 }
 
+/* The run_end of a side (JSON text) in a few words: "exit status 0, capture complete",
+ * "signal SIGSEGV, capture journal"; "" when the file has none. */
+static void run_end_summary(const char *text, char *buf, size_t cap)
+{
+    json_t *re = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    buf[0] = 0;
+    if (json_is_object(re)) {
+        const char *sig = json_string_value(json_object_get(re, "signal"));
+        json_t *st = json_object_get(re, "exit_status");
+        const char *cs = json_string_value(json_object_get(re, "capture"));
+        size_t len = 0;
+        if (sig)
+            len = (size_t)snprintf(buf, cap, "signal %s", sig);
+        else if (json_is_integer(st))
+            len = (size_t)snprintf(buf, cap, "exit status %lld", (long long)json_integer_value(st));
+        if (len < cap)
+            snprintf(buf + len, cap - len, "%scapture %s", len ? ", " : "",
+                     json_is_true(json_object_get(re, "capture_complete")) ? "complete"
+                     : cs                                                   ? cs
+                                                                            : "incomplete");
+    }
+    json_decref(re);
+}
+
 static void print_runs(FILE *out, const probe_compare_result *r)
 {
     json_t *m[2] = {r->manifest_reference ? json_loads(r->manifest_reference, 0, NULL) : NULL,
@@ -334,7 +359,8 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         {"TF32 matmul", "dtypes.cuda_matmul_allow_tf32"},
         {"output dtypes", "dtypes.outputs"}, {"scheduler", "scheduler"},
         {"capture", "capture"}, {"taps", "taps"}, {"staging waits", "staging.waits"},
-        {"staging wait s", "staging.wait_s"}, {"inject", ""}, {"skips", ""}, {"files", ""}};
+        {"staging wait s", "staging.wait_s"}, {"inject", ""}, {"run end", ""}, {"skips", ""},
+        {"files", ""}};
     char v[2][1024];
     int w = 30;
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
@@ -352,6 +378,9 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         for (int s = 0; s < 2; s++) {
             if (strcmp(rows[k].label, "inject") == 0) {
                 inject_summary(m[s], v[s], sizeof v[s]);
+            } else if (strcmp(rows[k].label, "run end") == 0) {
+                run_end_summary(s ? r->run_end_candidate : r->run_end_reference, v[s],
+                                sizeof v[s]);
             } else if (strcmp(rows[k].label, "files") == 0) {
                 if (r->world[0] || r->world[1])
                     snprintf(v[s], sizeof v[s], r->world[s] ? "rank set (%d files)" : "one file",
@@ -386,24 +415,36 @@ static void print_roots(FILE *out, const probe_compare_result *r)
 {
     if (!r->roots_checked)
         return;
-    size_t ndiff = 0, nallowed = 0;
+    size_t ndiff = 0, nallowed = 0, nincomplete = 0;
     for (size_t i = 0; i < r->nroots; i++) {
-        ndiff += !r->roots[i].same && !r->roots[i].allowed;
+        ndiff += !r->roots[i].same && !r->roots[i].allowed && !r->roots[i].incomplete;
         nallowed += r->roots[i].allowed;
+        nincomplete += r->roots[i].incomplete;
     }
     if (r->nroots == 0) {
         fprintf(out, "root inputs: none recorded in either file (initial latents, timesteps and "
                      "prompt embeddings are not known to be the same)\n\n");
         return;
     }
-    fprintf(out, "root inputs: %zu checked, %zu identical, %zu differ%s\n", r->nroots,
-            r->nroots - ndiff - nallowed, ndiff + nallowed,
+    size_t nconv = 0;
+    for (size_t i = 0; i < r->nroots; i++)
+        nconv += r->roots[i].same && r->roots[i].converted;
+    fprintf(out, "root inputs: %zu checked, %zu identical", r->nroots,
+            r->nroots - ndiff - nallowed - nconv - nincomplete);
+    if (nconv)
+        fprintf(out, ", %zu converted from the reference", nconv);
+    if (nincomplete)
+        fprintf(out, ", %zu missing from an incomplete capture", nincomplete);
+    fprintf(out, ", %zu differ%s\n", ndiff + nallowed,
             nallowed ? " (some allowed by --allow-root-diff)" : "");
     for (size_t i = 0; i < r->nroots; i++) {
         const probe_root_input *ri = &r->roots[i];
+        if (ri->same && ri->converted)
+            fprintf(out, "  same      %s: %s\n", ri->path, ri->why);
         if (ri->same)
             continue;
-        fprintf(out, "  %s %s: %s\n", ri->allowed ? "allowed  " : "DIFFERENT", ri->path, ri->why);
+        fprintf(out, "  %s %s: %s\n", ri->allowed ? "allowed  " : ri->incomplete ? "unknown  " : "DIFFERENT",
+                ri->path, ri->why);
     }
     if (ndiff)
         fprintf(out, "not the same experiment: the runs did not start from the same inputs; "
@@ -418,6 +459,11 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
 {
     if (!r->isolated[0])
         return;
+    if (!r->isolated_complete) {
+        fprintf(out, "isolation: no table: %s is not a complete replay of the reference (the "
+                     "reason is below), so no isolated error is measured\n\n", r->isolated);
+        return;
+    }
     int w = 4;
     for (size_t i = 0; i < r->ntensors; i++) {
         int len = (int)strlen(r->tensors[i].ref.path);
@@ -445,6 +491,7 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
                  "output tensors:\n%-*s  %-14s %5s %12s %12s %13s\n",
             r->isolated, globs, w, "path", "component", "step", "rel_l2 run", "rel_l2 iso",
             "amplification");
+    size_t nconv = 0;
     for (size_t i = 0; i < r->ntensors; i++) {
         const probe_tensor_result *t = &r->tensors[i];
         if (strncmp(t->ref.slot, "out", 3) != 0)
@@ -460,10 +507,25 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
             snprintf(st, sizeof st, "%lld", (long long)t->ref.step);
         else
             snprintf(st, sizeof st, "-");
-        fprintf(out, "%-*s  %-14s %5s %12s %12s %13s\n", w, t->ref.path, t->ref.component, st, a, b, c);
+        char inputs[200] = "";
+        if (t->isolated_inputs_converted) {
+            char x[32];
+            fmt_num(x, sizeof x, t->isolated_inputs_rel_l2, 1);
+            snprintf(inputs, sizeof inputs, "  inputs converted: rel_l2 %s (%s)", x,
+                     t->isolated_inputs_worst);
+            nconv++;
+        }
+        fprintf(out, "%-*s  %-14s %5s %12s %12s %13s%s\n", w, t->ref.path, t->ref.component, st, a,
+                b, c, inputs);
     }
     fprintf(out, "(rel_l2 iso > 0: the component introduces error itself; 0 with rel_l2 run > 0: "
-                 "all of its error is inherited from upstream)\n\n");
+                 "all of its error is inherited from upstream)\n");
+    if (nconv)
+        fprintf(out, "(inputs converted: the isolated run's inputs of that call are the "
+                     "reference's converted to the candidate's dtype (probe-run --convert), so "
+                     "its rel_l2 iso includes the rounding of its inputs; rel_l2 of the worst "
+                     "input)\n");
+    fputc('\n', out);
 }
 
 /* The gate's name, plus any --atol/--rtol override, as the human output shows it. */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <sys/file.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "h5types.h"
@@ -782,6 +783,29 @@ static probe_status open_failure(const char *path)
     return probe_set_error(PROBE_EFORMAT, "%s: truncated or corrupt HDF5 file (%s)", path, text);
 }
 
+/* A file whose lock another process holds is waited for, up to 2 s, before
+ * it is opened: the process of a writer that was just killed may still be
+ * exiting (it holds its lock until it is gone), and probe-run may still be
+ * recording run_end in it. A writer that goes on writing is then refused as
+ * before. */
+static void wait_for_lock(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+        probe_writer_owns_((uint64_t)st.st_dev, (uint64_t)st.st_ino))
+        return;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return;
+    struct timespec ms10 = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 200; i++) {
+        if (flock(fd, LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK)
+            break;
+        nanosleep(&ms10, NULL);
+    }
+    close(fd); /* drops the shared lock, if taken */
+}
+
 probe_status probe_file_open(const char *path, probe_file **out)
 {
     if (out == NULL)
@@ -789,6 +813,7 @@ probe_status probe_file_open(const char *path, probe_file **out)
     *out = NULL;
     if (path == NULL || path[0] == '\0')
         return probe_set_error(PROBE_EINVAL, "probe_file_open: path is NULL or empty");
+    wait_for_lock(path);
     probe_status s = open_journaled(path, out);
     if (s != PROBE_OK || *out != NULL)
         return s;

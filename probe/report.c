@@ -315,12 +315,29 @@ static void isolated_keys(json_t *o, const probe_tensor_result *t)
     json_object_set_new(o, "oracle_isolated",
                         oracle_json(t->has_oracle_isolated, &t->oracle_isolated, &t->m_oracle_ref,
                                     &t->m_oracle_isolated));
+    const char *slash = strrchr(t->ref.path, '/');
+    if (h && slash && strncmp(slash + 1, "out", 3) == 0) {
+        int c = t->isolated_inputs_converted > 0;
+        json_object_set_new(o, "isolated_inputs_converted", json_boolean(c));
+        json_object_set_new(o, "isolated_inputs_rel_l2",
+                            c ? num_or_null(t->isolated_inputs_rel_l2) : json_null());
+        json_object_set_new(o, "isolated_inputs_worst",
+                            c && t->isolated_inputs_worst[0] ? json_string(t->isolated_inputs_worst)
+                                                             : json_null());
+    }
 }
 
 static json_t *manifest_json(const char *text)
 {
     json_t *m = text ? json_loads(text, 0, NULL) : NULL;
     return m ? m : json_null();
+}
+
+/* A JSON value of any type from its text; null when absent or not JSON. */
+static json_t *any_json(const char *text)
+{
+    json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    return v ? v : json_null();
 }
 
 /* (additive) what was compared: both runs' manifests, the root-input check,
@@ -337,12 +354,25 @@ static void experiment_json(json_t *o, const probe_compare_result *r)
             ri->hash_reference[0] ? json_string(ri->hash_reference) : json_null(), "hash_candidate",
             ri->hash_candidate[0] ? json_string(ri->hash_candidate) : json_null(), "same", ri->same,
             "allowed", ri->allowed, "why", ri->why[0] ? json_string(ri->why) : json_null()));
+        json_t *last = json_array_get(roots, json_array_size(roots) - 1);
+        json_object_set_new(last, "converted", json_boolean(ri->converted));
+        json_object_set_new(last, "incomplete", json_boolean(ri->incomplete));
     }
     json_object_set_new(o, "root_inputs", r->roots_checked ? roots : (json_decref(roots), json_null()));
     json_object_set_new(o, "inject_failed", json_pack("{s:b,s:b}", "reference",
                                                       r->inject_failed_reference, "candidate",
                                                       r->inject_failed_candidate));
     json_object_set_new(o, "isolated", r->isolated[0] ? json_string(r->isolated) : json_null());
+    json_object_set_new(o, "isolated_complete",
+                        r->isolated[0] ? json_boolean(r->isolated_complete) : json_null());
+    json_object_set_new(o, "incomplete_reference", json_boolean(r->incomplete_reference));
+    json_object_set_new(o, "incomplete_candidate", json_boolean(r->incomplete_candidate));
+    json_t *re = json_object();
+    json_object_set_new(re, "reference", any_json(r->run_end_reference));
+    json_object_set_new(re, "candidate", any_json(r->run_end_candidate));
+    if (r->isolated[0])
+        json_object_set_new(re, "isolated", any_json(r->run_end_isolated));
+    json_object_set_new(o, "run_end", re);
     json_t *m = json_object();
     json_object_set_new(m, "reference", manifest_json(r->manifest_reference));
     json_object_set_new(m, "candidate", manifest_json(r->manifest_candidate));
@@ -438,7 +468,7 @@ static json_t *result_json(const probe_compare_result *r)
     size_t npass = 0;
     for (size_t i = 0; i < r->ntensors; i++) {
         json_t *tj = tensor_json(&r->tensors[i]);
-        if (r->isolated[0])
+        if (r->isolated[0] && r->isolated_complete)
             isolated_keys(tj, &r->tensors[i]);
         json_array_append_new(ts, tj);
         npass += r->tensors[i].verdict.pass != 0;
@@ -527,7 +557,7 @@ static const char html_head[] =
     "<h2>tensors in execution order (click a row to show its charts)</h2>\n"
     "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>gain_z</th><th>chan_z</th><th>oracle ratio</th><th>gate</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
     "<h2>component calls: introduced, inherited</h2><table id=\"calls\"><thead><tr><th>call</th><th>step</th><th>branch</th><th>inside</th><th>status</th><th>first failing output</th><th>via</th></tr></thead><tbody></tbody></table>\n"
-    "<div id=\"isolation-box\" style=\"display:none\"><h2>error introduced vs inherited (isolated run <code id=\"isolated-file\"></code>; output tensors)</h2><table id=\"isolation\"><thead><tr><th>path</th><th>component</th><th>step</th><th>rel_l2 as run</th><th>rel_l2 isolated</th><th>amplification</th></tr></thead><tbody></tbody></table></div>\n"
+    "<div id=\"isolation-box\" style=\"display:none\"><h2>error introduced vs inherited (isolated run <code id=\"isolated-file\"></code>; output tensors)</h2><table id=\"isolation\"><thead><tr><th>path</th><th>component</th><th>step</th><th>rel_l2 as run</th><th>rel_l2 isolated</th><th>amplification</th><th>inputs</th></tr></thead><tbody></tbody></table></div>\n"
     "<h2>missing</h2><p class=\"info\">in the candidate:</p><ul id=\"missing_in_candidate\"></ul><p class=\"info\">in the reference:</p><ul id=\"missing_in_reference\"></ul>\n";
 static const char html_script[] =
     "(function(){'use strict';\n"
@@ -636,11 +666,11 @@ static const char html_script[] =
     " var a,b;if(row[0]==='files'){var RS=D.rank_sets;if(RS){var fs=function(x){return x?('rank set ('+x.world_size+' files'+(x.index?', index '+x.index:'')+'): '+x.files.join(' ')):'one file';};a=fs(RS.reference);b=fs(RS.candidate);}}else if(row[0]==='inject'){a=injs(MR);b=injs(MC);}else if(row[0]==='skips'){a=String((D.skipped||[]).filter(function(s){return s.side==='reference';}).length);b=String((D.skipped||[]).filter(function(s){return s.side==='candidate';}).length);}else if(row[0]==='gate'){a=b=JSON.stringify(D.gate);}else{a=mget(MR,row[1]);b=mget(MC,row[1]);}\n"
     " if(!a&&!b)return;var tr=el('tr',{'class':'run-row','data-key':row[0]});tr.appendChild(el('th',{'class':'runkey'},row[0]));tr.appendChild(el('td',{'class':'mono'},a||'-'));tr.appendChild(el('td',{'class':'mono'},b||'-'));if(a!==b)tr.style.background='#fff3cd';rt.appendChild(tr);});\n"
     "var RI=D.root_inputs;\n"
-    "if(!RI){$('roots-summary').textContent='not checked';}else{var nd=RI.filter(function(x){return !x.same&&!x.allowed;}).length;$('roots-summary').textContent=RI.length?(RI.length+' root inputs checked; '+(D.same_experiment?'the same experiment':'NOT the same experiment: '+nd+' differ')):'no root input recorded in either file';\n"
+    "if(!RI){$('roots-summary').textContent='not checked';}else{var nd=RI.filter(function(x){return !x.same&&!x.allowed&&!x.incomplete;}).length;$('roots-summary').textContent=RI.length?(RI.length+' root inputs checked; '+(D.same_experiment?'the same experiment':'NOT the same experiment: '+nd+' differ')):'no root input recorded in either file';\n"
     " var rh=el('tr');['path','reference hash','candidate hash','status'].forEach(function(x){rh.appendChild(el('th',{},x));});$('roots').appendChild(rh);\n"
-    " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?'same':(x.allowed?'differs (allowed): ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
-    "if(D.isolated){$('isolation-box').style.display='';$('isolated-file').textContent=D.isolated;var ib=$('isolation').querySelector('tbody');\n"
-    " D.tensors.forEach(function(t,i){if(!/^out/.test(S[i].slot))return;var tr=el('tr',{'class':'iso-row','data-path':t.path});[t.path,t.component,t.step===undefined?'-':String(t.step),fmt(t.rel_l2),fmt(t.rel_l2_isolated),fmt(t.amplification)].forEach(function(v){tr.appendChild(el('td',{},v));});ib.appendChild(tr);});}\n"
+    " RI.forEach(function(x){var tr=el('tr',{'class':'root-row','data-same':String(x.same)});[x.path,x.hash_reference||'-',x.hash_candidate||'-',x.same?(x.converted?'same: '+x.why:'same'):(x.allowed?'differs (allowed): ':x.incomplete?'unknown: ':'DIFFERS: ')+(x.why||'')].forEach(function(v){tr.appendChild(el('td',{'class':'mono'},v));});if(!x.same)tr.style.background=x.allowed?'#fff3cd':'#fdd';$('roots').appendChild(tr);});}\n"
+    "if(D.isolated&&D.isolated_complete){$('isolation-box').style.display='';$('isolated-file').textContent=D.isolated;var ib=$('isolation').querySelector('tbody');\n"
+    " D.tensors.forEach(function(t,i){if(!/^out/.test(S[i].slot))return;var tr=el('tr',{'class':'iso-row','data-path':t.path});[t.path,t.component,t.step===undefined?'-':String(t.step),fmt(t.rel_l2),fmt(t.rel_l2_isolated),fmt(t.amplification),t.isolated_inputs_converted?'converted: rel_l2 '+fmt(t.isolated_inputs_rel_l2):''].forEach(function(v){tr.appendChild(el('td',{},v));});ib.appendChild(tr);});}\n"
     "window.addEventListener('hashchange',select);select();\n"
     "})();\n";
 

@@ -114,6 +114,44 @@ probe_status probe_writer_close(probe_writer *w);
 /* xxh64 (seed 0) of n bytes, the content hash stored in probe.hash. */
 uint64_t probe_capture_hash(const void *data, size_t n);
 
+/* --- how the run ended (probe/run_end.c; docs/file-format.md "run_end") --- */
+
+typedef struct probe_run_end {
+    int exit_status; /* the command's exit status (0..255), or -1 when a signal ended it */
+    int signal;      /* the signal that ended the command, or 0 */
+} probe_run_end;
+
+/* Record how the run that wrote the capture file `path` ended: the key
+ * "run_end" of its manifest, {"exit_status": N or null, "signal": "SIGSEGV"
+ * or null, "capture": "closed" | "journal" | "not written",
+ * "capture_complete": bool, "end_time": "YYYY-MM-DDTHH:MM:SSZ"}, with
+ * capture_complete true only for "closed" with exit status 0. Works on the
+ * file in whatever state the run left it:
+ *   - "closed" (its writer closed it, no journal): probe.manifest is
+ *     rewritten in place with HDF5, after checking the process's file size
+ *     limit and the free space (PROBE_EIO before HDF5 writes anything);
+ *   - "journal" (path.journal next to it: the writer was killed): the
+ *     manifest is appended to the journal as a MANIFEST record, which
+ *     readers take (a torn last record is cut off first); the capture file
+ *     itself is not touched;
+ *   - "not written" (an empty file, the one probe-run creates, and no
+ *     journal or one without its header): a capture with no tensors whose
+ *     manifest is manifest_if_new (JSON object text, or NULL for {}) plus
+ *     run_end.
+ * Takes an exclusive flock(2) on path without blocking first. Errors,
+ * nothing written: PROBE_ESTATE when another process holds the lock (still
+ * writing it), PROBE_ENOTFOUND for a missing file, PROBE_EINVAL for NULL
+ * arguments or a path that is not a regular file, PROBE_EFORMAT for a
+ * journal that is corrupt or names another capture, a manifest that is not
+ * a JSON object, or a file HDF5 cannot open; PROBE_EIO; PROBE_ENOMEM. The
+ * message names the file. */
+probe_status probe_run_end_record(const char *path, const probe_run_end *re,
+                                  const char *manifest_if_new);
+
+/* "SIGSEGV", "SIGTERM", ... ("SIGRTMIN+N" for a real-time signal, "SIGN"
+ * for an unknown number) into buf. */
+void probe_run_end_signal_name(int sig, char *buf, size_t cap);
+
 /* --- reader --- */
 typedef struct probe_file probe_file;
 

@@ -78,7 +78,7 @@ typedef struct probe_compare_opts {
     double oracle_headroom;
 } probe_compare_opts;
 
-#define PROBE_COMPARE_MAX_REASONS 4
+#define PROBE_COMPARE_MAX_REASONS 8
 
 /* What the HTML report shows per tensor beyond the metrics: the error
  * histogram, the per-channel mean shift and a spatial map of the error.
@@ -204,6 +204,19 @@ typedef struct probe_tensor_result {
     int has_oracle_isolated;
     probe_metrics m_oracle_isolated;   /* (o, isolated) */
     probe_oracle_verdict oracle_isolated;
+    /* The inputs of the isolated run (docs/inject.md "Replay and isolation"):
+     * for an output tensor ("out*" slot) with has_isolated, the isolated run's inputs of the
+     * same call (the datasets "in.*" of /<component>/<call>/ in both the reference and the
+     * isolated run) compared with the reference's. isolated_inputs_compared: how many;
+     * isolated_inputs_converted: how many of them are not the reference's bytes in the
+     * reference's dtype (probe-run --replay --convert converted them: the isolated error
+     * then includes the rounding of the inputs); isolated_inputs_rel_l2: the largest
+     * rel_l2 of those against the reference (NaN when none is converted or it is not
+     * finite), isolated_inputs_worst: that input's slot ("" when none). */
+    int isolated_inputs_compared;
+    int isolated_inputs_converted;
+    double isolated_inputs_rel_l2;
+    char isolated_inputs_worst[128];
 } probe_tensor_result;
 
 /* (additive) A collective output that must be equal on every rank of one run
@@ -224,7 +237,16 @@ typedef struct probe_root_input {
     char hash_reference[17], hash_candidate[17]; /* probe.hash ("" if absent or not a tensor) */
     int same;                           /* equal dtype, shape and bytes (config: equal JSON) */
     int allowed;                        /* differs, but --allow-root-diff matches it */
-    char why[160];                      /* how it differs ("" if same) */
+    char why[160];                      /* how it differs ("" if same; for a converted one
+                                           "converted from the reference (A -> B)") */
+    int converted;                      /* same because the candidate holds exactly
+                                           the reference's values converted to its dtype by
+                                           probe-run --inject --convert (its manifest records
+                                           the conversion from this reference) */
+    int incomplete;                     /* missing on a side whose capture is incomplete
+                                           (probe_compare_result.incomplete_*): not known to
+                                           differ, so it does not make the runs "not the same
+                                           experiment" */
 } probe_root_input;
 
 typedef struct probe_compare_skip {
@@ -253,10 +275,13 @@ typedef struct probe_compare_result {
     /* Additive fields. */
     int expect_identical;                   /* opts->expect_identical */
     int feature_not_active;                 /* the candidate equals the reference in every compared
-                                               tensor and identity was not expected: the run fails */
+                                               tensor, nothing is missing in either file, neither
+                                               capture is incomplete, and identity was not
+                                               expected: the run fails */
     int nreasons;                           /* run-level reasons the verdict is "fail" beyond the
-                                               per-tensor ones ("feature not active: ...",
-                                               "not identical: ...", "nothing compared: ...") */
+                                               per-tensor ones ("incomplete capture: ...",
+                                               "feature not active: ...", "not identical: ...",
+                                               "nothing compared: ...", ...) */
     char reasons[PROBE_COMPARE_MAX_REASONS][256];
     /* (additive) the run manifests (probe.manifest JSON text, NULL if absent), shown side
      * by side by the CLI, the JSON ("manifests") and the HTML report. */
@@ -305,6 +330,21 @@ typedef struct probe_compare_result {
     size_t ncalls;
     probe_call_verdict *calls;
     probe_introduction introduced;
+    /* How each run ended (the manifest key "run_end" that probe-run records
+     * after the command exits; docs/file-format.md): incomplete_*: 1 when that run's
+     * run_end says the capture did not complete (the command exited with a nonzero
+     * status or was killed by a signal, or its writer did not close the file); the
+     * run then fails with the run-level reason "incomplete capture: ...". 0 when
+     * complete or when the file has no run_end (older captures, files made by h5py).
+     * run_end_*: the run_end object as JSON text (of the first incomplete file of a rank
+     * set, else of its first file), NULL when absent. */
+    int incomplete_reference, incomplete_candidate;
+    char *run_end_reference, *run_end_candidate, *run_end_isolated;
+    /* With opts->isolated: 1 when the isolated run is a complete replay of
+     * the reference (its injection completed from this reference, and its run_end, if
+     * any, says it completed); only then are the tensors' isolated metrics computed.
+     * 0 without --isolated or when it is not (a run-level reason says why). */
+    int isolated_complete;
 } probe_compare_result;
 
 #define PROBE_HEADLINE_GATE 0

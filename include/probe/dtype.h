@@ -65,6 +65,24 @@ int probe_dtype_precision(probe_dtype t, int *min_exp);
  * point specification v1.0). Returns PROBE_EINVAL for an unknown type. */
 probe_status probe_dtype_to_f64(probe_dtype t, const void *src, double *dst, size_t n);
 
+/* Convert n elements of type `from` at src into type `to` at dst (both
+ * little-endian, packed), exactly as probe-run --convert injects a reference
+ * tensor into a tensor of another floating type (docs/inject.md): each
+ * element is converted exactly to double (probe_dtype_to_f64), then
+ *   to float64:  stored as is;
+ *   to float32:  rounded to nearest even (C's double -> float conversion);
+ *   to bfloat16: rounded to float32 as above, then to bfloat16 by round to
+ *                nearest even on the upper 16 bits (torch's
+ *                .to(torch.bfloat16)); a NaN stays a quiet NaN.
+ * From float16, bfloat16 and float32 the double holds a float32 value, so
+ * the only rounding is the last one; from float64 to bfloat16 it rounds
+ * twice (to float32, then to bfloat16), as the injection does.
+ * `from`: float16, bfloat16, float32 or float64; `to`: float32, float64 or
+ * bfloat16. Returns PROBE_EINVAL for other types or NULL buffers with n > 0;
+ * allocates nothing. */
+probe_status probe_dtype_convert(probe_dtype from, const void *src, probe_dtype to, void *dst,
+                                 size_t n);
+
 #ifdef __cplusplus
 }
 #endif

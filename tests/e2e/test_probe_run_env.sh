@@ -71,13 +71,14 @@ PROBE_SCRATCH="$work/ps" SCRATCH="$work/s" TMPDIR="$work/t" \
     "$RUN" --label 'lab/el 1' -- sh -c 'printf "%s" "$PROBE_OUT"' >"$work/o3" 2>"$work/e3"
 expect_eq "PROBE_SCRATCH path" "$(cat "$work/o3")" "$work/ps/lab_el_1.h5"
 expect_eq "announcement" "$(cat "$work/e3")" "probe-run: capture file: $work/ps/lab_el_1.h5"
-expect_eq "label kept verbatim" "$(PROBE_SCRATCH="$work/ps" "$RUN" --label 'lab/el 1' -- sh -c 'printf "%s" "$PROBE_LABEL"' 2>/dev/null)" "lab/el 1"
+# (--force: the first run left its capture there, with run_end)
+expect_eq "label kept verbatim" "$(PROBE_SCRATCH="$work/ps" "$RUN" --force --label 'lab/el 1' -- sh -c 'printf "%s" "$PROBE_LABEL"' 2>/dev/null)" "lab/el 1"
 
 # $SCRATCH/probe (created) when PROBE_SCRATCH is unset; no label: <pid>.h5
-# where pid is the command's own pid (probe-run execs it).
+# where pid is probe-run's own pid (it execs probe-run-wait, the command's parent).
 mkdir -p "$work/s"
 env -u PROBE_SCRATCH SCRATCH="$work/s" TMPDIR="$work/t" \
-    "$RUN" -- sh -c 'printf "%s %s" "$PROBE_OUT" "$$"' >"$work/o4" 2>"$work/e4"
+    "$RUN" -- sh -c 'printf "%s %s" "$PROBE_OUT" "$PPID"' >"$work/o4" 2>"$work/e4"
 read -r path4 pid4 <"$work/o4"
 expect_eq "SCRATCH path" "$path4" "$work/s/probe/$pid4.h5"
 expect_eq "SCRATCH announcement" "$(cat "$work/e4")" "probe-run: capture file: $work/s/probe/$pid4.h5"

@@ -1,7 +1,10 @@
 """The Python module `probe` (probe.compare / probe.assert_parity) on in-memory
 torch tensors and numpy arrays: values against a numpy fp64 oracle, bfloat16
 and float16 inputs, mixed element types, non-contiguous and big-endian inputs,
-verdicts (identical pass, perturbed and NaN fail with reasons), T2 with a
+verdicts (identical pass, perturbed and NaN fail with reasons), integers
+handed to the C library in their own type (Python ints as int64, never float64;
+2**53 + 1 against 2**53 at atol = rtol = 0 fails once the C engine takes 64-bit
+integer differences exactly, an expected failure before), T2 with a
 calibration file, bad input (shape mismatch, unknown gate, element types
 probe does not compare), agreement with probe-compare on the same data (same
 C metrics), and the module working from an installed prefix."""
@@ -214,6 +217,40 @@ msg = raises(TypeError, probe.compare, torch.zeros(3, dtype=torch.complex64), to
 check(msg is not None and not msg.startswith("WRONG") and "complex64" in msg, "complex tensor: TypeError")
 msg = raises(TypeError, probe.compare, np.array(["a", "b"]), np.array(["a", "b"]))
 check(msg is not None and not msg.startswith("WRONG"), "string array: TypeError")
+
+# --- integers are never compared through float64 ---------------------------
+res = probe.compare(2**53 + 1, 2**53, atol=0, rtol=0)
+check(res["dtype"] == "int64" and res["dtype_candidate"] == "int64",
+      "Python ints are handed to the C library as int64 (%s/%s)" % (res["dtype"], res["dtype_candidate"]))
+check(probe.compare([2**63, 1], [2**63, 1])["dtype"] == "uint64",
+      "Python ints above int64 (numpy would make them float64): uint64")
+check(probe.compare([True, 2], [True, 2])["dtype"] == "int64", "ints and bools mixed: int64")
+check(probe.compare(True, False)["dtype"] == "bool", "Python bools alone: bool")
+check(probe.compare([[1, 2], (3, 4)], [[1, 2], [3, 4]])["shape"] == [2, 2], "nested lists of ints: shape kept")
+check(probe.compare([1.5, 2], [1.5, 2])["dtype"] == "float64", "a list holding a float: float64, as numpy makes it")
+msg = raises(TypeError, probe.compare, [-1, 2**63], [-1, 2**63])
+check(msg is not None and not msg.startswith("WRONG") and "int64 and uint64" in msg and "reference" in msg,
+      "Python ints that fit neither int64 nor uint64: TypeError (%r)" % msg)
+msg = raises(TypeError, probe.compare, 2**64, 2**64)
+check(msg is not None and not msg.startswith("WRONG"), "2**64: TypeError, not object or float64")
+big = torch.tensor([2**53 + 1, -(2**62) - 3], dtype=torch.int64)
+res = probe.compare(big, big - torch.tensor([1, 0]), atol=0, rtol=0)
+check(res["dtype"] == "int64" and res["dtype_candidate"] == "int64", "torch int64 tensors stay int64")
+res = probe.compare(np.array([2**53 + 1], np.int64), np.array([2**53], np.int64), atol=0, rtol=0)
+check(res["dtype"] == "int64", "numpy int64 arrays stay int64")
+# 2**53 + 1 against 2**53 at atol = rtol = 0 must fail. That needs the C metrics engine to take
+# the difference of 64-bit integers exactly; while it still rounds them through fp64 (it reports
+# the pair identical), this one check is an expected failure, and a hard one once it does not.
+c_exact = not res["identical"]
+msg = raises(AssertionError, probe.assert_parity, 2**53 + 1, 2**53, atol=0, rtol=0)
+if msg is None and not c_exact:
+    print("XFAIL assert_parity(2**53 + 1, 2**53, atol=0, rtol=0) passes: the C metrics engine still "
+          "compares int64 through fp64 (exact 64-bit integer differences are not in this libprobe yet)")
+else:
+    check(msg is not None and not msg.startswith("WRONG") and "gate T1 failed" in msg,
+          "assert_parity(2**53 + 1, 2**53, atol=0, rtol=0) fails with a mismatch: %r" % (msg or "")[:200])
+    msg = raises(AssertionError, probe.assert_parity, big, big - torch.tensor([1, 0]), atol=0, rtol=0)
+    check(msg is not None and not msg.startswith("WRONG"), "torch int64 tensors 1 apart at 2**53 fail")
 
 # --- the same C metrics as probe-compare -------------------------------------
 ref_h5, cand_h5, out_json = (os.path.join(tmp, n) for n in ("r.h5", "c.h5", "c.json"))

@@ -350,6 +350,77 @@ Test(dtype, bad_input)
     cr_assert_eq(probe_dtype_to_f64(PROBE_DTYPE_FLOAT32, NULL, NULL, 0), PROBE_OK);
 }
 
+/* ---- probe_dtype_convert: the rounding of probe-run --convert ---- */
+
+static uint16_t f32_bits_to_bf16(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, 4);
+    uint16_t out;
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT32, &f, PROBE_DTYPE_BFLOAT16, &out, 1),
+                 PROBE_OK, "%s", probe_last_error());
+    return out;
+}
+
+Test(dtype, convert_float32_to_bfloat16_round_to_nearest_even)
+{
+    cr_assert_eq(f32_bits_to_bf16(0x3f800000u), 0x3f80); /* 1.0 exact */
+    cr_assert_eq(f32_bits_to_bf16(0x3f808000u), 0x3f80); /* tie, even below */
+    cr_assert_eq(f32_bits_to_bf16(0x3f818000u), 0x3f82); /* tie, even above */
+    cr_assert_eq(f32_bits_to_bf16(0x3f808001u), 0x3f81); /* above the tie */
+    cr_assert_eq(f32_bits_to_bf16(0x3f807fffu), 0x3f80); /* below the tie */
+    cr_assert_eq(f32_bits_to_bf16(0xbf818000u), 0xbf82); /* sign kept */
+    cr_assert_eq(f32_bits_to_bf16(0x7f7fffffu), 0x7f80); /* max float rounds to +inf */
+    cr_assert_eq(f32_bits_to_bf16(0x7f800000u), 0x7f80); /* +inf */
+    cr_assert_eq(f32_bits_to_bf16(0xff800000u), 0xff80); /* -inf */
+    cr_assert_eq(f32_bits_to_bf16(0x80000000u), 0x8000); /* -0 */
+    cr_assert_eq(f32_bits_to_bf16(0x00000001u), 0x0000); /* smallest subnormal rounds to 0 */
+    uint16_t n = f32_bits_to_bf16(0x7f800001u);           /* signalling NaN: stays a NaN, quiet */
+    cr_assert((n & 0x7f80) == 0x7f80 && (n & 0x7f) != 0 && (n & 0x40), "0x%04x", n);
+}
+
+Test(dtype, convert_other_pairs)
+{
+    double d[3] = {1.0 + 0x1p-30, -3.0e39, 0.1};
+    float f[3];
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT64, d, PROBE_DTYPE_FLOAT32, f, 3), PROBE_OK);
+    cr_assert(f[0] == 1.0f && isinf(f[1]) && f[1] < 0 && f[2] == 0.1f);
+    unsigned char h[2] = {0x00, 0x3c}; /* float16 1.0 */
+    uint16_t b;
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT16, h, PROBE_DTYPE_BFLOAT16, &b, 1), PROBE_OK);
+    cr_assert_eq(b, 0x3f80);
+    uint16_t bb = 0x4049; /* bfloat16 3.140625 */
+    double o;
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_BFLOAT16, &bb, PROBE_DTYPE_FLOAT64, &o, 1), PROBE_OK);
+    cr_assert_eq(o, 3.140625);
+    /* many elements: blocks of the conversion line up */
+    enum { N = 1000 };
+    static float src[N];
+    static uint16_t dst[N];
+    for (int i = 0; i < N; i++)
+        src[i] = (float)i * 1.0009765625f;
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT32, src, PROBE_DTYPE_BFLOAT16, dst, N), PROBE_OK);
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        cr_assert_eq(dst[i], f32_bits_to_bf16(u), "element %d", i);
+    }
+}
+
+Test(dtype, convert_bad_input)
+{
+    float f = 1;
+    uint16_t b;
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_INT32, &f, PROBE_DTYPE_FLOAT32, &b, 1), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "int32 is not a source type") != NULL, "%s", probe_last_error());
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT8_E4M3FN, &f, PROBE_DTYPE_FLOAT32, &b, 1),
+                 PROBE_EINVAL);
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT32, &f, PROBE_DTYPE_FLOAT16, &b, 1), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "float16 is not a target type") != NULL, "%s", probe_last_error());
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT32, NULL, PROBE_DTYPE_BFLOAT16, &b, 1), PROBE_EINVAL);
+    cr_assert_eq(probe_dtype_convert(PROBE_DTYPE_FLOAT32, NULL, PROBE_DTYPE_BFLOAT16, NULL, 0), PROBE_OK);
+}
+
 /* ---- status.h ---- */
 
 Test(status, names)

@@ -4,8 +4,9 @@
     probe.assert_parity(ref, cand, gate="T1")      # raises AssertionError on failure
     m = probe.compare(ref, cand, gate="T1-relaxed:backend-swap")
 
-ref and cand are torch tensors or numpy arrays (anything else is passed
-through numpy.asarray). Every metric is computed by libprobe's C code
+ref and cand are torch tensors or numpy arrays (Python numbers and lists of
+them are made arrays as said below; anything else is passed through
+numpy.asarray). Every metric is computed by libprobe's C code
 (probe_metrics_compute_typed, the same probe_metrics_compute that
 probe-compare uses) and every verdict by probe_gate_parse/probe_gate_check:
 there is no second implementation of any metric in Python. Definitions:
@@ -20,6 +21,14 @@ has it, integers, bool). A copy is made only when it must be:
   - a big-endian numpy array is copied to little-endian.
 Otherwise no bytes are copied in Python; libprobe converts both sides to
 fp64 inside C (2 x n doubles of scratch) and accumulates in fp64.
+
+Integers are handed to the C library in their own element type, never
+through float64: integer tensors and arrays as they are (int64 stays int64),
+and Python ints (a number, or nested lists/tuples of them, bools included)
+become an int64 array (uint64 when a value is above the int64 range and none
+is negative; TypeError when they fit neither). Python bools alone become a
+bool array; a list holding a Python float is numpy's float64, as numpy makes
+it.
 
 libprobe.so is found through PROBE_LIBPROBE or next to this package (see
 probe._lib); docs/packaging.md.
@@ -42,9 +51,49 @@ _NUMPY_NAMES = {
 }
 _TORCH_NAMES = {
     "bool": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
-    "uint8": "uint8", "float16": "float16", "bfloat16": "bfloat16", "float32": "float32",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32",
     "float64": "float64", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
 }
+
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
+
+
+def _python_numbers(x):
+    """The Python scalars of x (a number or nested lists/tuples of them), or
+    None when x holds anything else (arrays, tensors, strings, ...)."""
+    out, todo = [], [x]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, (list, tuple)):
+            todo.extend(v)
+        elif isinstance(v, (bool, int, float, complex)):
+            out.append(v)
+        else:
+            return None
+    return out
+
+
+def _from_python(x, side):
+    """x as a numpy array when it is made of Python numbers whose integers
+    numpy would otherwise round through float64 (it makes [2**63, 1] and
+    [-1, 2**63] float64): ints (bools among them) as int64, or uint64 when a
+    value needs it and none is negative; bools alone as bool. None when x is
+    not made of Python numbers or holds a float (numpy's float64, as asked)."""
+    import numpy as np
+    vals = _python_numbers(x)
+    if vals is None or any(isinstance(v, (float, complex)) for v in vals):
+        return None
+    if vals and all(isinstance(v, bool) for v in vals):
+        return np.asarray(x, dtype=np.bool_)
+    lo = min(vals, default=0)
+    hi = max(vals, default=0)
+    if _INT64_MIN <= lo and hi <= _INT64_MAX:
+        return np.asarray(x, dtype=np.int64)
+    if lo >= 0 and hi <= _UINT64_MAX:
+        return np.asarray(x, dtype=np.uint64)
+    raise TypeError("probe: %s holds Python ints outside the int64 and uint64 ranges (%d .. %d), "
+                    "which probe cannot compare exactly" % (side, lo, hi))
 
 
 class _View:
@@ -86,7 +135,9 @@ def _view(x, side):
         return _View(t, t.data_ptr(), name, t.shape, t.numel())
 
     import numpy as np
-    a = x if isinstance(x, np.ndarray) else np.asarray(x)
+    a = x if isinstance(x, np.ndarray) else _from_python(x, side)
+    if a is None:
+        a = np.asarray(x)
     name = _NUMPY_NAMES.get(a.dtype.name)
     if name is None:
         raise TypeError("probe: %s has element type %s, which probe does not compare"
