@@ -152,14 +152,16 @@ int main(int argc, char **argv)
     unsigned long long *d_hist = (unsigned long long *)dalloc(&x, HBINS * 8);
     unsigned long long *d_aux = (unsigned long long *)dalloc(&x, (4 + COLLECT_MAX) * 8);
     probe_metrics_opts opts = {1e-3, 1e-3};
+    int ulp_p, ulp_emin;
+    ulp_params(PROBE_DTYPE_BFLOAT16, PROBE_DTYPE_BFLOAT16, &ulp_p, &ulp_emin);
     printf("  GROUPS %d\n", GROUPS);
     TIME("probe fused pass (+combine)",
          cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
-         fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
+         fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
     TIME("probe fused pass, generic decode",
          cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
-         fused_kernel<0, 0><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
+         fused_kernel<0, 0><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
     if (argc > 2 && strcmp(argv[2], "fused") == 0) {
         printf("  (tile %d elements: %d groups of %d per thread)\n", TILE, GROUPS, VEC);
@@ -167,7 +169,7 @@ int main(int argc, char **argv)
     }
     unsigned long long cn[C_COUNT];
     CK(cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st));
-    fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, fo);
+    fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
     CK(cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
     uint64_t nf = cn[C_NF];

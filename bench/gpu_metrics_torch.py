@@ -37,7 +37,10 @@ class Metrics(ctypes.Structure):
                 ("zero_norm_reference", ctypes.c_int), ("identical", ctypes.c_int),
                 ("norm_ref", ctypes.c_double), ("norm_cand", ctypes.c_double),
                 ("norm_diff", ctypes.c_double), ("dot", ctypes.c_double),
-                ("inf_mismatch", ctypes.c_uint64)]
+                ("inf_mismatch", ctypes.c_uint64),
+                ("gain", ctypes.c_double), ("gain_se", ctypes.c_double),
+                ("gain_z", ctypes.c_double), ("nan_ref_only", ctypes.c_uint64),
+                ("mismatch_ulps_max", ctypes.c_double), ("max_abs_ulps_scale", ctypes.c_double)]
 
 
 class Opts(ctypes.Structure):

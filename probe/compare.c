@@ -243,20 +243,20 @@ static probe_status any_pair_read(void *ctx, int side, uint64_t offset, size_t c
 }
 
 /* Metrics of one pair on the device the options name, with the channel spec (count 0:
- * none) and, on the CPU, the per-channel arrays (NULL: not wanted). */
+ * none) and the per-channel arrays (NULL: not wanted). */
 static probe_status pair_metrics(const probe_compare_opts *o, const probe_pair_source *src,
                                  const probe_metrics_opts *mo, probe_channel_spec spec,
                                  double *shift_out, double *se_out, double *n_out,
                                  probe_metrics *m, probe_channel_shift *shift)
 {
+    probe_stream_opts so = {o->threads, spec, shift_out, se_out, n_out};
     if (o->use_cuda) {
-        probe_cuda_source_fn fn;
-        probe_status s = probe_cuda_load(&fn);
+        probe_cuda_source_v2_fn fn;
+        probe_status s = probe_cuda_load_v2(&fn);
         if (s == PROBE_OK)
-            s = fn(o->cuda_device, src, mo, spec.count ? &spec : NULL, m, shift);
+            s = fn(o->cuda_device, src, mo, &so, m, shift);
         return s;
     }
-    probe_stream_opts so = {o->threads, spec, shift_out, se_out, n_out};
     return probe_metrics_compute_source(src, mo, &so, m, shift);
 }
 
@@ -500,7 +500,7 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
     probe_channel_spec spec = {0, 0};
     channel_axis_of(o, &t->ref, t, &spec);
     chan_arrays pc;
-    probe_status s = chan_alloc(&pc, o->use_cuda ? 0 : spec.count, t->ref.path);
+    probe_status s = chan_alloc(&pc, spec.count, t->ref.path);
     if (s != PROBE_OK)
         return s;
     s = pair_metrics(o, &src, &mo, spec, pc.shift, pc.se, pc.n, &t->m, &t->shift);

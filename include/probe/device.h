@@ -5,14 +5,16 @@
  * on demand (`--device cuda[:N]`); the capture path can call it on device
  * pointers (stats-only capture of tensors too large to copy out).
  *
- * Definitions are exactly CONTRACT.md's (see probe/metrics.h): the counts,
- * max_abs, max_abs_offset, p99_abs (exact nearest-rank, by radix select on
- * the bit patterns of |c - r| in fp64), mismatch_count, identical and
- * zero_norm_reference are bit-equal to the CPU path; the fp64 sums (norms,
- * dot, mean_abs and what derives from them: rel_l2, cosine, channel shift)
- * are summed in another order and agree with the CPU path to a relative
- * 1e-12 of the sum of magnitudes (docs/device.md, "CPU and GPU agreement").
- * The same input gives the same bits every run.
+ * Definitions are exactly CONTRACT.md's (see probe/metrics.h): the counts
+ * (nan_ref_only included), max_abs, max_abs_offset, p99_abs (exact
+ * nearest-rank, by radix select on the bit patterns of |c - r| in fp64),
+ * mismatch_count, mismatch_ulps_max, max_abs_ulps_scale, identical (element
+ * type and bytes), zero_norm_reference and the per-channel counts are
+ * bit-equal to the CPU path; the fp64 sums (norms, dot, mean_abs, the gain
+ * sums and what derives from them: rel_l2, cosine, gain, gain_se, gain_z,
+ * channel shift, std, se and z) are summed in another order and agree with
+ * the CPU path to a relative 1e-12 of the sum of magnitudes (docs/device.md,
+ * "CPU and GPU agreement"). The same input gives the same bits every run.
  *
  * Errors: PROBE_EUNSUPPORTED when there is no usable CUDA device (the
  * message says what cudaGetDeviceCount/cudaSetDevice returned); PROBE_EIO
@@ -40,8 +42,8 @@ extern "C" {
  * there; the call returns when the result is on the host (it synchronizes
  * `stream` only). shift / channel as in probe_metrics_compute_source (NULL /
  * count 0: none; shift->count 0 when not computed). Scratch device memory
- * (a pool of the library's, kept up to 256 MiB between calls): 72 bytes per
- * 32768 elements plus 128 KiB; with channels 40 bytes per segment (at most
+ * (a pool of the library's, kept up to 256 MiB between calls): 112 bytes per
+ * 32768 elements plus 128 KiB; with channels 56 bytes per segment (at most
  * about n/32) and per channel (docs/device.md). */
 probe_status probe_cuda_metrics(probe_dtype ref_dtype, const void *ref, probe_dtype cand_dtype,
                                 const void *cand, uint64_t n, const probe_metrics_opts *opts,
@@ -58,6 +60,18 @@ probe_status probe_cuda_metrics_source(int device, const probe_pair_source *src,
                                        const probe_metrics_opts *opts,
                                        const probe_channel_spec *channel, probe_metrics *out,
                                        probe_channel_shift *shift);
+
+/* probe_cuda_metrics_source with the options of probe_metrics_compute_source
+ * (probe/metrics.h): sopts->channel is the channel spec, and when shift is
+ * non-NULL and the spec has channels, each of sopts->channel_shift_out,
+ * channel_se_out and channel_n_out that is not NULL receives channel.count
+ * doubles (shift_k, NaN if n_k = 0; se_k, NaN if n_k < 2; n_k), as on the
+ * CPU. sopts->threads is ignored; sopts NULL: no channels. Errors as
+ * probe_cuda_metrics_source; the arrays are not written on error. */
+probe_status probe_cuda_metrics_source_v2(int device, const probe_pair_source *src,
+                                          const probe_metrics_opts *opts,
+                                          const probe_stream_opts *sopts, probe_metrics *out,
+                                          probe_channel_shift *shift);
 
 /* probe_summary_compute (probe/metrics.h) of n elements in device memory:
  * the summary that stats-only capture keeps of a tensor too large to copy

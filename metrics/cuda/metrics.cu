@@ -6,18 +6,25 @@
  * element types of the pair (a few common pairs, plus one generic version
  * that switches on the type at run time).
  *
- * Passes over the pair (r = reference, c = candidate, d = c - r in fp64):
+ * Passes over the pair (r = reference, c = candidate, d = c - r in fp64; for
+ * an integer pair with a 64-bit side d is formed exactly from the two
+ * integers and rounded once to double, as metrics/stream.c does):
  *  1. fused: decode both sides exactly as metrics/dtype.c, then per element
- *     the counts (finite/NaN/Inf, mismatch, inf mismatch, not identical), the
- *     sums r^2, c^2, d^2, r*c, |d| (plain fp64 per thread over at most 64
- *     elements, a fixed tree in the block), max |r|, max |c|, max |d| with
- *     its first offset (a 32-bit in-tile position per thread) and the number
- *     of exact zeros |d| = 0 (not identical = n_finite - zeros). Per-block
+ *     the counts (finite/NaN/Inf, NaN in the reference only, mismatch, inf
+ *     mismatch), the nine sums r^2, c^2, d^2, r*c, |d| and, for the gain
+ *     error, d*r, r^2 d^2, r^3 d, r^4 (plain fp64 per thread over at most
+ *     128 elements, a fixed tree in the block), max |r|, max |c|, max |d|
+ *     with its first offset (a 32-bit in-tile position per thread), the
+ *     largest |d| of a mismatching index in ulps of the coarser floating
+ *     type at max(|r|, |c|), and the number of exact zeros |d| = 0; per
+ *     group of 8 elements, when both sides have one element type, the
+ *     elements whose bytes differ (bool: whose truth values differ). Per-block
  *     partials, combined by one block in a fixed order with Neumaier's
  *     compensated summation: the same input gives the same bits every run.
  *     Counters use integer atomics only.
- *  2. (float64 inputs with |x| outside [2^-300, 2^300] only) the sums again
- *     on power-of-two scaled values, as metrics/metrics.c does.
+ *  2. (float64 inputs with |x| outside [2^-250, 2^250] only: the fourth
+ *     powers of the gain sums) the sums again on power-of-two scaled values,
+ *     with the exponents of metrics/stream.c.
  *  3. p99: radix select on the bit patterns of |d| (non-negative doubles
  *     order like their bits as uint64). A first pass histograms the top 12
  *     bits of the nonzero keys and picks the 12-bit prefix holding rank
@@ -29,9 +36,11 @@
  *     k = n_finite -> max |d|.
  *  4. channels (when a channel spec is given): per segment (a piece of a row
  *     of `inner` elements, or a run of up to 64 rows of one column) Welford
- *     partials (count, mean r, M2 r, sum d), combined per channel in a fixed
- *     order with Chan's formula (T. F. Chan, G. H. Golub, R. J. LeVeque,
- *     "Algorithms for computing the sample variance", 1983).
+ *     partials (count, mean and M2 of r, mean and M2 of d, compensated sum
+ *     of d), combined per channel in a fixed order with Chan's formula
+ *     (T. F. Chan, G. H. Golub, R. J. LeVeque, "Algorithms for computing the
+ *     sample variance", 1983); then per channel shift_k, se_k, z_k on the
+ *     host (probe/metrics.h).
  */
 #include <cuda_runtime.h>
 
@@ -269,7 +278,143 @@ __device__ static inline int is_fin(double x)
     return (d_bits(x) & 0x7FFFFFFFFFFFFFFFull) < 0x7FF0000000000000ull;
 }
 
-/* ---- Neumaier compensated sum (as metrics/metrics.c) ---- */
+/* ---- exact integer differences, ulps, byte identity ---- */
+
+__host__ __device__ static inline int dt_is_int(int t)
+{
+    return t == PROBE_DTYPE_BOOL || (t >= PROBE_DTYPE_INT8 && t <= PROBE_DTYPE_UINT64);
+}
+
+/* Both sides integer (or bool) and one of them 64-bit: d is formed exactly
+ * (converting each side to double first would round values beyond 2^53). */
+__host__ __device__ static inline int dt_wide_int_pair(int rt, int ct)
+{
+    return dt_is_int(rt) && dt_is_int(ct) && (dt_size(rt) == 8 || dt_size(ct) == 8);
+}
+
+/* An integer element (raw bits b of type t) as a 128-bit two's complement
+ * number hi:lo. */
+__device__ static inline void int_wide(int t, uint64_t b, long long *hi, uint64_t *lo)
+{
+    long long v;
+    switch (t) {
+    case PROBE_DTYPE_BOOL: v = (b & 0xFFu) != 0; break;
+    case PROBE_DTYPE_INT8: v = (int8_t)(uint8_t)b; break;
+    case PROBE_DTYPE_INT16: v = (int16_t)(uint16_t)b; break;
+    case PROBE_DTYPE_INT32: v = (int32_t)(uint32_t)b; break;
+    case PROBE_DTYPE_INT64: v = (long long)b; break;
+    case PROBE_DTYPE_UINT64:
+        *hi = 0;
+        *lo = b;
+        return;
+    default: v = (long long)b; break; /* uint8/16/32: b holds the zero-extended value */
+    }
+    *hi = v < 0 ? -1 : 0;
+    *lo = (uint64_t)v;
+}
+
+/* c - r of two integer elements, exact in 128 bits (|c - r| < 2^65), then
+ * rounded once to the nearest double (ties to even): the value of
+ * (double)((__int128)c - r) of metrics/stream.c. */
+__device__ static inline double int_diff(int rt, uint64_t rb, int ct, uint64_t cb)
+{
+    long long rh, ch;
+    uint64_t rl, cl;
+    int_wide(rt, rb, &rh, &rl);
+    int_wide(ct, cb, &ch, &cl);
+    uint64_t lo = cl - rl;
+    long long hi = ch - rh - (cl < rl);
+    int neg = hi < 0;
+    if (neg) {
+        lo = ~lo + 1;
+        hi = ~hi + (lo == 0);
+    }
+    double m;
+    if (hi == 0) {
+        m = __ull2double_rn(lo);
+    } else {
+        /* 2^64 + lo: one bit shifted out, kept as a sticky bit below the
+         * rounding position (bit 11 of the 64-bit significand), so that the
+         * one rounding to 53 bits is that of the 65-bit value */
+        m = 2.0 * __ull2double_rn((lo >> 1) | (1ull << 63) | (lo & 1u));
+    }
+    return neg ? -m : m;
+}
+
+/* d of one element pair: exact from the raw bits for a wide integer pair
+ * (only the generic kernel can see one), else c - r in fp64. */
+template <int RD, int CD>
+__device__ static inline double pair_diff(int wide, int rt, uint64_t rb, int ct, uint64_t cb,
+                                          double r, double c)
+{
+    if (RD == 0 && CD == 0 && wide)
+        return int_diff(rt, rb, ct, cb);
+    return c - r;
+}
+
+/* a * 2^k for -1021 <= k <= 1074 (a >= 0, a < 2^(55 - k)), rounded once as
+ * ldexp rounds: the product is exact unless it is subnormal. */
+__device__ static inline double mul_pow2(double a, int k)
+{
+    if (k > 1023) { /* then a < 2^-968: a * 2^(k - 600) is 0 or a normal double, exact */
+        a = __dmul_rn(a, bits_d((uint64_t)(k - 600 + 1023) << 52));
+        k = 600;
+    }
+    return __dmul_rn(a, bits_d((uint64_t)(k + 1023) << 52));
+}
+
+/* a = |d| in units of the spacing of a floating type of precision p and
+ * smallest normal exponent emin at x (xb: the bits of x >= 0, finite):
+ * a * 2^(p - 1 - max(e, emin)), 2^e <= x < 2^(e+1) (metrics/stream.c
+ * in_ulps; a subnormal or zero x has e < emin). */
+__device__ static inline double in_ulps(int p, int emin, uint64_t xb, double a)
+{
+    int e = (int)(xb >> 52) - 1023;
+    e = e < emin ? emin : e;
+    return mul_pow2(a, p - 1 - e);
+}
+
+/* Elements of a group (VEC elements of one type of size sz on both sides)
+ * whose bytes differ; for bool, whose truth values differ. Elements past n
+ * are 0 on both sides. */
+__device__ static inline unsigned group_differ(const rawgrp *a, const rawgrp *b, int sz, int is_bool)
+{
+    unsigned k = 0;
+    if (is_bool) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            k += (get_elem(a, 1, j) != 0) != (get_elem(b, 1, j) != 0);
+        return k;
+    }
+    switch (sz) {
+    case 1:
+#pragma unroll
+        for (int w = 0; w < VEC / 4; w++) {
+            unsigned x = a->w[w] ^ b->w[w];
+            k += ((x & 0xFFu) != 0) + ((x & 0xFF00u) != 0) + ((x & 0xFF0000u) != 0) + ((x >> 24) != 0);
+        }
+        break;
+    case 2:
+#pragma unroll
+        for (int w = 0; w < VEC / 2; w++) {
+            unsigned x = a->w[w] ^ b->w[w];
+            k += ((x & 0xFFFFu) != 0) + ((x >> 16) != 0);
+        }
+        break;
+    case 4:
+#pragma unroll
+        for (int w = 0; w < VEC; w++)
+            k += a->w[w] != b->w[w];
+        break;
+    default:
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            k += ((a->w[2 * j] ^ b->w[2 * j]) | (a->w[2 * j + 1] ^ b->w[2 * j + 1])) != 0;
+    }
+    return k;
+}
+
+/* ---- Neumaier compensated sum (as metrics/stream.c) ---- */
 
 typedef struct {
     double s, c;
@@ -383,8 +528,14 @@ __device__ static double block_max(double v, double *sh)
 
 /* ---- the fused pass ---- */
 
-enum { C_NF, C_NAN_R, C_NAN_C, C_INF_R, C_INF_C, C_MIS, C_INF_MIS, C_NOT_IDENT, C_ZERO, C_COUNT };
-enum { P_RR, P_CC, P_DD, P_RC, P_AD, P_AMAX_R, P_AMAX_C, P_MAXD, P_COUNT };
+enum {
+    C_NF, C_NAN_R, C_NAN_C, C_INF_R, C_INF_C, C_MIS, C_INF_MIS, C_NAN_R_ONLY, C_DIFFER, C_ZERO,
+    C_COUNT
+};
+/* The sums of metrics/stream.c over the finite indices: r^2, c^2, d^2, r c,
+ * |d| and the gain sums d r, r^2 d^2, r^3 d, r^4; then the block's maxima. */
+enum { P_RR, P_CC, P_DD, P_RC, P_AD, P_DR, P_R2D2, P_R3D, P_R4, NSUMS };
+enum { P_AMAX_R = NSUMS, P_AMAX_C, P_MAXD, P_ULPS, P_COUNT };
 
 typedef struct {
     double *part;                  /* [blocks][P_COUNT] */
@@ -392,34 +543,55 @@ typedef struct {
     unsigned long long *counts;    /* [C_COUNT] */
 } fused_out;
 
+/* Blocks of THREADS per SM the fused kernel is compiled for: 3 for the
+ * pairs of 2-byte floats (at most 80 registers, which ptxas meets without
+ * spilling there), else 0: no bound (other pairs would spill at 80). */
+#define FUSED_MIN_BLOCKS(RD, CD)                                                                   \
+    (((RD) == PROBE_DTYPE_BFLOAT16 && (CD) == PROBE_DTYPE_BFLOAT16) ||                             \
+             ((RD) == PROBE_DTYPE_FLOAT16 && (CD) == PROBE_DTYPE_FLOAT16)                          \
+         ? 3                                                                                       \
+         : 0)
+
+/* ulp_p, ulp_emin: precision and smallest normal exponent of the coarser
+ * floating type of the pair (probe_dtype_precision), ulp_p 0 when a side is
+ * not floating (no ulps). */
 template <int RD, int CD>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, FUSED_MIN_BLOCKS(RD, CD))
 fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
-             int vec, double atol, double rtol, fused_out o)
+             int vec, double atol, double rtol, int ulp_p, int ulp_emin, fused_out o)
 {
     __shared__ double shd[THREADS / 32];
     __shared__ uint64_t sho[THREADS / 32];
     __shared__ unsigned long long shu[THREADS / 32];
 
     double s_rr = 0, s_cc = 0, s_dd = 0, s_rc = 0, s_ad = 0;
+    double s_dr = 0, s_r2d2 = 0, s_r3d = 0, s_r4 = 0;
     /* maxima on the bit patterns (integer pipe): |x| orders like its bits;
      * mk = bits(max |d|) as a signed 64-bit integer (those bits are < 2^63),
      * -1 = no finite index yet; maxpos: its position in the block's tile
-     * (32 bits; the flat offset is formed at the block reduction) */
+     * (32 bits; the flat offset is formed at the block reduction); uk: the
+     * same for the mismatches' largest |d| in ulps */
     uint64_t amax_rb = 0, amax_cb = 0;
-    long long mk = -1;
+    long long mk = -1, uk = -1;
     unsigned maxpos = 0;
     unsigned cnt[C_COUNT];
     for (int i = 0; i < C_COUNT; i++)
         cnt[i] = 0;
     const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
     const int rsz = dt_size(rt), csz = dt_size(ct);
-    /* max |r| and max |c| only decide the power-of-two rescale, which only
-     * float64 values can need: every other type's nonzero magnitudes (and
-     * their differences) lie in [2^-149, 2^129] */
-    const int need_amax = RD == PROBE_DTYPE_FLOAT64 || CD == PROBE_DTYPE_FLOAT64 ||
-                          ((RD == 0 || CD == 0) &&
-                           (rt == PROBE_DTYPE_FLOAT64 || ct == PROBE_DTYPE_FLOAT64));
+    /* the specialised pairs are floating types of one size per side */
+    const int do_ulps = (RD && CD) ? 1 : ulp_p != 0;
+    /* max |r| and max |c| decide the power-of-two rescale, which only
+     * float64 values can need (every other type's nonzero magnitudes and
+     * their differences lie in [2^-149, 2^129], 64-bit integers' below
+     * 2^65); without a float64 side only max(max |r|, max |c|) is needed
+     * (the tensor's scale for max_abs in ulps), kept in amax_rb and given
+     * for both */
+    const int split_amax = rt == PROBE_DTYPE_FLOAT64 || ct == PROBE_DTYPE_FLOAT64;
+    const int wide = (RD == 0 && CD == 0) && dt_wide_int_pair(rt, ct);
+    /* bytes are compared only between sides of one element type */
+    const int same = (RD && CD) ? RD == CD : rt == ct;
+    const int is_bool = rt == PROBE_DTYPE_BOOL;
 
     /* each thread: groups of VEC elements THREADS*VEC apart; the next group's
      * loads are issued before the current group is computed */
@@ -431,30 +603,45 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         load_raw<RD>(ref, rdt, base, n, vec, &gr);
         load_raw<CD>(cand, cdt, base, n, vec, &gc);
     }
-    /* one element finite on both sides (d = c - r; no fused multiply-add in
-     * the tolerance: the same rounding as the CPU). r != c is not tested
-     * here: for finite r and c, c - r == 0 exactly when r == c (gradual
-     * underflow; fp64 is never flushed), so the finite not-identical count is
-     * n_finite - zeros, added once per thread after the loop. The histogram
-     * of |d| for the p99 is the p99 pass's own first pass (p99_select). */
-#define FINITE_ELEM(r, c, rb, cb, p)                                                               \
+    /* one element finite on both sides (no fused multiply-add in the
+     * tolerance: the same rounding as the CPU). The sums take each last
+     * product in a fused multiply-add, written out whatever the compiler
+     * contracts: equal operands give equal sums, so c = r gives a cosine of
+     * exactly 1 and c = 2r (d = r) a gain of exactly 1 with a residual sum of
+     * exactly 0. The histogram of |d| for the p99 is the p99 pass's own first
+     * pass (p99_select). */
+#define FINITE_ELEM(r, c, d, rb, cb, p)                                                            \
     do {                                                                                           \
-        double d = c - r;                                                                          \
         long long key = (long long)(d_bits(d) & ABS_MASK);                                         \
         if (key > mk) {                                                                            \
             mk = key;                                                                              \
             maxpos = p;                                                                            \
         }                                                                                          \
-        cnt[C_MIS] += fabs(d) > __dadd_rn(atol, __dmul_rn(rtol, fabs(r)));                         \
-        if (need_amax) {                                                                           \
+        double ad = fabs(d);                                                                       \
+        int mis = ad > __dadd_rn(atol, __dmul_rn(rtol, fabs(r)));                                  \
+        cnt[C_MIS] += mis;                                                                         \
+        if (split_amax) {                                                                          \
             amax_rb = rb > amax_rb ? rb : amax_rb;                                                 \
             amax_cb = cb > amax_cb ? cb : amax_cb;                                                 \
         }                                                                                          \
-        s_rr += r * r;                                                                             \
-        s_cc += c * c;                                                                             \
-        s_dd += d * d;                                                                             \
-        s_rc += r * c;                                                                             \
-        s_ad += fabs(d);                                                                           \
+        if (do_ulps) {                                                                             \
+            uint64_t xb = rb > cb ? rb : cb;                                                       \
+            if (!split_amax)                                                                       \
+                amax_rb = xb > amax_rb ? xb : amax_rb;                                             \
+            long long u = (long long)d_bits(in_ulps(ulp_p, ulp_emin, xb, ad));                     \
+            u = mis ? u : -1;                                                                      \
+            uk = u > uk ? u : uk;                                                                  \
+        }                                                                                          \
+        double rr = r * r;                                                                         \
+        s_rr = fma(r, r, s_rr);                                                                    \
+        s_cc = fma(c, c, s_cc);                                                                    \
+        s_dd = fma(d, d, s_dd);                                                                    \
+        s_rc = fma(r, c, s_rc);                                                                    \
+        s_ad += ad;                                                                                \
+        s_dr = fma(d, r, s_dr);                                                                    \
+        s_r2d2 = fma(rr, d * d, s_r2d2);                                                           \
+        s_r3d = fma(rr, r * d, s_r3d);                                                             \
+        s_r4 = fma(rr, rr, s_r4);                                                                  \
         cnt[C_ZERO] += key == 0;                                                                   \
     } while (0)
 
@@ -468,37 +655,41 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
             load_raw<RD>(ref, rdt, nb, n, vec, &nr);
             load_raw<CD>(cand, cdt, nb, n, vec, &nc);
         }
+        if (same)
+            cnt[C_DIFFER] += group_differ(&gr, &gc, rsz, is_bool);
         if (base + VEC <= n && group_finite<RD>(&gr) && group_finite<CD>(&gc)) {
             /* the common case: a full group, every element finite */
             cnt[C_NF] += VEC;
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                double r = dec(rt, get_elem(&gr, rsz, j));
-                double c = dec(ct, get_elem(&gc, csz, j));
+                uint64_t rw = get_elem(&gr, rsz, j), cw = get_elem(&gc, csz, j);
+                double r = dec(rt, rw), c = dec(ct, cw);
+                double d = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
                 uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
-                FINITE_ELEM(r, c, rb, cb, pos + j);
+                FINITE_ELEM(r, c, d, rb, cb, pos + j);
             }
         } else {
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 if (base + j >= n)
                     break;
-                double r = dec(rt, get_elem(&gr, rsz, j));
-                double c = dec(ct, get_elem(&gc, csz, j));
+                uint64_t rw = get_elem(&gr, rsz, j), cw = get_elem(&gc, csz, j);
+                double r = dec(rt, rw), c = dec(ct, cw);
                 uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
                 if (rb < INF_BITS && cb < INF_BITS) {
                     cnt[C_NF]++;
-                    FINITE_ELEM(r, c, rb, cb, pos + j);
+                    double d = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
+                    FINITE_ELEM(r, c, d, rb, cb, pos + j);
                 } else {
                     int rn = rb > INF_BITS, cn = cb > INF_BITS, ri = rb == INF_BITS,
                         ci = cb == INF_BITS;
                     cnt[C_NAN_R] += rn;
                     cnt[C_NAN_C] += cn;
+                    cnt[C_NAN_R_ONLY] += rn && !cn;
                     cnt[C_INF_R] += ri;
                     cnt[C_INF_C] += ci;
                     if (!(r == c || (rn && cn))) {
                         cnt[C_MIS]++;
-                        cnt[C_NOT_IDENT]++;
                         cnt[C_INF_MIS] += (ri || ci);
                     }
                 }
@@ -510,20 +701,23 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         pos += THREADS * VEC;
     }
 #undef FINITE_ELEM
-    cnt[C_NOT_IDENT] += cnt[C_NF] - cnt[C_ZERO];
-    double amax_r = bits_d(amax_rb), amax_c = bits_d(amax_cb);
+    double amax_r = bits_d(amax_rb), amax_c = bits_d(split_amax ? amax_cb : amax_rb);
     double maxd = mk >= 0 ? bits_d((uint64_t)mk) : -1.0;
+    double ulps = uk >= 0 ? bits_d((uint64_t)uk) : -1.0;
     uint64_t maxoff = tile0 + maxpos;
 
     double *P = o.part + (size_t)blockIdx.x * P_COUNT;
+    const double sums[NSUMS] = {s_rr, s_cc, s_dd, s_rc, s_ad, s_dr, s_r2d2, s_r3d, s_r4};
     double v;
-    v = block_sum(s_rr, shd); if (threadIdx.x == 0) P[P_RR] = v;
-    v = block_sum(s_cc, shd); if (threadIdx.x == 0) P[P_CC] = v;
-    v = block_sum(s_dd, shd); if (threadIdx.x == 0) P[P_DD] = v;
-    v = block_sum(s_rc, shd); if (threadIdx.x == 0) P[P_RC] = v;
-    v = block_sum(s_ad, shd); if (threadIdx.x == 0) P[P_AD] = v;
+#pragma unroll
+    for (int i = 0; i < NSUMS; i++) {
+        v = block_sum(sums[i], shd);
+        if (threadIdx.x == 0)
+            P[i] = v;
+    }
     v = block_max(amax_r, shd); if (threadIdx.x == 0) P[P_AMAX_R] = v;
     v = block_max(amax_c, shd); if (threadIdx.x == 0) P[P_AMAX_C] = v;
+    v = block_max(ulps, shd); if (threadIdx.x == 0) P[P_ULPS] = v;
     block_max_off(&maxd, &maxoff, shd, sho);
     if (threadIdx.x == 0) {
         P[P_MAXD] = maxd;
@@ -536,13 +730,17 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
     }
 }
 
-/* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/metrics.c, "Range"). */
+/* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/stream.c: the range of
+ * float64 inputs). Only a pair with a float64 side gets here, never an
+ * integer pair: d = c - r. */
 __global__ void __launch_bounds__(THREADS)
 scaled_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
               int kr, int kc, int kd, int d_overflow, double *part)
 {
     __shared__ double shd[THREADS / 32];
-    double s_rr = 0, s_cc = 0, s_dd = 0, s_rc = 0, s_ad = 0;
+    double s[NSUMS];
+    for (int i = 0; i < NSUMS; i++)
+        s[i] = 0.0;
     const uint64_t tile = (uint64_t)blockIdx.x * TILE;
     for (int g = 0; g < GROUPS; g++) {
         uint64_t base = tile + ((uint64_t)g * THREADS + threadIdx.x) * VEC;
@@ -557,28 +755,34 @@ scaled_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
                 continue;
             double rs = scalbn(r, kr), cs = scalbn(c, kc);
             double ds = d_overflow ? scalbn(c, kd) - scalbn(r, kd) : scalbn(c - r, kd);
-            s_rr += rs * rs;
-            s_cc += cs * cs;
-            s_dd += ds * ds;
-            s_rc += rs * cs;
-            s_ad += fabs(ds);
+            double rr = rs * rs;
+            s[P_RR] = fma(rs, rs, s[P_RR]);
+            s[P_CC] = fma(cs, cs, s[P_CC]);
+            s[P_DD] = fma(ds, ds, s[P_DD]);
+            s[P_RC] = fma(rs, cs, s[P_RC]);
+            s[P_AD] += fabs(ds);
+            s[P_DR] = fma(ds, rs, s[P_DR]);
+            s[P_R2D2] = fma(rr, ds * ds, s[P_R2D2]);
+            s[P_R3D] = fma(rr, rs * ds, s[P_R3D]);
+            s[P_R4] = fma(rr, rr, s[P_R4]);
         }
     }
     double *P = part + (size_t)blockIdx.x * P_COUNT;
-    double v;
-    v = block_sum(s_rr, shd); if (threadIdx.x == 0) P[P_RR] = v;
-    v = block_sum(s_cc, shd); if (threadIdx.x == 0) P[P_CC] = v;
-    v = block_sum(s_dd, shd); if (threadIdx.x == 0) P[P_DD] = v;
-    v = block_sum(s_rc, shd); if (threadIdx.x == 0) P[P_RC] = v;
-    v = block_sum(s_ad, shd); if (threadIdx.x == 0) P[P_AD] = v;
+#pragma unroll
+    for (int i = 0; i < NSUMS; i++) {
+        double v = block_sum(s[i], shd);
+        if (threadIdx.x == 0)
+            P[i] = v;
+    }
 }
 
 /* One block combines the block partials in a fixed order: thread t takes
- * blocks t, t + RED_THREADS, ... (Neumaier), then a fixed tree. res: the 5
- * sums, max |r|, max |c|, max |d|; res_off: its offset. */
+ * blocks t, t + RED_THREADS, ... (Neumaier), then a fixed tree. res: the
+ * NSUMS sums, max |r|, max |c|, max |d| (res_off: its offset), the largest
+ * mismatch in ulps (< 0: none). */
 typedef struct {
-    double sum[5];
-    double amax_r, amax_c, maxd;
+    double sum[NSUMS];
+    double amax_r, amax_c, maxd, ulps;
     unsigned long long maxoff;
 } fused_res;
 
@@ -586,36 +790,39 @@ __global__ void __launch_bounds__(RED_THREADS)
 reduce_kernel(const double *part, const unsigned long long *part_off, unsigned nblocks,
               fused_res *res)
 {
-    __shared__ nsum sh_s[5][RED_THREADS];
-    __shared__ double sh_m[3][RED_THREADS];
+    __shared__ nsum sh_s[NSUMS][RED_THREADS];
+    __shared__ double sh_m[4][RED_THREADS];
     __shared__ unsigned long long sh_o[RED_THREADS];
-    nsum s[5];
-    for (int i = 0; i < 5; i++)
+    nsum s[NSUMS];
+    for (int i = 0; i < NSUMS; i++)
         s[i].s = s[i].c = 0.0;
-    double ar = 0, ac = 0, md = -1.0;
+    double ar = 0, ac = 0, md = -1.0, mu = -1.0;
     uint64_t mo = 0;
     for (unsigned b = threadIdx.x; b < nblocks; b += RED_THREADS) {
         const double *P = part + (size_t)b * P_COUNT;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < NSUMS; i++)
             nsum_add(&s[i], P[i]);
         ar = fmax(ar, P[P_AMAX_R]);
         ac = fmax(ac, P[P_AMAX_C]);
+        mu = fmax(mu, P[P_ULPS]);
         vo_max(&md, &mo, P[P_MAXD], part_off[b]);
     }
     int t = threadIdx.x;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NSUMS; i++)
         sh_s[i][t] = s[i];
     sh_m[0][t] = ar;
     sh_m[1][t] = ac;
     sh_m[2][t] = md;
+    sh_m[3][t] = mu;
     sh_o[t] = mo;
     __syncthreads();
     for (int stride = RED_THREADS / 2; stride > 0; stride >>= 1) {
         if (t < stride) {
-            for (int i = 0; i < 5; i++)
+            for (int i = 0; i < NSUMS; i++)
                 nsum_merge(&sh_s[i][t], &sh_s[i][t + stride]);
             sh_m[0][t] = fmax(sh_m[0][t], sh_m[0][t + stride]);
             sh_m[1][t] = fmax(sh_m[1][t], sh_m[1][t + stride]);
+            sh_m[3][t] = fmax(sh_m[3][t], sh_m[3][t + stride]);
             double v = sh_m[2][t];
             uint64_t off = sh_o[t];
             vo_max(&v, &off, sh_m[2][t + stride], sh_o[t + stride]);
@@ -625,11 +832,12 @@ reduce_kernel(const double *part, const unsigned long long *part_off, unsigned n
         __syncthreads();
     }
     if (t == 0) {
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < NSUMS; i++)
             res->sum[i] = nsum_get(&sh_s[i][0]);
         res->amax_r = sh_m[0][0];
         res->amax_c = sh_m[1][0];
         res->maxd = sh_m[2][0];
+        res->ulps = sh_m[3][0];
         res->maxoff = sh_o[0];
     }
 }
@@ -663,6 +871,7 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
     unsigned long long kmin = ~0ull, kmax = 0;
     const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
     const int rsz = dt_size(rt), csz = dt_size(ct);
+    const int wide = (RD == 0 && CD == 0) && dt_wide_int_pair(rt, ct);
     uint64_t base = (uint64_t)blockIdx.x * TILE + (uint64_t)threadIdx.x * VEC;
     rawgrp gr, gc;
     if (base < n) {
@@ -679,10 +888,10 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
             load_raw<RD>(ref, rdt, nb, n, vec, &nr);
             load_raw<CD>(cand, cdt, nb, n, vec, &nc);
         }
-        /* one element finite on both sides */
-#define SELECT_ELEM(r, c)                                                                          \
+        /* one element finite on both sides, d = c - r */
+#define SELECT_ELEM(d)                                                                             \
     do {                                                                                           \
-        uint64_t key = d_bits(c - r) & ABS_MASK;                                                   \
+        uint64_t key = d_bits(d) & ABS_MASK;                                                       \
         if ((key >> shift) == prefix && !(skip0 && key == 0)) {                                    \
             if (mode == MODE_HIST) {                                                               \
                 atomicAdd(&sh[(key >> dshift) & dmask], 1u);                                       \
@@ -701,19 +910,22 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
             /* a full group finite on both sides: no per-element tests */
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                double r = dec(rt, get_elem(&gr, rsz, j));
-                double c = dec(ct, get_elem(&gc, csz, j));
-                SELECT_ELEM(r, c);
+                uint64_t rw = get_elem(&gr, rsz, j), cw = get_elem(&gc, csz, j);
+                double r = dec(rt, rw), c = dec(ct, cw);
+                double d = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
+                SELECT_ELEM(d);
             }
         } else {
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 if (base + j >= n)
                     break;
-                double r = dec(rt, get_elem(&gr, rsz, j));
-                double c = dec(ct, get_elem(&gc, csz, j));
-                if ((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS)
-                    SELECT_ELEM(r, c);
+                uint64_t rw = get_elem(&gr, rsz, j), cw = get_elem(&gc, csz, j);
+                double r = dec(rt, rw), c = dec(ct, cw);
+                if ((d_bits(r) & ABS_MASK) < INF_BITS && (d_bits(c) & ABS_MASK) < INF_BITS) {
+                    double d = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
+                    SELECT_ELEM(d);
+                }
             }
         }
 #undef SELECT_ELEM
@@ -756,10 +968,11 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
 
 /* ---- per-channel mean shift ---- */
 
-/* Welford partial of r (count, mean, M2) and the compensated sum of d over
- * the finite indices of one segment of one channel. */
+/* Welford partials over the finite indices of one segment of one channel:
+ * the count, mean and M2 of r and of d, and the compensated sum of d (the
+ * shift is sum d / n, as metrics/stream.c). */
 typedef struct {
-    double n, mean, m2;
+    double n, mean, m2, mean_d, m2_d;
     nsum sd;
 } chan_part;
 
@@ -771,14 +984,17 @@ __host__ __device__ static inline void chan_merge(chan_part *a, const chan_part 
         *a = *b;
         return;
     }
-    double n = a->n + b->n, delta = b->mean - a->mean;
+    double n = a->n + b->n, delta = b->mean - a->mean, dd = b->mean_d - a->mean_d;
+    double w = a->n * b->n / n;
     a->mean += delta * (b->n / n);
-    a->m2 += b->m2 + delta * delta * (a->n * b->n / n);
+    a->m2 += b->m2 + delta * delta * w;
+    a->mean_d += dd * (b->n / n);
+    a->m2_d += b->m2_d + dd * dd * w;
     a->n = n;
     nsum_merge(&a->sd, &b->sd);
 }
 
-__device__ static inline void chan_add(chan_part *a, double r, double c)
+__device__ static inline void chan_add(chan_part *a, double r, double c, double d)
 {
     if (!(is_fin(r) && is_fin(c)))
         return;
@@ -786,19 +1002,27 @@ __device__ static inline void chan_add(chan_part *a, double r, double c)
     double delta = r - a->mean;
     a->mean += delta / a->n;
     a->m2 += delta * (r - a->mean);
-    nsum_add(&a->sd, c - r);
+    double dd = d - a->mean_d;
+    a->mean_d += dd / a->n;
+    a->m2_d += dd * (d - a->mean_d);
+    nsum_add(&a->sd, d);
 }
 
-__device__ static inline double ld_elem(const unsigned char *p, int t, uint64_t i)
+/* Element i of the pair into a (wide: an integer pair with a 64-bit side,
+ * whose d is formed exactly). */
+__device__ static inline void chan_add_at(chan_part *a, const unsigned char *ref, int rdt,
+                                          const unsigned char *cand, int cdt, int wide, uint64_t i)
 {
-    return dec(t, ld_raw(p, dt_size(t), i));
+    uint64_t rb = ld_raw(ref, dt_size(rdt), i), cb = ld_raw(cand, dt_size(cdt), i);
+    double r = dec(rdt, rb), c = dec(cdt, cb);
+    chan_add(a, r, c, pair_diff<0, 0>(wide, rdt, rb, cdt, cb, r, c));
 }
 
 /* Row segments: row q (inner elements at q*inner) is cut into nseg pieces of
  * seg elements; one warp per piece, lanes striding, then a fixed shuffle
  * tree. part[q * nseg + s]. */
 __global__ void __launch_bounds__(THREADS)
-chan_rows_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt,
+chan_rows_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, int wide,
                  uint64_t rows, uint64_t inner, uint64_t seg, uint64_t nseg, chan_part *part)
 {
     uint64_t wid = ((uint64_t)blockIdx.x * THREADS + threadIdx.x) >> 5;
@@ -807,14 +1031,16 @@ chan_rows_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, i
         return;
     uint64_t q = wid / nseg, s = wid % nseg;
     uint64_t lo = q * inner + s * seg, hi = q * inner + ((s + 1) * seg < inner ? (s + 1) * seg : inner);
-    chan_part a = {0, 0, 0, {0, 0}};
+    chan_part a = {0, 0, 0, 0, 0, {0, 0}};
     for (uint64_t i = lo + lane; i < hi; i += 32)
-        chan_add(&a, ld_elem(ref, rdt, i), ld_elem(cand, cdt, i));
+        chan_add_at(&a, ref, rdt, cand, cdt, wide, i);
     for (int o = 16; o > 0; o >>= 1) {
         chan_part b;
         b.n = __shfl_down_sync(0xFFFFFFFFu, a.n, o);
         b.mean = __shfl_down_sync(0xFFFFFFFFu, a.mean, o);
         b.m2 = __shfl_down_sync(0xFFFFFFFFu, a.m2, o);
+        b.mean_d = __shfl_down_sync(0xFFFFFFFFu, a.mean_d, o);
+        b.m2_d = __shfl_down_sync(0xFFFFFFFFu, a.m2_d, o);
         b.sd.s = __shfl_down_sync(0xFFFFFFFFu, a.sd.s, o);
         b.sd.c = __shfl_down_sync(0xFFFFFFFFu, a.sd.c, o);
         if (lane < o)
@@ -827,7 +1053,7 @@ chan_rows_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, i
 /* Column runs: the tensor as [outer][C] (C = count * inner); thread
  * (p, col) takes rows p*J .. p*J + J - 1 of column col. part[p * C + col]. */
 __global__ void __launch_bounds__(THREADS)
-chan_cols_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt,
+chan_cols_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, int wide,
                  uint64_t outer, uint64_t C, uint64_t J, uint64_t P, chan_part *part)
 {
     uint64_t id = (uint64_t)blockIdx.x * THREADS + threadIdx.x;
@@ -835,9 +1061,9 @@ chan_cols_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, i
         return;
     uint64_t p = id / C, col = id % C;
     uint64_t j1 = (p + 1) * J < outer ? (p + 1) * J : outer;
-    chan_part a = {0, 0, 0, {0, 0}};
+    chan_part a = {0, 0, 0, 0, 0, {0, 0}};
     for (uint64_t j = p * J; j < j1; j++)
-        chan_add(&a, ld_elem(ref, rdt, j * C + col), ld_elem(cand, cdt, j * C + col));
+        chan_add_at(&a, ref, rdt, cand, cdt, wide, j * C + col);
     part[id] = a;
 }
 
@@ -850,7 +1076,7 @@ chan_combine_kernel(const chan_part *part, uint64_t count, uint64_t L, uint64_t 
 {
     __shared__ chan_part sh[RED_THREADS];
     uint64_t k = blockIdx.x;
-    chan_part a = {0, 0, 0, {0, 0}};
+    chan_part a = {0, 0, 0, 0, 0, {0, 0}};
     for (uint64_t m = threadIdx.x; m < items; m += RED_THREADS)
         chan_merge(&a, &part[(m / L) * (count * L) + k * L + m % L]);
     sh[threadIdx.x] = a;
@@ -1129,7 +1355,7 @@ typedef struct {
     int vec;
 } pair_dev;
 
-/* Power-of-two exponent bringing m into [0.5, 1) (metrics/metrics.c). */
+/* Power-of-two exponent bringing m into [0.5, 1) (metrics/stream.c). */
 static int scale_exp(double m)
 {
     int e = 0;
@@ -1138,9 +1364,39 @@ static int scale_exp(double m)
     return -e;
 }
 
+/* The sums hold fourth powers (r^4, r^2 d^2): magnitudes in [2^-250, 2^250]
+ * keep them in range (metrics/stream.c). */
 static int in_safe_range(double m)
 {
-    return m == 0.0 || (m >= 0x1p-300 && m <= 0x1p300);
+    return m == 0.0 || (m >= 0x1p-250 && m <= 0x1p250);
+}
+
+/* Precision and smallest normal exponent of the coarser floating type of the
+ * pair: fewer significand bits, then the higher minimum (metrics/stream.c);
+ * *p = 0 when a side is not floating. */
+static void ulp_params(int rdt, int cdt, int *p, int *emin)
+{
+    int e0 = 0, e1 = 0;
+    int p0 = probe_dtype_precision((probe_dtype)rdt, &e0);
+    int p1 = probe_dtype_precision((probe_dtype)cdt, &e1);
+    *p = 0;
+    *emin = 0;
+    if (p0 && p1) {
+        *p = p0 < p1 ? p0 : p1;
+        *emin = p0 < p1 ? e0 : p1 < p0 ? e1 : (e0 > e1 ? e0 : e1);
+    }
+}
+
+/* a in units of the spacing of a type of precision p and smallest normal
+ * exponent emin at x (metrics/stream.c in_ulps). */
+static double host_in_ulps(int p, int emin, double x, double a)
+{
+    int e = 0;
+    (void)frexp(x, &e);
+    e -= 1;
+    if (x == 0.0 || e < emin)
+        e = emin;
+    return ldexp(a, p - 1 - e);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -1267,7 +1523,7 @@ static probe_status check_channel(const char *fn, const probe_channel_spec *ch, 
                                (unsigned long long)ch->count, PROBE_CHANNELS_MAX);
     if (ch->inner == 0)
         return probe_set_error(PROBE_EINVAL, "%s: channel inner size 0", fn);
-    if (ch->inner > n / ch->count || n % (ch->count * ch->inner) != 0)
+    if (ch->inner > UINT64_MAX / ch->count || n % (ch->count * ch->inner) != 0)
         return probe_set_error(PROBE_EINVAL,
                                "%s: channels %llu x inner %llu do not divide n = %llu", fn,
                                (unsigned long long)ch->count, (unsigned long long)ch->inner,
@@ -1278,115 +1534,160 @@ static probe_status check_channel(const char *fn, const probe_channel_spec *ch, 
 #define CH_SEG 2048
 #define CH_J 64
 
-/* Per-channel partials -> probe_channel_shift (metrics.h rules). */
+/* The per-channel arrays a caller asked for (probe_stream_opts): each NULL
+ * or count doubles. */
+typedef struct {
+    double *shift, *se, *n;
+} chan_arrays;
+
+/* Per-channel partials -> probe_channel_shift and the arrays, with the rules
+ * and the order of metrics/stream.c (probe/metrics.h). */
+static void channel_finish(const chan_part *h_ch, uint64_t count, const chan_arrays *co,
+                           probe_channel_shift *shift)
+{
+    shift->count = count;
+    shift->argmax = 0;
+    shift->max = NAN;
+    shift->max_rel = NAN;
+    shift->std_ref = NAN;
+    shift->z_argmax = 0;
+    shift->z_max = 0.0;
+    double best = -1.0, zbest = -1.0;
+    for (uint64_t k = 0; k < count; k++) {
+        const chan_part *a = &h_ch[k];
+        double v = a->n > 0 ? nsum_get(&a->sd) / a->n : NAN;
+        double se = a->n >= 2 ? sqrt(a->m2_d / (a->n - 1.0) / a->n) : NAN;
+        double z = a->n < 2 || v == 0.0 ? 0.0 : se > 0.0 ? v / se : copysign(INFINITY, v);
+        if (co && co->shift)
+            co->shift[k] = v;
+        if (co && co->se)
+            co->se[k] = se;
+        if (co && co->n)
+            co->n[k] = a->n;
+        if (a->n > 0 && fabs(v) > best) {
+            best = fabs(v);
+            shift->argmax = k;
+            shift->max = v;
+            shift->std_ref = sqrt(a->m2 / a->n);
+        }
+        if (fabs(z) > zbest) {
+            zbest = fabs(z);
+            shift->z_argmax = k;
+            shift->z_max = z;
+        }
+    }
+    if (best >= 0.0) {
+        double sd = shift->std_ref;
+        shift->max_rel = shift->max == 0.0 ? 0.0
+                         : sd == 0.0       ? copysign(INFINITY, shift->max)
+                                           : shift->max / sd;
+    }
+}
+
+/* The per-channel statistics of the pair (channel spec ch, count > 0). */
 static void channel_compute(ctx *x, const pair_dev *pd, const probe_channel_spec *ch,
-                            probe_channel_shift *shift)
+                            const chan_arrays *co, probe_channel_shift *shift)
 {
     uint64_t count = ch->count, inner = ch->inner, n = pd->n;
-    uint64_t outer = n / (count * inner);
-    uint64_t rows = outer * count;
-    uint64_t nseg = (inner + CH_SEG - 1) / CH_SEG;
-    uint64_t C = count * inner, P = (outer + CH_J - 1) / CH_J;
-    uint64_t parts_rows = rows * nseg, parts_cols = P * C;
-    int use_rows = parts_rows <= parts_cols;
-    uint64_t nparts = use_rows ? parts_rows : parts_cols;
-    chan_part *d_part = (chan_part *)dalloc(x, nparts * sizeof(chan_part));
-    chan_part *d_ch = (chan_part *)dalloc(x, count * sizeof(chan_part));
-    chan_part *h_ch = (chan_part *)malloc(count * sizeof(chan_part));
-    if (h_ch == NULL && x->status == PROBE_OK)
+    chan_part *d_part = NULL, *d_ch = NULL;
+    chan_part *h_ch = (chan_part *)calloc(count, sizeof(chan_part));
+    if (h_ch == NULL) {
         x->status = probe_set_error(PROBE_ENOMEM, "%s: host memory for %llu channels", x->fn,
                                     (unsigned long long)count);
-    if (x->status != PROBE_OK)
-        goto done;
-    if (use_rows) {
-        uint64_t threads = parts_rows * 32;
-        chan_rows_kernel<<<(unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, x->st>>>(
-            pd->r, pd->rdt, pd->c, pd->cdt, rows, inner, CH_SEG, nseg, d_part);
-        chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, nseg,
-                                                                         outer * nseg, d_ch);
-    } else {
-        chan_cols_kernel<<<(unsigned)((parts_cols + THREADS - 1) / THREADS), THREADS, 0, x->st>>>(
-            pd->r, pd->rdt, pd->c, pd->cdt, outer, C, CH_J, P, d_part);
-        chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, inner,
-                                                                         P * inner, d_ch);
+        return;
     }
-    if (failed(x, cudaGetLastError(), "channel kernels") ||
-        failed(x, cudaMemcpyAsync(h_ch, d_ch, count * sizeof(chan_part), cudaMemcpyDeviceToHost,
-                                  x->st), "copy of the channel partials") ||
-        failed(x, cudaStreamSynchronize(x->st), "channel kernels"))
-        goto done;
-    {
-        int found = 0;
-        uint64_t arg = 0;
-        double best = 0.0, best_std = 0.0;
-        for (uint64_t k = 0; k < count; k++) {
-            if (h_ch[k].n == 0.0)
-                continue;
-            double sh = nsum_get(&h_ch[k].sd) / h_ch[k].n;
-            double sd = sqrt(h_ch[k].m2 / h_ch[k].n);
-            if (!found || fabs(sh) > fabs(best)) {
-                found = 1;
-                arg = k;
-                best = sh;
-                best_std = sd;
-            }
-        }
-        shift->count = count;
-        shift->argmax = arg;
-        if (!found) {
-            shift->max = NAN;
-            shift->max_rel = NAN;
-            shift->std_ref = NAN;
+    if (n > 0) {
+        uint64_t outer = n / (count * inner);
+        uint64_t rows = outer * count;
+        uint64_t nseg = (inner + CH_SEG - 1) / CH_SEG;
+        uint64_t C = count * inner, P = (outer + CH_J - 1) / CH_J;
+        uint64_t parts_rows = rows * nseg, parts_cols = P * C;
+        int use_rows = parts_rows <= parts_cols;
+        uint64_t nparts = use_rows ? parts_rows : parts_cols;
+        int wide = dt_wide_int_pair(pd->rdt, pd->cdt);
+        d_part = (chan_part *)dalloc(x, nparts * sizeof(chan_part));
+        d_ch = (chan_part *)dalloc(x, count * sizeof(chan_part));
+        if (x->status != PROBE_OK)
+            goto done;
+        if (use_rows) {
+            uint64_t threads = parts_rows * 32;
+            chan_rows_kernel<<<(unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, x->st>>>(
+                pd->r, pd->rdt, pd->c, pd->cdt, wide, rows, inner, CH_SEG, nseg, d_part);
+            chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, nseg,
+                                                                             outer * nseg, d_ch);
         } else {
-            shift->max = best;
-            shift->std_ref = best_std;
-            if (best_std == 0.0)
-                shift->max_rel = best == 0.0 ? 0.0 : (best > 0 ? INFINITY : -INFINITY);
-            else
-                shift->max_rel = best / best_std;
+            chan_cols_kernel<<<(unsigned)((parts_cols + THREADS - 1) / THREADS), THREADS, 0,
+                               x->st>>>(pd->r, pd->rdt, pd->c, pd->cdt, wide, outer, C, CH_J, P,
+                                        d_part);
+            chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, inner,
+                                                                             P * inner, d_ch);
         }
+        if (failed(x, cudaGetLastError(), "channel kernels") ||
+            failed(x, cudaMemcpyAsync(h_ch, d_ch, count * sizeof(chan_part),
+                                      cudaMemcpyDeviceToHost, x->st),
+                   "copy of the channel partials") ||
+            failed(x, cudaStreamSynchronize(x->st), "channel kernels"))
+            goto done;
     }
+    channel_finish(h_ch, count, co, shift);
 done:
     dfree(x, d_part);
     dfree(x, d_ch);
     free(h_ch);
 }
 
-/* Fill out from the fused results: the CPU engine's own derivation
- * (metrics/finish.h). */
-static void finish_metrics(uint64_t n, const unsigned long long *cn, const fused_res *fr, int kr,
-                           int kc, int kd, double p99, probe_metrics *out)
+/* Fill out from the fused pass's counts and maxima (fr) and the sums (of the
+ * scaled pass when kr, kc, kd are not 0): the CPU engine's own derivation
+ * (metrics/finish.h). Identical: the same element type and no element whose
+ * bytes differ. */
+static void finish_metrics(const pair_dev *pd, const unsigned long long *cn, const fused_res *fr,
+                           const double *sum, int kr, int kc, int kd, double p99,
+                           probe_metrics *out)
 {
+    int ulp_p, ulp_emin;
+    ulp_params(pd->rdt, pd->cdt, &ulp_p, &ulp_emin);
+    uint64_t n = pd->n;
+    double maxd = fr->maxd < 0.0 ? 0.0 : fr->maxd;
     probe_metrics_totals t = {
         n, cn[C_NF],
-        fr->sum[0], fr->sum[1], fr->sum[2], fr->sum[3], fr->sum[4],
+        sum[P_RR], sum[P_CC], sum[P_DD], sum[P_RC], sum[P_AD],
         kr, kc, kd,
         cn[C_NAN_R], cn[C_NAN_C], cn[C_INF_R], cn[C_INF_C], cn[C_INF_MIS], cn[C_MIS],
-        cn[C_NOT_IDENT],
+        pd->rdt == pd->cdt ? (uint64_t)cn[C_DIFFER] : n + 1,
         fr->maxd, fr->maxoff, p99,
-        0.0, 0.0, 0.0, 0.0, 0, NAN, NAN,
+        sum[P_DR], sum[P_R2D2], sum[P_R3D], sum[P_R4],
+        cn[C_NAN_R_ONLY], fr->ulps < 0.0 ? NAN : fr->ulps,
+        ulp_p && cn[C_NF] ? host_in_ulps(ulp_p, ulp_emin, fmax(fr->amax_r, fr->amax_c), maxd)
+                          : NAN,
     };
     probe_metrics_finish(&t, out);
 }
 
-/* The computation on the current device, in stream x->st. */
+/* The computation on the current device, in stream x->st. ch NULL or count
+ * 0: no channels; co: the per-channel arrays wanted (NULL: none). */
 static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_opts *opts,
-                              const probe_channel_spec *ch, probe_metrics *out,
-                              probe_channel_shift *shift)
+                              const probe_channel_spec *ch, const chan_arrays *co,
+                              probe_metrics *out, probe_channel_shift *shift)
 {
     uint64_t n = pd->n;
     unsigned grid = nblocks_for(n);
+    int want_channels = shift != NULL && ch != NULL && ch->count > 0;
     fused_out fo;
-    fused_res fr, *d_res = NULL;
+    fused_res fr, fs, *d_res = NULL;
     unsigned long long cn[C_COUNT], *d_hist = NULL, *d_aux = NULL;
     memset(&fo, 0, sizeof fo);
     if (n == 0) {
         memset(&fr, 0, sizeof fr);
         fr.maxd = -1.0;
+        fr.ulps = -1.0;
         memset(cn, 0, sizeof cn);
-        finish_metrics(0, cn, &fr, 0, 0, 0, NAN, out);
+        finish_metrics(pd, cn, &fr, fr.sum, 0, 0, 0, NAN, out);
+        if (want_channels)
+            channel_compute(x, pd, ch, co, shift);
         return;
     }
+    int ulp_p, ulp_emin;
+    ulp_params(pd->rdt, pd->cdt, &ulp_p, &ulp_emin);
     fo.part = (double *)dalloc(x, (size_t)grid * P_COUNT * sizeof(double));
     fo.part_off = (unsigned long long *)dalloc(x, (size_t)grid * sizeof(unsigned long long));
     fo.counts = (unsigned long long *)dalloc(x, C_COUNT * sizeof(unsigned long long));
@@ -1399,13 +1700,14 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
                "memset"))
         goto done;
     DISPATCH(fused_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt, n,
-             pd->vec, opts->atol, opts->rtol, fo);
+             pd->vec, opts->atol, opts->rtol, ulp_p, ulp_emin, fo);
     reduce_kernel<<<1, RED_THREADS, 0, x->st>>>(fo.part, fo.part_off, grid, d_res);
     if (failed(x, cudaGetLastError(), "fused metrics kernel") ||
         failed(x, cudaMemcpyAsync(&fr, d_res, sizeof fr, cudaMemcpyDeviceToHost, x->st), "copy") ||
         failed(x, cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, x->st), "copy") ||
         failed(x, cudaStreamSynchronize(x->st), "fused metrics"))
         goto done;
+    fs = fr;
     {
         double maxd = fr.maxd < 0.0 ? 0.0 : fr.maxd;
         int kr = 0, kc = 0, kd = 0, d_overflow = !isfinite(maxd);
@@ -1417,7 +1719,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
                                                       d_overflow, fo.part);
             reduce_kernel<<<1, RED_THREADS, 0, x->st>>>(fo.part, fo.part_off, grid, d_res);
             if (failed(x, cudaGetLastError(), "scaled sums kernel") ||
-                failed(x, cudaMemcpyAsync(&fr, d_res, sizeof fr, cudaMemcpyDeviceToHost, x->st),
+                failed(x, cudaMemcpyAsync(&fs, d_res, sizeof fs, cudaMemcpyDeviceToHost, x->st),
                        "copy") ||
                 failed(x, cudaStreamSynchronize(x->st), "scaled sums"))
                 goto done;
@@ -1434,9 +1736,9 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
             if (x->status != PROBE_OK)
                 goto done;
         }
-        finish_metrics(n, cn, &fr, kr, kc, kd, p99, out);
-        if (shift != NULL && ch != NULL && ch->count > 0)
-            channel_compute(x, pd, ch, shift);
+        finish_metrics(pd, cn, &fr, fs.sum, kr, kc, kd, p99, out);
+        if (want_channels)
+            channel_compute(x, pd, ch, co, shift);
     }
 done:
     dfree(x, fo.part);
@@ -1498,7 +1800,7 @@ PROBE_CUDA_API probe_status probe_cuda_metrics(probe_dtype ref_dtype, const void
         return x.status;
     pair_dev pd = {(const unsigned char *)ref, (const unsigned char *)cand, (int)ref_dtype,
                    (int)cand_dtype, n, ((uintptr_t)ref % 16 == 0) && ((uintptr_t)cand % 16 == 0)};
-    metrics_on_device(&x, &pd, opts, channel, out, shift);
+    metrics_on_device(&x, &pd, opts, channel, NULL, out, shift);
     if (x.status == PROBE_OK)
         failed(&x, cudaStreamSynchronize(x.st), "synchronize");
     if (x.status != PROBE_OK)
@@ -1506,16 +1808,17 @@ PROBE_CUDA_API probe_status probe_cuda_metrics(probe_dtype ref_dtype, const void
     return x.status;
 }
 
-PROBE_CUDA_API probe_status probe_cuda_metrics_source(int device, const probe_pair_source *src,
-                                                  const probe_metrics_opts *opts,
-                                                  const probe_channel_spec *channel,
-                                                  probe_metrics *out, probe_channel_shift *shift)
+/* probe_cuda_metrics_source and _v2 (named fn in messages); co: the
+ * per-channel arrays wanted (NULL: none). */
+static probe_status source_metrics(const char *fn, int device, const probe_pair_source *src,
+                                   const probe_metrics_opts *opts,
+                                   const probe_channel_spec *channel, const chan_arrays *co,
+                                   probe_metrics *out, probe_channel_shift *shift)
 {
-    static const char fn[] = "probe_cuda_metrics_source";
     if (out == NULL)
         return probe_set_error(PROBE_EINVAL, "%s: out is NULL", fn);
     clear_outputs(out, shift);
-    if (src == NULL || src->read == NULL)
+    if (src == NULL || (src->n > 0 && src->read == NULL))
         return probe_set_error(PROBE_EINVAL, "%s: %s is NULL", fn, src == NULL ? "src" : "src->read");
     probe_status s = check_args(fn, src->dtype[0], NULL, src->dtype[1], NULL, 0, opts, NULL);
     if (s != PROBE_OK)
@@ -1571,7 +1874,7 @@ PROBE_CUDA_API probe_status probe_cuda_metrics_source(int device, const probe_pa
     }
     if (x.status == PROBE_OK) {
         pair_dev pd = {dside[0], dside[1], (int)src->dtype[0], (int)src->dtype[1], n, 1};
-        metrics_on_device(&x, &pd, opts, channel, out, shift);
+        metrics_on_device(&x, &pd, opts, channel, co, out, shift);
     }
     if (x.status == PROBE_OK)
         failed(&x, cudaStreamSynchronize(x.st), "synchronize");
@@ -1592,6 +1895,31 @@ done:
     if (x.status != PROBE_OK)
         clear_outputs(out, shift);
     return x.status;
+}
+
+PROBE_CUDA_API probe_status probe_cuda_metrics_source(int device, const probe_pair_source *src,
+                                                  const probe_metrics_opts *opts,
+                                                  const probe_channel_spec *channel,
+                                                  probe_metrics *out, probe_channel_shift *shift)
+{
+    return source_metrics("probe_cuda_metrics_source", device, src, opts, channel, NULL, out,
+                          shift);
+}
+
+PROBE_CUDA_API probe_status probe_cuda_metrics_source_v2(int device, const probe_pair_source *src,
+                                                     const probe_metrics_opts *opts,
+                                                     const probe_stream_opts *sopts,
+                                                     probe_metrics *out,
+                                                     probe_channel_shift *shift)
+{
+    chan_arrays co = {NULL, NULL, NULL};
+    if (sopts) {
+        co.shift = sopts->channel_shift_out;
+        co.se = sopts->channel_se_out;
+        co.n = sopts->channel_n_out;
+    }
+    return source_metrics("probe_cuda_metrics_source_v2", device, src, opts,
+                          sopts ? &sopts->channel : NULL, &co, out, shift);
 }
 
 PROBE_CUDA_API probe_status probe_cuda_summary(probe_dtype dtype, const void *xp, uint64_t n,

@@ -7,8 +7,11 @@ Writes pairs of HDF5 files (float32, float16, float64 with extreme
 magnitudes, int32 vs float32, a 5-D tensor with a channel bias, a 2^27
 float32 pair, NaN/Inf at known places), runs `probe-compare --json` on the
 CPU and with `--device cuda`, and checks that the two agree as docs/device.md
-states: counts, identical, max_abs and its index, p99_abs bit-equal; rel_l2,
-cosine, mean_abs and the channel shift within 1e-12 relative. Prints one
+states: counts (nan_ref_only included), identical, max_abs and its index,
+p99_abs, mismatch_ulps_max, the verdicts and the systematic test's outcome
+(gain_fail, channel_fail, its channel) bit-equal; rel_l2, cosine, mean_abs
+and the channel shift within 1e-12 relative, gain, gain_se, gain_z and the
+channel's shift within 1e-9 relative, its z within 1e-8 relative. Prints one
 PASS/FAIL line per check, the wall time of both, and exits 1 on a failure.
 """
 import json
@@ -63,6 +66,19 @@ nf[[50, 7]] = [np.inf, np.nan]
 cases["/nonfinite/0000/out"] = (nf, nc)
 same = rng.standard_normal(300000).astype(np.float32)
 cases["/same/0000/out"] = (same, same.copy())
+# int64 beyond 2^53 (exact differences), -0 against +0 (not identical), NaN
+# in the reference only, a gain error of 1e-3 under noise
+big = (np.int64(1) << 62) + rng.integers(0, 1000, 20000)
+cases["/int64/0000/out"] = (big, big + rng.integers(-2, 3, 20000))
+z = np.zeros(1000, np.float32)
+zc = z.copy()
+zc[17] = -0.0
+cases["/signed-zero/0000/out"] = (z, zc)
+nr = rng.standard_normal(5000).astype(np.float32)
+nr[[1, 2, 3]] = np.nan
+cases["/nan-ref/0000/out"] = (nr, rng.standard_normal(5000).astype(np.float32))
+gr = rng.standard_normal((8, 4096)).astype(np.float32)
+cases["/gain/0000/out"] = (gr, gr * np.float32(1.001) + np.float32(1e-3) * rng.standard_normal(gr.shape, dtype=np.float32))
 ref = write("ref.h5", {k: a for k, (a, b) in cases.items()})
 cand = write("cand.h5", {k: b for k, (a, b) in cases.items()})
 
@@ -87,8 +103,17 @@ def run(*args):
 
 EXACT = ["n", "nan_ref", "nan_cand", "inf_ref", "inf_cand", "identical", "zero_norm_reference",
          "max_abs", "max_abs_index", "p99_abs", "mismatch_count", "channel_axis",
-         "channel_shift_argmax", "verdict"]
+         "channel_shift_argmax", "verdict", "nan_ref_only", "mismatch_ulps_max"]
 CLOSE = ["rel_l2", "cosine", "mean_abs", "channel_shift_max", "channel_shift_max_rel"]
+SYS_EXACT = ["gain_fail", "channels", "channel", "channel_fail"]
+SYS_CLOSE = [("gain", 1e-9), ("gain_se", 1e-9), ("gain_z", 1e-9), ("channel_shift", 1e-9),
+             ("channel_z", 1e-8)]
+
+
+def near(x, y, tol):
+    if x is None or y is None or isinstance(x, str) or isinstance(y, str):
+        return x == y
+    return x == y or abs(x - y) <= tol * max(abs(x), abs(y), 1e-300)
 
 
 def agree(a, b, path):
@@ -96,9 +121,13 @@ def agree(a, b, path):
         check(a.get(k) == b.get(k), f"{path}: {k} equal ({a.get(k)!r})")
     for k in CLOSE:
         x, y = a.get(k), b.get(k)
-        ok = (x is None and y is None) or (x is not None and y is not None and
-                                           abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1e-300))
-        check(ok, f"{path}: {k} {x!r} vs {y!r} (1e-12 rel)")
+        check(near(x, y, 1e-12), f"{path}: {k} {x!r} vs {y!r} (1e-12 rel)")
+    sa, sb = a.get("systematic") or {}, b.get("systematic") or {}
+    for k in SYS_EXACT:
+        check(sa.get(k) == sb.get(k), f"{path}: systematic.{k} equal ({sa.get(k)!r})")
+    for k, tol in SYS_CLOSE:
+        x, y = sa.get(k), sb.get(k)
+        check(near(x, y, tol), f"{path}: systematic.{k} {x!r} vs {y!r} ({tol:g} rel)")
 
 
 for (rf, cf) in ((ref, cand), (bref, bcand)):

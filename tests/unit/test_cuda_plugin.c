@@ -23,6 +23,9 @@ typedef probe_status (*metrics_fn)(probe_dtype, const void *, probe_dtype, const
 typedef probe_status (*source_fn)(int, const probe_pair_source *, const probe_metrics_opts *,
                                   const probe_channel_spec *, probe_metrics *,
                                   probe_channel_shift *);
+typedef probe_status (*source_v2_fn)(int, const probe_pair_source *, const probe_metrics_opts *,
+                                     const probe_stream_opts *, probe_metrics *,
+                                     probe_channel_shift *);
 typedef probe_status (*summary_fn)(probe_dtype, const void *, uint64_t, void *, probe_summary *);
 typedef int (*abi_fn)(void);
 
@@ -53,6 +56,7 @@ Test(cuda_plugin, abi_and_symbols)
     cr_assert_eq(abi(), PROBE_CUDA_ABI_VERSION);
     cr_assert(dlsym(h, "probe_cuda_metrics") != NULL);
     cr_assert(dlsym(h, "probe_cuda_metrics_source") != NULL);
+    cr_assert(dlsym(h, "probe_cuda_metrics_source_v2") != NULL);
     cr_assert(dlsym(h, "probe_cuda_summary") != NULL);
     /* nothing but the API is exported (no kernels, no CUDA runtime) */
     cr_assert(dlsym(h, "cudaMalloc") == NULL);
@@ -86,6 +90,17 @@ Test(cuda_plugin, bad_arguments_any_machine)
     probe_summary s;
     cr_assert_eq(su(PROBE_DTYPE_INVALID, x, 4, NULL, &s), PROBE_EINVAL);
     cr_assert_eq(su(PROBE_DTYPE_FLOAT32, NULL, 4, NULL, &s), PROBE_EINVAL);
+    /* the source entry with the CPU engine's options: the same checks */
+    source_v2_fn v2 = (source_v2_fn)dlsym(h, "probe_cuda_metrics_source_v2");
+    probe_pair_source src = {4, {PROBE_DTYPE_FLOAT32, PROBE_DTYPE_FLOAT32}, src_read, x};
+    probe_stream_opts so = {0, {3, 1}, NULL, NULL, NULL};
+    probe_channel_shift sh;
+    cr_assert_eq(v2(0, &src, &o, &so, &out, &sh), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "probe_cuda_metrics_source_v2: channels 3") != NULL, "%s",
+              probe_last_error());
+    cr_assert_eq(v2(0, &src, NULL, NULL, &out, NULL), PROBE_EINVAL);
+    cr_assert_eq(v2(0, NULL, &o, NULL, &out, NULL), PROBE_EINVAL);
+    cr_assert_eq(v2(0, &src, &o, NULL, NULL, NULL), PROBE_EINVAL);
 }
 
 /* Without a GPU: PROBE_EUNSUPPORTED and the CUDA message; with one, the
@@ -114,6 +129,13 @@ Test(cuda_plugin, no_device_or_source_path)
         probe_summary sm;
         cr_assert_eq(su(PROBE_DTYPE_FLOAT32, x, 4, NULL, &sm), PROBE_EUNSUPPORTED);
         cr_assert_eq(out.n, 0); /* outputs zeroed */
+        source_v2_fn v2 = (source_v2_fn)dlsym(h, "probe_cuda_metrics_source_v2");
+        probe_stream_opts sopt = {0, {2, 2}, NULL, NULL, NULL};
+        probe_channel_shift sh = {7, 1, 1, 1, 1, 1, 1};
+        cr_assert_eq(v2(0, &src, &o, &sopt, &out, &sh), PROBE_EUNSUPPORTED);
+        cr_assert(strstr(probe_last_error(), "probe_cuda_metrics_source_v2: no usable CUDA "
+                                             "device") != NULL, "%s", probe_last_error());
+        cr_assert(out.n == 0 && sh.count == 0); /* outputs zeroed */
         return;
     }
     cr_assert_eq(s, PROBE_OK, "%s", probe_last_error());
@@ -125,6 +147,13 @@ Test(cuda_plugin, no_device_or_source_path)
     cr_assert_eq(out.cosine, 1.0);
     cr_assert_eq(out.p99_abs, 0.0);
     cr_assert_eq(out.norm_ref, cpu.norm_ref);
+    /* the per-channel arrays of the v2 entry: channels {1, 2} and {3, 4} */
+    source_v2_fn v2 = (source_v2_fn)dlsym(h, "probe_cuda_metrics_source_v2");
+    double shift[2], se[2], nk[2];
+    probe_stream_opts sopt = {0, {2, 2}, shift, se, nk};
+    probe_channel_shift sh;
+    cr_assert_eq(v2(0, &src, &o, &sopt, &out, &sh), PROBE_OK, "%s", probe_last_error());
+    cr_assert(sh.count == 2 && nk[0] == 2 && nk[1] == 2 && shift[0] == 0 && se[1] == 0);
 }
 #else
 Test(cuda_plugin, not_built)
