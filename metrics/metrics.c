@@ -8,7 +8,7 @@
  * with Neumaier's compensated summation (stream.c gives the error bound).
  *
  * Range: when the largest magnitude of r, c or c - r lies outside
- * [2^-300, 2^300] (possible only for float64 inputs), the squares could
+ * [2^-250, 2^250] (possible only for float64 inputs; the sums hold fourth powers), the squares could
  * overflow or underflow; the sums are then recomputed in a second pass on
  * values scaled by powers of two (exact), as LAPACK's dnrm2 does in spirit.
  *

@@ -28,6 +28,12 @@ if [ -x scripts/gpu/metrics-selftest ]; then
   log "metrics-selftest: exit $?"; grep -cE "^PASS" "$WORK/metrics-selftest.log" | sed 's/^/PASS lines: /' | tee -a "$OUT/summary.txt"
   grep -E "^FAIL" "$WORK/metrics-selftest.log" | head -20 | tee -a "$OUT/summary.txt"
 fi
+if [ -f tests/gpu/compare_device.py ]; then
+  timeout 120 python3 tests/gpu/compare_device.py "$PWD/build-gpu" "$WORK/cmpdev" > "$WORK/compare-device.log" 2>&1
+  log "compare_device (probe-compare --device cuda against the CPU): exit $?"
+  grep -cE "^PASS" "$WORK/compare-device.log" | sed 's/^/PASS lines: /' | tee -a "$OUT/summary.txt"
+  grep -E "^FAIL" "$WORK/compare-device.log" | head -10 | tee -a "$OUT/summary.txt"
+fi
 t0=$(date +%s)
 python3 bench/mutation/study.py --python python3 --bin build-gpu/bin --device cuda --size 256 \
   --frames 17 --steps 4 --layers 4 --blocks --jobs "${STUDY_JOBS:-6}" --out "$WORK/study" \
