@@ -203,6 +203,7 @@ static json_t *systematic_json(const probe_tensor_result *t)
     }
     json_object_set_new(o, "channel_fail", json_boolean(y->channel_fail));
     json_object_set_new(o, "floor", num_or_null(y->floor));
+    json_object_set_new(o, "floor_gate", num_or_null(y->floor_gate));
     return o;
 }
 
@@ -226,6 +227,7 @@ static json_t *oracle_json(int has, const probe_oracle_verdict *v, const probe_m
     json_object_set_new(o, "channel", json_integer((json_int_t)v->channel));
     json_object_set_new(o, "channel_excess", num_or_null(v->channel_excess));
     json_object_set_new(o, "channel_excess_size", num_or_null(v->channel_excess_size));
+    json_object_set_new(o, "floor", num_or_null(v->floor));
     json_object_set_new(o, "ratio_fail", json_boolean(v->ratio_fail));
     json_object_set_new(o, "gain_fail", json_boolean(v->gain_fail));
     json_object_set_new(o, "channel_fail", json_boolean(v->channel_fail));

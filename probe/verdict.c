@@ -42,7 +42,9 @@ probe_status probe_systematic_check(const probe_metrics *m, const double *shift,
     if (!m || !out || (nchannels && (!shift || !se || !nk)))
         return probe_set_error(PROBE_EINVAL, "probe_systematic_check: NULL argument");
     memset(out, 0, sizeof *out);
-    out->floor = floor_of(gate_rel_l2_max);
+    out->floor_gate = out->floor = floor_of(gate_rel_l2_max);
+    if (isfinite(m->rel_l2) && PROBE_SYSTEMATIC_SHARE * m->rel_l2 > out->floor)
+        out->floor = PROBE_SYSTEMATIC_SHARE * m->rel_l2;
     out->gain_limit = probe_systematic_limit(1, PROBE_SYSTEMATIC_FALSE_ALARM);
     out->gain_fail = fabs(m->gain_z) > out->gain_limit && fabs(m->gain) >= out->floor;
     out->channels = nchannels;
@@ -105,7 +107,12 @@ probe_status probe_oracle_check(const probe_metrics *oracle_ref, const probe_met
     out->gain_excess = out->gain_excess_size == 0 ? 0.0
                        : gse > 0                  ? out->gain_excess_size / gse
                                                   : copysign(INFINITY, out->gain_excess_size);
-    out->gain_fail = out->gain_excess > sys->gain_limit && out->gain_excess_size >= sys->floor;
+    /* the added systematic error must be a share of the reference's own error */
+    double floor = sys->floor_gate;
+    if (isfinite(er) && PROBE_SYSTEMATIC_SHARE * er > floor)
+        floor = PROBE_SYSTEMATIC_SHARE * er;
+    out->floor = floor;
+    out->gain_fail = out->gain_excess > sys->gain_limit && out->gain_excess_size >= floor;
 
     double best = -INFINITY;
     for (uint64_t k = 0; k < nchannels; k++) {
@@ -114,7 +121,7 @@ probe_status probe_oracle_check(const probe_metrics *oracle_ref, const probe_met
         double dx = fabs(b_c[k]) - fabs(b_r[k]);
         double x = dx == 0 ? 0.0 : se[k] > 0 ? dx / se[k] : copysign(INFINITY, dx);
         double sz = pair->norm_ref > 0 ? sqrt(nk[k]) * dx / pair->norm_ref : 0.0;
-        int fails = x > sys->channel_limit && sz >= sys->floor;
+        int fails = x > sys->channel_limit && sz >= floor;
         /* the channel reported: a failing one first, then the largest excess */
         if ((fails && !out->channel_fail) || (fails == out->channel_fail && x > best)) {
             best = x;

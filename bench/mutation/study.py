@@ -212,10 +212,39 @@ def main():
                "layers": a.layers, "blocks": a.blocks, "named_at": want, "bf16_noise_block": noise,
                "bf16_noise_dit": noise_dit, "seconds": timings, "rows": rows}
     json.dump(summary, open(P("study.json"), "w"), indent=1)
+    json.dump(details(cands, results), open(P("details.json"), "w"))
     md = tables(summary)
     open(P("study.md"), "w").write(md)
     print(md)
     return 0
+
+
+def details(cands, results):
+    """Per candidate, per tensor, the numbers behind each verdict (compact lists):
+    path, rel_l2, then (no oracle, T1-relaxed's systematic test) gain_z, gain share of the
+    difference, channel_z, channel share, then (oracle) ratio, ratio_limit, channel excess
+    z, its size, gain excess z, its size, the excess floor, the reference's error, verdict."""
+    def num(x):
+        return None if x is None else float("%.4g" % x)
+    out = {"columns": ["path", "rel_l2", "gain_z", "gain_share", "channel_z", "channel_share",
+                       "ratio", "ratio_limit", "channel_excess", "channel_excess_size",
+                       "gain_excess", "gain_excess_size", "excess_floor", "err_reference",
+                       "oracle_verdict"], "candidates": {}}
+    for (kind, name, what, fam, size), res in zip(cands, results):
+        orc = {t["path"]: t for t in res["oracle"]["tensors"]}
+        rows = []
+        for t in res["T1-relaxed"]["tensors"]:
+            y, o, rel = t.get("systematic") or {}, (orc.get(t["path"]) or {}).get("oracle") or {}, t["rel_l2"]
+            gs = abs(y["gain"]) / rel if y and rel else None
+            cs = y.get("channel_size") / rel if y and rel and y.get("channels") else None
+            ges = (abs(o["gain_candidate"]) - abs(o["gain_reference"])) if o and o.get("gain_candidate") is not None \
+                and o.get("gain_reference") is not None else None
+            rows.append([t["path"], num(rel), num(y.get("gain_z")), num(gs), num(y.get("channel_z")), num(cs),
+                         num(o.get("ratio")), num(o.get("ratio_limit")), num(o.get("channel_excess")),
+                         num(o.get("channel_excess_size")), num(o.get("gain_excess")), num(ges),
+                         num(o.get("floor")), num(o.get("rel_l2_reference")), o.get("verdict")])
+        out["candidates"][name] = {"kind": kind, "what": what, "tensors": rows}
+    return out
 
 
 def reuse(capture, P):

@@ -40,7 +40,8 @@ python3 bench/mutation/study.py --python python3 --bin build-gpu/bin --device cu
   ${STUDY_ARGS:-} > "$WORK/study.log" 2>&1
 log "study: exit $? ($(( $(date +%s) - t0 )) s)"
 cp "$WORK/study/study.md" "$WORK/study/study.json" "$OUT/" 2>/dev/null
+gzip -c "$WORK/study/details.json" > "$OUT/details.json.gz" 2>/dev/null
 tail -30 "$WORK/study.log" >> "$OUT/summary.txt"
-rm -f "$WORK"/study/*.h5
+rm -f "$WORK"/study/*.h5 "$WORK"/study/*.json
 tar -C "$WORK" -czf "$OUT/logs.tar.gz" . 2>/dev/null
 log "done"
