@@ -238,19 +238,14 @@ res = probe.compare(big, big - torch.tensor([1, 0]), atol=0, rtol=0)
 check(res["dtype"] == "int64" and res["dtype_candidate"] == "int64", "torch int64 tensors stay int64")
 res = probe.compare(np.array([2**53 + 1], np.int64), np.array([2**53], np.int64), atol=0, rtol=0)
 check(res["dtype"] == "int64", "numpy int64 arrays stay int64")
-# 2**53 + 1 against 2**53 at atol = rtol = 0 must fail. That needs the C metrics engine to take
-# the difference of 64-bit integers exactly; while it still rounds them through fp64 (it reports
-# the pair identical), this one check is an expected failure, and a hard one once it does not.
-c_exact = not res["identical"]
+# 2**53 + 1 against 2**53 at atol = rtol = 0 must fail: the C metrics engine takes the
+# difference of 64-bit integers exactly (it would round both to 2**53 through fp64).
+check(not res["identical"], "numpy int64 2**53 + 1 vs 2**53: not identical")
 msg = raises(AssertionError, probe.assert_parity, 2**53 + 1, 2**53, atol=0, rtol=0)
-if msg is None and not c_exact:
-    print("XFAIL assert_parity(2**53 + 1, 2**53, atol=0, rtol=0) passes: the C metrics engine still "
-          "compares int64 through fp64 (exact 64-bit integer differences are not in this libprobe yet)")
-else:
-    check(msg is not None and not msg.startswith("WRONG") and "gate T1 failed" in msg,
-          "assert_parity(2**53 + 1, 2**53, atol=0, rtol=0) fails with a mismatch: %r" % (msg or "")[:200])
-    msg = raises(AssertionError, probe.assert_parity, big, big - torch.tensor([1, 0]), atol=0, rtol=0)
-    check(msg is not None and not msg.startswith("WRONG"), "torch int64 tensors 1 apart at 2**53 fail")
+check(msg is not None and not msg.startswith("WRONG") and "gate T1 failed" in msg,
+      "assert_parity(2**53 + 1, 2**53, atol=0, rtol=0) fails with a mismatch: %r" % (msg or "")[:200])
+msg = raises(AssertionError, probe.assert_parity, big, big - torch.tensor([1, 0]), atol=0, rtol=0)
+check(msg is not None and not msg.startswith("WRONG"), "torch int64 tensors 1 apart at 2**53 fail")
 
 # --- the same C metrics as probe-compare -------------------------------------
 ref_h5, cand_h5, out_json = (os.path.join(tmp, n) for n in ("r.h5", "c.h5", "c.json"))
