@@ -349,7 +349,10 @@ static probe_status oracle_pair(const probe_compare_opts *o, probe_file *of, ten
         return PROBE_OK;
     probe_status s = oracle_verdict_of(o, of, (size_t)oi, rs, cs, t->dtype_cand, spec, &t->m, pc,
                                        t, &t->m_oracle_ref, &t->m_oracle_cand, &t->oracle);
-    t->has_oracle = s == PROBE_OK;
+    /* an oracle that holds the reference's very bytes here computed this tensor as the
+     * reference did (no higher precision): it cannot judge it */
+    t->oracle_same = s == PROBE_OK && t->m_oracle_ref.identical;
+    t->has_oracle = s == PROBE_OK && !t->oracle_same;
     return s;
 }
 
@@ -857,16 +860,11 @@ static probe_status oracle_run_checks(probe_compare_result *res, probe_file *rf,
         res->pass = 0;
         add_run_reason(res, "injection failed in the oracle run: %s", why);
     }
-    if (res->noracle) {
-        size_t exact = 0;
-        for (size_t i = 0; i < res->ntensors; i++)
-            exact += res->tensors[i].has_oracle && res->tensors[i].m_oracle_ref.identical;
-        if (exact == res->noracle) {
-            res->pass = 0;
-            add_run_reason(res, "the oracle %s is identical to the reference in every tensor it "
-                           "holds: it is not a higher-precision run", res->oracle);
-        }
-    } else if (res->ntensors) {
+    if (!res->noracle && res->noracle_same) {
+        res->pass = 0;
+        add_run_reason(res, "the oracle %s is identical to the reference in every tensor it "
+                       "holds: it is not a higher-precision run", res->oracle);
+    } else if (!res->noracle && res->ntensors) {
         res->pass = 0;
         add_run_reason(res, "the oracle %s holds none of the compared tensors (with the "
                        "reference's shape)", res->oracle);
@@ -1175,7 +1173,9 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         if (!t->sys.computed)
             t->gate_verdict = t->verdict;
         res->noracle += t->has_oracle != 0;
-        res->noracle_missing += of && t->compared && !t->stats_only && !t->has_oracle;
+        res->noracle_same += t->oracle_same != 0;
+        res->noracle_missing += of && t->compared && !t->stats_only && !t->has_oracle &&
+                                !t->oracle_same;
         int nbefore = t->verdict.nreasons;
         if ((s = rank_keys(rset, i, cset, ci, t)) != PROBE_OK)
             goto fail;

@@ -635,6 +635,10 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
         fprintf(out, "gate %s alone: %zu of %zu compared tensors fail it%s\n", gate, ngate,
                 r->ntensors, r->headline == PROBE_HEADLINE_ORACLE ? " (reported, not the verdict)"
                                                                   : "");
+    if (r->oracle[0] && r->noracle_same)
+        fprintf(out, "note: the oracle holds the reference's very bytes in %zu compared tensor%s (it "
+                     "computed them as the reference did): those are judged by the gate and the "
+                     "systematic test\n", r->noracle_same, r->noracle_same == 1 ? "" : "s");
     if (r->oracle[0] && r->noracle_missing)
         fprintf(out, "note: the oracle does not hold %zu compared tensor%s (with the reference's "
                      "shape): those are judged by the gate and the systematic test\n",

@@ -289,6 +289,8 @@ static json_t *tensor_json(const probe_tensor_result *t)
     json_object_set_new(o, "systematic", systematic_json(t));
     json_object_set_new(o, "oracle", oracle_json(t->has_oracle, &t->oracle, &t->m_oracle_ref,
                                                  &t->m_oracle_cand));
+    if (t->oracle_same)
+        json_object_set_new(o, "oracle_same_as_reference", json_true());
     if (t->ref.call >= 0)
         json_object_set_new(o, "call", json_integer(t->ref.call));
     if (t->ref.cfg_branch >= 0)
@@ -450,6 +452,10 @@ static json_t *result_json(const probe_compare_result *r)
     json_object_set_new(o, "headline", json_string(rules[r->headline]));
     json_object_set_new(o, "gate_verdict", json_string(r->gate_pass ? "pass" : "fail"));
     json_object_set_new(o, "oracle", r->oracle[0] ? json_string(r->oracle) : json_null());
+    if (r->oracle[0])
+        json_object_set_new(o, "oracle_tensors", json_pack("{s:I,s:I,s:I}", "judged",
+                            (json_int_t)r->noracle, "same_as_reference", (json_int_t)r->noracle_same,
+                            "not_held", (json_int_t)r->noracle_missing));
     json_object_set_new(o, "first_failure",
                         r->first_failure_path[0] ? json_string(r->first_failure_path) : json_null());
     json_object_set_new(o, "feature_active", json_boolean(r->feature_active));

@@ -195,7 +195,11 @@ typedef struct probe_tensor_result {
      * verdict plus the failures every gate has (NaN, infinity mismatch, shape). */
     probe_gate_verdict gate_verdict;
     probe_systematic sys;       /* the systematic test of the pair (sys.computed 0: none) */
-    int has_oracle;             /* the oracle holds this path with the reference's shape */
+    int has_oracle;             /* the oracle holds this path with the reference's shape, and
+                                   not the reference's very bytes */
+    int oracle_same;            /* the oracle holds the reference's very bytes (same element
+                                   type): it computed this tensor as the reference did, so it
+                                   cannot judge it; the gate and the systematic test do */
     probe_metrics m_oracle_ref, m_oracle_cand; /* oracle as reference side: (o, r), (o, c) */
     probe_oracle_verdict oracle;
     /* With an oracle and --isolated, for outputs: the isolated output (the candidate's
@@ -325,6 +329,7 @@ typedef struct probe_compare_result {
     char *manifest_oracle;
     size_t noracle;                     /* tensors with has_oracle */
     size_t noracle_missing;             /* compared tensors the oracle does not hold */
+    size_t noracle_same;                /* tensors where the oracle holds the reference's bytes */
     /* Attribution (probe/verdict.h probe_attribute): the component calls in execution
      * order with what each did to the difference, and where it was introduced. */
     size_t ncalls;

@@ -103,7 +103,7 @@ class TensorSaver:
 
 class ToyVideoPipeline:
     def __init__(self, weight_seed=0, feature="none", saver=None, scheduler_shift=3.0,
-                 save_blocks=False):
+                 save_blocks=False, attention=None, bf16_weights=False):
         if feature not in FEATURES:
             raise ValueError(f"unknown feature {feature!r}; one of {', '.join(FEATURES)}")
         torch.manual_seed(weight_seed)
@@ -114,7 +114,10 @@ class ToyVideoPipeline:
         self.scheduler = tm.ToyFlowMatchScheduler(shift=scheduler_shift)
         self.feature = feature
         self.saver = saver
-        tm.set_attention_impl("chunked" if feature == "chunked-attention" else "dense", chunk=32)
+        chunked = feature == "chunked-attention" or attention == "chunked"
+        tm.set_attention_impl("chunked" if chunked else "dense", chunk=32)
+        if bf16_weights:  # the bf16 denoiser's weights, held and computed in float32
+            self.transformer.to(torch.bfloat16).to(torch.float32)
         if feature == "bf16-denoiser":
             self.transformer.to(torch.bfloat16)
         if feature == "perturb-denoiser":
@@ -242,6 +245,12 @@ def main(argv=None):
                     help="with --save: also every DiT block's input/output (forward hooks), "
                          "as dit.block")
     ap.add_argument("--out", metavar="FILE", help="save the video [1, 3, F, H, W] float32 as .npy")
+    ap.add_argument("--attention", choices=("dense", "chunked"), default=None,
+                    help="the attention kernel whatever the feature (chunked: as chunked-attention), "
+                         "e.g. a kernel swap of the bf16 denoiser")
+    ap.add_argument("--bf16-weights", action="store_true",
+                    help="round the denoiser's weights to bfloat16 and compute in float32: the "
+                         "float32 oracle of a bf16-denoiser run (docs/gates.md)")
     a = ap.parse_args(argv)
 
     torch.set_num_threads(a.threads)
@@ -253,7 +262,8 @@ def main(argv=None):
     t0 = time.time()
     try:
         pipe = ToyVideoPipeline(weight_seed=a.weight_seed, feature=a.feature, saver=saver,
-                                scheduler_shift=a.scheduler_shift, save_blocks=a.save_blocks)
+                                scheduler_shift=a.scheduler_shift, save_blocks=a.save_blocks,
+                                attention=a.attention, bf16_weights=a.bf16_weights)
         video = pipe(a.prompt, a.negative_prompt, steps=a.steps, frames=a.frames, height=a.height,
                      width=a.width, guidance_scale=a.guidance_scale, seed=a.seed)
     except ValueError as e:

@@ -243,8 +243,8 @@ def main():
         p, x = t["path"], t["oracle"]
         er = np.linalg.norm(rn[p] - o[p]) / np.linalg.norm(o[p])
         ec = np.linalg.norm(sa[p] - o[p]) / np.linalg.norm(o[p])
-        if er == 0:
-            ok &= x["ratio"] == 1.0 if ec == 0 else x["ratio"] is None
+        if er == 0:  # the oracle holds the reference's bytes: it cannot judge this tensor
+            ok &= x is None and t.get("oracle_same_as_reference") is True
             continue
         ok &= close(x["rel_l2_reference"], er, 1e-9) and close(x["rel_l2_candidate"], ec, 1e-9)
         ok &= close(x["ratio"], ec / er, 1e-9)
