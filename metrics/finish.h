@@ -89,4 +89,64 @@ static inline void probe_metrics_finish(const probe_metrics_totals *t, probe_met
     probe_metrics_finish_gain(t, out);
 }
 
+/* The per-channel results of probe_channel_shift (probe/metrics.h) from each
+ * channel's count n_k, sum of d, and sums of squared deviations of r (m2_r)
+ * and of d (m2_d): begin, then one call per channel in channel order, then
+ * end. The optional arrays (NULL: not wanted) get shift_k, se_k and n_k. */
+typedef struct probe_channel_finish {
+    probe_channel_shift *shift;
+    double *shift_out, *se_out, *n_out;
+    double best, zbest;
+} probe_channel_finish;
+
+static inline void probe_channel_finish_begin(probe_channel_finish *f, probe_channel_shift *shift,
+                                              uint64_t count, double *shift_out, double *se_out,
+                                              double *n_out)
+{
+    f->shift = shift;
+    f->shift_out = shift_out;
+    f->se_out = se_out;
+    f->n_out = n_out;
+    f->best = f->zbest = -1.0;
+    shift->count = count;
+    shift->argmax = shift->z_argmax = 0;
+    shift->max = shift->max_rel = shift->std_ref = NAN;
+    shift->z_max = 0.0;
+}
+
+static inline void probe_channel_finish_one(probe_channel_finish *f, uint64_t k, double n,
+                                            double sum_d, double m2_r, double m2_d)
+{
+    probe_channel_shift *sh = f->shift;
+    double v = n > 0 ? sum_d / n : NAN;
+    double se = n >= 2 ? sqrt(m2_d / (n - 1.0) / n) : NAN;
+    double z = n < 2 || v == 0.0 ? 0.0 : se > 0.0 ? v / se : copysign(INFINITY, v);
+    if (f->shift_out)
+        f->shift_out[k] = v;
+    if (f->se_out)
+        f->se_out[k] = se;
+    if (f->n_out)
+        f->n_out[k] = n;
+    if (n > 0 && fabs(v) > f->best) {
+        f->best = fabs(v);
+        sh->argmax = k;
+        sh->max = v;
+        sh->std_ref = sqrt(m2_r / n);
+    }
+    if (fabs(z) > f->zbest) {
+        f->zbest = fabs(z);
+        sh->z_argmax = k;
+        sh->z_max = z;
+    }
+}
+
+static inline void probe_channel_finish_end(probe_channel_finish *f)
+{
+    probe_channel_shift *sh = f->shift;
+    if (f->best >= 0.0) {
+        double sd = sh->std_ref;
+        sh->max_rel = sh->max == 0.0 ? 0.0 : sd == 0.0 ? copysign(INFINITY, sh->max) : sh->max / sd;
+    }
+}
+
 #endif

@@ -1151,40 +1151,14 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
     probe_metrics_finish(&tot, out);
 
     if (shift && jb.ch.count) {
-        shift->count = jb.ch.count;
-        shift->max = NAN;
-        shift->max_rel = NAN;
-        shift->std_ref = NAN;
-        double best = -1.0, zbest = -1.0;
+        probe_channel_finish f;
+        probe_channel_finish_begin(&f, shift, jb.ch.count, so.channel_shift_out, so.channel_se_out,
+                                   so.channel_n_out);
         for (uint64_t k = 0; k < jb.ch.count; k++) {
             const chan_acc *a = &jb.total.chan[k];
-            double v = a->n > 0 ? nsum_get(&a->sum_d) / a->n : NAN;
-            double se = a->n >= 2 ? sqrt(a->m2_d / (a->n - 1.0) / a->n) : NAN;
-            double z = a->n < 2 || v == 0.0 ? 0.0 : se > 0.0 ? v / se : copysign(INFINITY, v);
-            if (so.channel_shift_out)
-                so.channel_shift_out[k] = v;
-            if (so.channel_se_out)
-                so.channel_se_out[k] = se;
-            if (so.channel_n_out)
-                so.channel_n_out[k] = a->n;
-            if (a->n > 0 && fabs(v) > best) {
-                best = fabs(v);
-                shift->argmax = k;
-                shift->max = v;
-                shift->std_ref = sqrt(a->m2_r / a->n);
-            }
-            if (fabs(z) > zbest) {
-                zbest = fabs(z);
-                shift->z_argmax = k;
-                shift->z_max = z;
-            }
+            probe_channel_finish_one(&f, k, a->n, nsum_get(&a->sum_d), a->m2_r, a->m2_d);
         }
-        if (best >= 0.0) {
-            double sd = shift->std_ref;
-            shift->max_rel = shift->max == 0.0 ? 0.0
-                             : sd == 0.0       ? copysign(INFINITY, shift->max)
-                                               : shift->max / sd;
-        }
+        probe_channel_finish_end(&f);
     }
     job_free(&jb);
     return PROBE_OK;

@@ -1545,43 +1545,14 @@ typedef struct {
 static void channel_finish(const chan_part *h_ch, uint64_t count, const chan_arrays *co,
                            probe_channel_shift *shift)
 {
-    shift->count = count;
-    shift->argmax = 0;
-    shift->max = NAN;
-    shift->max_rel = NAN;
-    shift->std_ref = NAN;
-    shift->z_argmax = 0;
-    shift->z_max = 0.0;
-    double best = -1.0, zbest = -1.0;
+    probe_channel_finish f;
+    probe_channel_finish_begin(&f, shift, count, co ? co->shift : NULL, co ? co->se : NULL,
+                               co ? co->n : NULL);
     for (uint64_t k = 0; k < count; k++) {
         const chan_part *a = &h_ch[k];
-        double v = a->n > 0 ? nsum_get(&a->sd) / a->n : NAN;
-        double se = a->n >= 2 ? sqrt(a->m2_d / (a->n - 1.0) / a->n) : NAN;
-        double z = a->n < 2 || v == 0.0 ? 0.0 : se > 0.0 ? v / se : copysign(INFINITY, v);
-        if (co && co->shift)
-            co->shift[k] = v;
-        if (co && co->se)
-            co->se[k] = se;
-        if (co && co->n)
-            co->n[k] = a->n;
-        if (a->n > 0 && fabs(v) > best) {
-            best = fabs(v);
-            shift->argmax = k;
-            shift->max = v;
-            shift->std_ref = sqrt(a->m2 / a->n);
-        }
-        if (fabs(z) > zbest) {
-            zbest = fabs(z);
-            shift->z_argmax = k;
-            shift->z_max = z;
-        }
+        probe_channel_finish_one(&f, k, a->n, nsum_get(&a->sd), a->m2, a->m2_d);
     }
-    if (best >= 0.0) {
-        double sd = shift->std_ref;
-        shift->max_rel = shift->max == 0.0 ? 0.0
-                         : sd == 0.0       ? copysign(INFINITY, shift->max)
-                                           : shift->max / sd;
-    }
+    probe_channel_finish_end(&f);
 }
 
 /* The per-channel statistics of the pair (channel spec ch, count > 0). */
