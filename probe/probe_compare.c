@@ -72,7 +72,8 @@ static void usage(FILE *f)
             "                      oracle, their ratio, and no added systematic error\n"
             "                      (docs/gates.md); the gate is still reported beside it\n"
             "  --oracle-headroom R the candidate's error against the oracle may be R times\n"
-            "                      the reference's (default 1.05)\n"
+            "                      the reference's (default 1.05; 1 to 1e6), or 1 + 4/sqrt(n)\n"
+            "                      times on a tensor of n elements when that is more\n"
             "  --allow-weight-diff compare even when the runs' weight fingerprints say they\n"
             "                      loaded different weights (docs/gemm.md); default: exit 2\n"
             "  --expect-identical  the pair must be bit-identical (determinism floor, reference\n"
@@ -631,7 +632,7 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
     size_t ngate = 0;
     for (size_t i = 0; i < r->ntensors; i++)
         ngate += !r->tensors[i].gate_verdict.pass;
-    if (r->headline != PROBE_HEADLINE_GATE && ngate)
+    if (r->headline != PROBE_HEADLINE_GATE && ngate != r->ntensors - npass)
         fprintf(out, "gate %s alone: %zu of %zu compared tensors fail it%s\n", gate, ngate,
                 r->ntensors, r->headline == PROBE_HEADLINE_ORACLE ? " (reported, not the verdict)"
                                                                   : "");
@@ -648,7 +649,8 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
             "in reference, %zu skipped (gate %s%s)\n",
             r->pass ? "PASS" : "FAIL", r->ntensors, npass, r->ntensors - npass, r->nmissing_cand,
             r->nmissing_ref, r->nskipped, gate,
-            r->headline == PROBE_HEADLINE_ORACLE       ? "; verdict: against the oracle"
+            r->headline == PROBE_HEADLINE_ORACLE && r->noracle ? "; verdict: against the oracle"
+            : r->headline == PROBE_HEADLINE_ORACLE ? "; no tensor judged against the oracle"
             : r->headline == PROBE_HEADLINE_SYSTEMATIC ? " + systematic test"
                                                        : "");
 }
@@ -1234,14 +1236,21 @@ int main(int argc, char **argv)
             allow[nallow++] = optarg;
             break;
         case OPT_ISOLATED: iso_path = optarg; break;
-        case OPT_ORACLE: oracle_path = optarg; break;
+        case OPT_ORACLE:
+            if (oracle_path) {
+                fprintf(stderr, "probe-compare: --oracle given twice (%s, %s): one oracle per "
+                                "comparison\n", oracle_path, optarg);
+                return 2;
+            }
+            oracle_path = optarg;
+            break;
         case OPT_ORACLE_HEADROOM: {
             char *end = NULL;
             errno = 0;
             double h = strtod(optarg, &end);
             if (errno || end == optarg || *end || !(h >= 1.0 && h <= 1e6)) {
-                fprintf(stderr, "probe-compare: --oracle-headroom: '%s' is not a ratio >= 1 (e.g. "
-                                "1.05)\n", optarg);
+                fprintf(stderr, "probe-compare: --oracle-headroom: '%s' is not a ratio from 1 to "
+                                "1e6 (e.g. 1.05)\n", optarg);
                 return 2;
             }
             opts.oracle_headroom = h;

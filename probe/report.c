@@ -453,6 +453,8 @@ static json_t *result_json(const probe_compare_result *r)
     json_object_set_new(o, "gate_verdict", json_string(r->gate_pass ? "pass" : "fail"));
     json_object_set_new(o, "oracle", r->oracle[0] ? json_string(r->oracle) : json_null());
     if (r->oracle[0])
+        json_object_set_new(o, "incomplete_oracle", json_boolean(r->incomplete_oracle));
+    if (r->oracle[0])
         json_object_set_new(o, "oracle_tensors", json_pack("{s:I,s:I,s:I}", "judged",
                             (json_int_t)r->noracle, "same_as_reference", (json_int_t)r->noracle_same,
                             "not_held", (json_int_t)r->noracle_missing));

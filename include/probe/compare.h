@@ -330,6 +330,7 @@ typedef struct probe_compare_result {
     size_t noracle;                     /* tensors with has_oracle */
     size_t noracle_missing;             /* compared tensors the oracle does not hold */
     size_t noracle_same;                /* tensors where the oracle holds the reference's bytes */
+    int incomplete_oracle;              /* the oracle's run_end says its run did not complete */
     /* Attribution (probe/verdict.h probe_attribute): the component calls in execution
      * order with what each did to the difference, and where it was introduced. */
     size_t ncalls;

@@ -289,6 +289,23 @@ def main():
         lines = se.strip().splitlines()
         check(rc == 2 and len(lines) == 1 and lines[0].startswith("probe-compare: ") and needle in lines[0],
               "bad input (%s): exit 2, one line [%d %r]" % (what, rc, se.strip()[:160]))
+    rc, so, se = compare(P("ref.h5"), P("noise.h5"), "--oracle", P("oracle-src.h5"), "--oracle",
+                         P("oracle-src.h5"))
+    check(rc == 2 and "--oracle given twice" in se, "--oracle twice: exit 2 (%d %r)" % (rc, se.strip()))
+    # an oracle whose run was killed half-way (its run_end says so; it lacks step 1)
+    half = pipeline(noise=0.0)
+    half.items = [x for x in half.items if x[4] != 1]
+    half.write(P("oracle-half.h5"))
+    with h5py.File(P("oracle-half.h5"), "a") as f:
+        f.attrs["probe.manifest"] = json.dumps({"probe_version": "test", "run_end": {
+            "exit_status": None, "signal": "SIGKILL", "capture": "journal", "capture_complete": False}})
+    rc, so, se = compare(P("ref_n.h5"), P("same_acc.h5"), "--oracle", P("oracle-half.h5"), "--json",
+                         P("half.json"))
+    hj = json.load(open(P("half.json")))
+    check(rc == 1 and hj["incomplete_oracle"] and hj["introduced"] is None and
+          any(r.startswith("incomplete capture: the oracle run did not complete (killed by signal "
+                           "SIGKILL") for r in hj["reasons"]),
+          "an oracle killed half-way fails the run as incomplete and names no place of introduction")
     pipeline().write(P("oracle-copy.h5"))
     rc, so, se = compare(P("ref.h5"), P("noise.h5"), "--oracle", P("oracle-copy.h5"))
     check(rc == 1 and "is identical to the reference in every tensor it holds" in so,
