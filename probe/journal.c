@@ -621,3 +621,44 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
         probe_journal_data_free(d);
     return s;
 }
+
+#define JOURNAL_READ_MAX ((size_t)1 << 30)
+
+probe_status probe_journal_read_all(const char *path, const char *jpath, int nofollow,
+                                    unsigned char **buf, size_t *len)
+{
+    *buf = NULL;
+    *len = 0;
+    int fd = open(jpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return probe_set_error(PROBE_EIO, "%s: cannot read its journal %s: %s", path, jpath,
+                               nofollow && e == ELOOP ? "it is a symbolic link" : strerror(e));
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > JOURNAL_READ_MAX) {
+        close(fd);
+        return probe_set_error(PROBE_EFORMAT, "%s: journal %s is %s", path, jpath,
+                               !S_ISREG(st.st_mode) ? "not a regular file" : "larger than 1 GiB");
+    }
+    size_t n = (size_t)st.st_size;
+    *buf = malloc(n > 0 ? n : 1);
+    if (*buf == NULL) {
+        close(fd);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, *buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    *len = got;
+    return PROBE_OK;
+}

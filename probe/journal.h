@@ -104,4 +104,13 @@ PROBE_JOURNAL_API probe_status probe_journal_parse(const char *jpath, const unsi
                                  probe_journal_data *d);
 PROBE_JOURNAL_API void probe_journal_data_free(probe_journal_data *d);
 
+/* The whole journal jpath of capture `path` into *buf (malloc'd, *len bytes): a
+ * regular file of at most 1 GiB; with nofollow, never through a symbolic link.
+ * Errors: PROBE_EIO (cannot open or stat it; a symbolic link with nofollow),
+ * PROBE_EFORMAT (not a regular file, larger than 1 GiB), PROBE_ENOMEM; the
+ * message names the file. */
+PROBE_JOURNAL_API probe_status probe_journal_read_all(const char *path, const char *jpath,
+                                                      int nofollow, unsigned char **buf,
+                                                      size_t *len);
+
 #endif

@@ -1553,44 +1553,6 @@ static int bytes_match(int fd, uint64_t offset, uint64_t nbytes, uint64_t hash)
     return ok;
 }
 
-/* The whole journal into memory (at most 1 GiB). */
-#define JOURNAL_READ_MAX ((size_t)1 << 30)
-static probe_status read_journal(const char *path, const char *jpath, unsigned char **buf, size_t *len)
-{
-    *buf = NULL;
-    *len = 0;
-    int fd = open(jpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return probe_set_error(PROBE_EIO, "%s: cannot read its journal %s: %s", path, jpath, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > JOURNAL_READ_MAX) {
-        close(fd);
-        return probe_set_error(PROBE_EFORMAT, "%s: journal %s is %s", path, jpath,
-                               !S_ISREG(st.st_mode) ? "not a regular file" : "larger than 1 GiB");
-    }
-    size_t n = (size_t)st.st_size;
-    *buf = malloc(n > 0 ? n : 1);
-    if (*buf == NULL) {
-        close(fd);
-        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
-    }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = read(fd, *buf + got, n - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    close(fd);
-    *len = got;
-    return PROBE_OK;
-}
 
 static int cmp_jrec_seq(const void *a, const void *b)
 {
@@ -1728,7 +1690,7 @@ static probe_status open_journaled(const char *path, probe_file **out)
     } else {
         f->file = H5I_INVALID_HID;
         f->cur.index = (size_t)-1;
-        s = read_journal(path, jpath, &buf, &len);
+        s = probe_journal_read_all(path, jpath, 0, &buf, &len);
     }
     if (s == PROBE_OK) {
         s = probe_journal_parse(jpath, buf, len, &d);

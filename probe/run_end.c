@@ -27,7 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define JOURNAL_READ_MAX ((size_t)1 << 30)
 #define ROOM_SLACK ((uint64_t)64 << 10)
 
 void probe_run_end_signal_name(int sig, char *buf, size_t cap)
@@ -116,43 +115,6 @@ static probe_status with_run_end(const char *path, const char *manifest, const p
     return PROBE_OK;
 }
 
-/* The whole journal into memory (a regular file of at most 1 GiB, never
- * through a symlink). */
-static probe_status slurp(const char *jpath, unsigned char **buf, size_t *len)
-{
-    *buf = NULL;
-    *len = 0;
-    int fd = open(jpath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        (uint64_t)st.st_size > JOURNAL_READ_MAX) {
-        int e = errno;
-        probe_status s = probe_set_error(
-            PROBE_EIO, "%s: cannot read the journal: %s", jpath,
-            fd < 0 ? (e == ELOOP ? "it is a symbolic link" : strerror(e))
-                   : !S_ISREG(st.st_mode) ? "not a regular file" : "larger than 1 GiB");
-        if (fd >= 0)
-            close(fd);
-        return s;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    *buf = malloc(n ? n : 1);
-    if (!*buf) {
-        close(fd);
-        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
-    }
-    while (got < n) {
-        ssize_t k = read(fd, *buf + got, n - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    close(fd);
-    *len = got;
-    return PROBE_OK;
-}
 
 /* A capture its writer did not close: append the manifest with run_end to
  * the journal (the reader takes its last MANIFEST record). *empty_journal:
@@ -164,7 +126,7 @@ static probe_status record_in_journal(const char *path, const char *jpath, const
     unsigned char *buf;
     size_t len;
     *empty_journal = 0;
-    probe_status s = slurp(jpath, &buf, &len);
+    probe_status s = probe_journal_read_all(path, jpath, 1, &buf, &len);
     if (s != PROBE_OK)
         return s;
     probe_journal_data d;
