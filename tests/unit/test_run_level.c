@@ -22,25 +22,8 @@
 #include "probe/dtype.h"
 #include "probe/gate.h"
 
-static char g_dir[512];
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void setup(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/probe-runlevel-XXXXXX", t != NULL && t[0] ? t : "/tmp");
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
-}
-
-static void teardown(void)
-{
-    nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
+#define TMPDIR_PREFIX "probe-runlevel"
+#include "tmpdir_fixture.h"
 
 TestSuite(run_level, .init = setup, .fini = teardown, .timeout = 60);
 
