@@ -40,30 +40,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import reexec_in_diffusers_venv  # noqa: E402
+
 STEPS, FRAMES, SIZE = 2, 5, 32
 
 
-def venv_python():
-    return os.path.join(os.environ.get("PROBE_VENV") or os.path.expanduser("~/.cache/probe-venv"),
-                        "bin", "python")
-
-
 def reexec_in_venv():
-    """Run this test with the venv's interpreter (torch 2.11 + diffusers)."""
-    py = venv_python()
-    if os.environ.get("PROBE_OBSERVER_IN_VENV") == "1":
-        return
-    if not os.access(py, os.X_OK):
-        print("SKIP: no venv python at %s (scripts/setup creates it; PROBE_VENV names another)" % py)
-        sys.exit(77)
-    chk = subprocess.run([py, "-c", "import torch, diffusers, transformers, numpy, h5py"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if chk.returncode != 0:
-        print("SKIP: the venv at %s lacks torch/diffusers/transformers/numpy/h5py: %s"
-              % (py, (chk.stdout.strip().splitlines() or ["(no output)"])[-1]))
-        sys.exit(77)
-    env = dict(os.environ, PROBE_OBSERVER_IN_VENV="1")
-    os.execve(py, [py, os.path.abspath(__file__)], env)
+    reexec_in_diffusers_venv("PROBE_OBSERVER_IN_VENV")
 
 
 def fail(msg):

@@ -138,6 +138,25 @@ def reexec_in_venv():
     return py
 
 
+def reexec_in_diffusers_venv(flag):
+    """Run the calling test again under the venv's python (torch 2.11 + diffusers +
+    transformers, numpy, h5py) unless the environment variable `flag` says it already
+    does; exit 77 (skipped) with the reason when the venv or one of them is missing."""
+    py = venv_python()
+    if os.environ.get(flag) == "1":
+        return
+    if not os.access(py, os.X_OK):
+        print("SKIP: no venv python at %s (scripts/setup creates it; PROBE_VENV names another)" % py)
+        sys.exit(77)
+    chk = subprocess.run([py, "-c", "import torch, diffusers, transformers, numpy, h5py"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if chk.returncode != 0:
+        print("SKIP: the venv at %s lacks torch/diffusers/transformers/numpy/h5py: %s"
+              % (py, (chk.stdout.strip().splitlines() or ["(no output)"])[-1]))
+        sys.exit(77)
+    os.execve(py, [py, os.path.abspath(sys.argv[0])], dict(os.environ, **{flag: "1"}))
+
+
 def bf16_type():
     """The HDF5 file type probe's writer gives bfloat16 (probe/h5types.c):
     IEEE binary32 cut to its upper 16 bits (sign 15, exponent 7..14, bias 127,
