@@ -59,6 +59,7 @@ void shim_job_record(const struct shim_job *j, probe_record *rec)
     rec->parent = j->parent[0] ? j->parent : NULL;
     rec->block = j->block;
     rec->class_name = j->class_name[0] ? j->class_name : NULL;
+    rec->module = j->module[0] ? j->module : NULL;
 }
 
 /* caller holds qlock */

@@ -336,6 +336,7 @@ struct shim_job {
     char parent[SHIM_PARENT_MAX];     /* "" not nested */
     int64_t block;                    /* with parent: index among the parent's calls of the component */
     char class_name[SHIM_PARENT_MAX]; /* "" unknown */
+    char module[SHIM_PARENT_MAX];     /* "" unknown */
     /* payload */
     void *data;         /* SHIM_JOB_HOST: malloc'd contiguous bytes (NULL when nbytes 0) */
     size_t nbytes;      /* contiguous size */
@@ -457,10 +458,11 @@ int shim_tap_process_captures(void);
 probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent *ext);
 /* The descriptor's fields after timestep, as known from its struct_size:
  * parent (NULL when absent, empty or not nested), block (-1 without a
- * parent) and class_name (NULL when absent or empty). */
+ * parent), class_name and module (NULL when absent or empty). */
 const char *shim_tap_parent(const probe_tap_tensor_v1 *t);
 int64_t shim_tap_block(const probe_tap_tensor_v1 *t);
 const char *shim_tap_class(const probe_tap_tensor_v1 *t);
+const char *shim_tap_module(const probe_tap_tensor_v1 *t);
 
 /* Capture one tensor as probe_tap_v1 does (validation, selection by
  * PROBE_CAPTURE unless the caller selected it already, path taken once,

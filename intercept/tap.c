@@ -86,8 +86,13 @@ const char *shim_tap_class(const probe_tap_tensor_v1 *t)
     return TAP_HAS(t, class_name) && t->class_name && t->class_name[0] ? t->class_name : NULL;
 }
 
-/* parent ("/<component>/<call>", 1..255 bytes) and class name (1..255 bytes):
- * no control characters. */
+const char *shim_tap_module(const probe_tap_tensor_v1 *t)
+{
+    return TAP_HAS(t, module) && t->module && t->module[0] ? t->module : NULL;
+}
+
+/* parent ("/<component>/<call>", 1..255 bytes), class name and module path
+ * (1..255 bytes): no control characters. */
 static probe_status check_text(const char *s, const char *what, int path)
 {
     size_t n = strlen(s);
@@ -125,6 +130,9 @@ probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent 
         return probe_set_error(PROBE_EINVAL, "tap: block %lld is negative for a nested call (parent %s)",
                                (long long)t->block, parent);
     if (cls && (st = check_text(cls, "class_name", 0)) != PROBE_OK)
+        return st;
+    const char *mod = shim_tap_module(t);
+    if (mod && (st = check_text(mod, "module", 0)) != PROBE_OK)
         return st;
     if (t->rank < 0 || t->rank > PROBE_MAX_RANK)
         return probe_set_error(PROBE_EINVAL, "tap: rank %d is outside 0..%d", t->rank, PROBE_MAX_RANK);
@@ -422,6 +430,8 @@ static void fill_record(struct shim_job *j, const probe_tap_tensor_v1 *t, const 
     snprintf(j->parent, sizeof j->parent, "%s", parent ? parent : "");
     j->block = shim_tap_block(t);
     snprintf(j->class_name, sizeof j->class_name, "%s", cls ? cls : "");
+    const char *mod = shim_tap_module(t);
+    snprintf(j->module, sizeof j->module, "%s", mod ? mod : "");
     j->dtype = (probe_dtype)t->dtype;
     j->rank = t->rank;
     for (int k = 0; k < t->rank; ++k)
@@ -466,6 +476,7 @@ void shim_tap_operand(probe_tap_tensor_v1 *t, const char *component, const char 
     t->parent = NULL;
     t->block = -1;
     t->class_name = NULL;
+    t->module = NULL;
 }
 
 void shim_tap_operand_nesting(probe_tap_tensor_v1 *t, const struct shim_scope *sc)

@@ -229,13 +229,16 @@ probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uin
         s = jwrite(j, &o);
     }
     int nested = rec->parent != NULL && rec->parent[0] != '\0';
-    if (s == PROBE_OK && (nested || (rec->class_name != NULL && rec->class_name[0] != '\0'))) {
+    int has_class = rec->class_name != NULL && rec->class_name[0] != '\0';
+    int has_module = rec->module != NULL && rec->module[0] != '\0';
+    if (s == PROBE_OK && (nested || has_class || has_module)) {
         buf_t c = {0};
         rec_start(&c, PROBE_JREC_CALL);
         put_str(&c, rec->path);
         put_str(&c, nested ? rec->parent : "");
         put_u64(&c, nested ? (uint64_t)rec->block : UINT64_MAX);
         put_str(&c, rec->class_name);
+        put_str(&c, has_module ? rec->module : "");
         rec_finish(&c, 0);
         s = jwrite(j, &c);
     }
@@ -581,17 +584,20 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
             free(path);
             free(op);
         } else if (type == PROBE_JREC_CALL) {
-            char path[512], parent[256], cls[256];
+            char path[512], parent[256], cls[256], mod[256] = "";
             get_str_cut(&r, path, sizeof path);
             get_str_cut(&r, parent, sizeof parent);
             int64_t block = (int64_t)get_u64(&r);
             get_str_cut(&r, cls, sizeof cls);
+            if (!r.bad && r.at < r.len) /* module path: absent from records of older writers */
+                get_str_cut(&r, mod, sizeof mod);
             /* attached to the TENSOR record just before it; otherwise ignored */
             if (!r.bad && d->n > 0 && strcmp(d->t[d->n - 1].info.path, path) == 0) {
                 probe_tensor_info *i = &d->t[d->n - 1].info;
                 snprintf(i->parent, sizeof i->parent, "%s", parent);
                 i->block = parent[0] != '\0' && block >= 0 ? block : -1;
                 snprintf(i->class_name, sizeof i->class_name, "%s", cls);
+                snprintf(i->module, sizeof i->module, "%s", mod);
             }
         } else if (type == PROBE_JREC_MANIFEST) {
             char *m = get_str_dup(&r, &oom);

@@ -34,8 +34,9 @@ enum {
      * a version-1 reader without it skips it as an unknown type */
     PROBE_JREC_OP = 6,
     /* the nesting and class of the TENSOR record just before it (same path):
-     * parent, block (u64), class; written only for records with a parent or
-     * a class; a reader without it skips it as an unknown type */
+     * parent, block (u64), class, module path (absent from records of
+     * writers before it); written only for records with a parent, a class or
+     * a module path; a reader without it skips it as an unknown type */
     PROBE_JREC_CALL = 7
 };
 

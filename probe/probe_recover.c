@@ -45,7 +45,8 @@ static int copy_all(probe_file *f, const char *out)
                             .timestep = t->timestep, .scope = t->scope,
                             .seq = t->seq >= 0 ? (uint64_t)t->seq : (uint64_t)i, .dtype = t->dtype,
                             .rank = t->rank, .shape = t->shape, .op = op,
-                            .parent = t->parent, .block = t->block, .class_name = t->class_name};
+                            .parent = t->parent, .block = t->block, .class_name = t->class_name,
+                            .module = t->module};
         if (s == PROBE_OK)
             s = probe_writer_put(w, &rec, buf, nb);
         free(op);

@@ -340,7 +340,8 @@ static int describe_attrs(hid_t d, const char *path, probe_tensor_info *t)
     /* nesting: probe.block means something only with its probe.parent */
     t->block = -1;
     if (attr_str_into(d, "probe.parent", t->parent, sizeof t->parent) < 0 ||
-        attr_str_into(d, "probe.class", t->class_name, sizeof t->class_name) < 0)
+        attr_str_into(d, "probe.class", t->class_name, sizeof t->class_name) < 0 ||
+        attr_str_into(d, "probe.module", t->module, sizeof t->module) < 0)
         return -1;
     if (t->parent[0] != '\0' && attr_i64(d, "probe.block", &v) && v >= 0)
         t->block = v;

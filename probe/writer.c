@@ -668,15 +668,18 @@ static herr_t write_attrs(hid_t d, const probe_record *rec, const char *hash)
     }
     if (r >= 0 && rec->class_name != NULL && rec->class_name[0] != '\0')
         r = attr_write_str(d, "probe.class", rec->class_name);
+    if (r >= 0 && rec->module != NULL && rec->module[0] != '\0')
+        r = attr_write_str(d, "probe.module", rec->module);
     return r;
 }
 
 /* Strings that are not valid UTF-8 would make h5py fail to decode them. */
 static const char *bad_utf8_field(const probe_record *rec)
 {
-    const char *names[] = {"component", "slot", "scope", "device", "path", "op", "parent", "class_name"};
-    const char *vals[] = {rec->component, rec->slot, rec->scope,  rec->device,
-                          rec->path,      rec->op,   rec->parent, rec->class_name};
+    const char *names[] = {"component", "slot",   "scope",      "device", "path",
+                           "op",        "parent", "class_name", "module"};
+    const char *vals[] = {rec->component, rec->slot,   rec->scope,      rec->device, rec->path,
+                          rec->op,        rec->parent, rec->class_name, rec->module};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         if (vals[i] == NULL)
             continue;

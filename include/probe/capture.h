@@ -63,6 +63,9 @@ typedef struct probe_record {
     /* qualified name "module.Qualname" of the class whose method was wrapped
      * (probe.class); NULL or "": not written. */
     const char *class_name;
+    /* module path of the object whose method was wrapped ("text_encoder_2",
+     * "transformer.blocks.3"; probe.module); NULL or "": not written. */
+    const char *module;
 } probe_record;
 
 /* --- writer --- */
@@ -184,6 +187,9 @@ typedef struct probe_tensor_info {
     /* probe.class: "module.Qualname" of the class whose method was wrapped,
      * "" if absent; cut to 255 bytes. */
     char class_name[256];
+    /* probe.module: the module path of that object ("text_encoder_2",
+     * "transformer.blocks.3"), "" if absent; cut to 255 bytes. */
+    char module[256];
 } probe_tensor_info;
 
 typedef struct probe_skip_info {

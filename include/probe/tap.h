@@ -56,6 +56,11 @@ typedef struct probe_tap_tensor_v1 {
                                 wrapped (e.g. "diffusers.models.transformers.transformer_wan.
                                 WanTransformerBlock"); NULL or "": unknown. At most 255 bytes,
                                 no control characters */
+    const char *module;      /* the module path of the object whose method was wrapped: its
+                                attribute name in the pipeline ("text_encoder_2",
+                                "transformer") or, inside another component's call, its name
+                                in the parent's module tree ("transformer.blocks.3"); NULL or
+                                "": unknown. At most 255 bytes, no control characters */
 } probe_tap_tensor_v1;
 
 /* struct_size of a descriptor that ends at timestep (the first fields of

@@ -220,6 +220,9 @@ def main():
                   "diffusers.models.transformers.transformer_wan.WanTransformerBlock")
         if have != expect:
             errors.append("%s: step/cfg_branch/parent/block/class %r, the hooks say %r" % (p, have, expect))
+        if s(attrs.get("probe.module")) != "transformer.blocks.%d" % b.get("module", -1):
+            errors.append("%s: probe.module %r, the hooks saw transformer.blocks[%s] run"
+                          % (p, s(attrs.get("probe.module")), b.get("module")))
         compared += 1
     if meta["block_class"] != "diffusers.models.transformers.transformer_wan.WanTransformerBlock":
         errors.append("the pipeline's blocks are %s" % meta["block_class"])
@@ -235,6 +238,15 @@ def main():
     if len(dit) != 4 * 2 * STEPS or any("probe.parent" in a for a in dit):
         errors.append("dit.step: %d tensors (expected %d), nested: %r"
                       % (len(dit), 4 * 2 * STEPS, [a.get("probe.parent") for a in dit][:2]))
+
+    want_module = {"dit.step": "transformer", "scheduler.step": "scheduler", "timesteps": "scheduler",
+                   "vae.decode": "vae", "text_encoder": None}
+    for p, (_, attrs) in sorted(got.items()):
+        comp = p.split("/")[1]
+        if comp in want_module and s(attrs.get("probe.module")) != want_module[comp]:
+            errors.append("%s: probe.module %r, expected %r" % (p, s(attrs.get("probe.module")),
+                                                               want_module[comp]))
+            break
 
     if errors:
         fail("\n  ".join(errors))

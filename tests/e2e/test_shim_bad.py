@@ -33,6 +33,9 @@ def main():
               "only the valid tensors are in the file (%s)" % sorted(paths))
         nest = {p: (attr_str(f[p], "probe.parent"), f[p].attrs.get("probe.block"),
                     attr_str(f[p], "probe.class")) for p in paths}
+        check(attr_str(f["/good/0005/out"], "probe.module") == "transformer.blocks.1"
+              and all(attr_str(f[p], "probe.module") is None for p in paths if p != "/good/0005/out"),
+              "probe.module of the one call that gave it (%r)" % attr_str(f["/good/0005/out"], "probe.module"))
         check(nest["/good/0005/out"] == ("/dit.step/0003", 1, "toy.ToyDiTBlock")
               and f["/good/0005/out"].attrs["probe.block"].dtype == np.int64,
               "a nested call's probe.parent, probe.block (int64) and probe.class (%r)"

@@ -153,6 +153,10 @@ int main(void)
     expect("class_name 298 bytes", tap(&t), PROBE_EINVAL);
     t = good("bad", 0); t.class_name = "mod.\x01Block";
     expect("class_name with a control character", tap(&t), PROBE_EINVAL);
+    t = good("bad", 0); t.module = longparent + 1;
+    expect("module 298 bytes", tap(&t), PROBE_EINVAL);
+    t = good("bad", 0); t.module = "transformer.\nblocks.0";
+    expect("module with a newline", tap(&t), PROBE_EINVAL);
 
     /* valid ones */
     t = good("good", 0);
@@ -175,11 +179,13 @@ int main(void)
     t.parent = "/not/read"; t.block = -5; t.class_name = "\x01not read";
     expect("struct_size of the first v1 descriptor (no parent/block/class_name)", tap(&t), PROBE_OK);
     t = good("good", 5); t.parent = "/dit.step/0003"; t.block = 1; t.class_name = "toy.ToyDiTBlock";
-    expect("nested call with its class", tap(&t), PROBE_OK);
+    t.module = "transformer.blocks.1";
+    expect("nested call with its class and module path", tap(&t), PROBE_OK);
     t = good("good", 6); t.parent = ""; t.block = -1;
     expect("empty parent: not nested, block ignored", tap(&t), PROBE_OK);
     /* a struct_size that ends inside class_name: parent and block known, class not */
     t = good("good", 7); t.parent = "/dit.step/0000"; t.block = 0; t.class_name = "\x01not read";
+    t.module = "\x01not read";
     t.struct_size = (uint32_t)offsetof(probe_tap_tensor_v1, class_name);
     expect("struct_size up to block", tap(&t), PROBE_OK);
 

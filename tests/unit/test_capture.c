@@ -546,6 +546,7 @@ Test(capture, nesting_and_class_attributes)
     r.parent = "/dit.step/0002";
     r.block = 1;
     r.class_name = "diffusers.models.transformers.transformer_wan.WanTransformerBlock";
+    r.module = "transformer.blocks.1";
     put_ok(w, &r, v, sizeof v);
     probe_record c = rec_of("/dit.step/0002/out", PROBE_DTYPE_FLOAT32, 1, shape, 1);
     c.class_name = "toy.ToyDiTDenoiser"; /* a class, not nested */
@@ -574,6 +575,11 @@ Test(capture, nesting_and_class_attributes)
     cr_assert_eq(probe_writer_put(w, &bad, v, sizeof v), PROBE_EINVAL);
     cr_assert(strstr(probe_last_error(), "class_name is not valid UTF-8") != NULL, "%s",
               probe_last_error());
+    bad.class_name = NULL;
+    bad.module = "transformer.\xc3";
+    cr_assert_eq(probe_writer_put(w, &bad, v, sizeof v), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "module is not valid UTF-8") != NULL, "%s",
+              probe_last_error());
     cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
 
     hid_t fid = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -585,6 +591,9 @@ Test(capture, nesting_and_class_attributes)
     cr_assert_eq(raw_i64_attr(d, "probe.block", H5T_STD_I64LE), 1);
     s = raw_str_attr(d, "probe.class");
     cr_assert_str_eq(s, "diffusers.models.transformers.transformer_wan.WanTransformerBlock");
+    free(s);
+    s = raw_str_attr(d, "probe.module");
+    cr_assert_str_eq(s, "transformer.blocks.1");
     free(s);
     H5Dclose(d);
     d = H5Dopen2(fid, "/dit.step/0002/out", H5P_DEFAULT);
@@ -599,6 +608,7 @@ Test(capture, nesting_and_class_attributes)
         cr_assert_eq(H5Aexists(d, "probe.parent"), 0);
         cr_assert_eq(H5Aexists(d, "probe.block"), 0);
         cr_assert_eq(H5Aexists(d, "probe.class"), 0);
+        cr_assert_eq(H5Aexists(d, "probe.module"), 0);
         H5Dclose(d);
     }
     cr_assert_eq(H5Lexists(fid, "/dit.block/0006", H5P_DEFAULT), 0);
@@ -610,7 +620,9 @@ Test(capture, nesting_and_class_attributes)
     cr_assert_str_eq(t->parent, "/dit.step/0002");
     cr_assert_eq(t->block, 1);
     cr_assert_str_eq(t->class_name, "diffusers.models.transformers.transformer_wan.WanTransformerBlock");
+    cr_assert_str_eq(t->module, "transformer.blocks.1");
     t = find_ok(f, "/dit.step/0002/out", NULL);
+    cr_assert_str_eq(t->module, "");
     cr_assert_str_eq(t->parent, "");
     cr_assert_eq(t->block, -1);
     cr_assert_str_eq(t->class_name, "toy.ToyDiTDenoiser");

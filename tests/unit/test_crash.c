@@ -541,12 +541,14 @@ Test(crash, journal_keeps_parent_block_and_class)
     int64_t shape[1] = {4};
     probe_record a = {.path = "/dit.block/0003/out", .step = 1, .cfg_branch = 1, .seq = 0,
                       .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape,
-                      .parent = "/dit.step/0001", .block = 1, .class_name = "toy_modules.ToyDiTBlock"};
+                      .parent = "/dit.step/0001", .block = 1, .class_name = "toy_modules.ToyDiTBlock",
+                      .module = "transformer.blocks.1"};
     probe_record b = {.path = "/dit.block/0003/gemm.0000.out", .step = 1, .cfg_branch = 1, .seq = 1,
                       .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape, .op = "{\"op\":\"gemm\"}",
                       .parent = "/dit.step/0001", .block = 1};
     probe_record c = {.path = "/dit.step/0001/out", .step = 0, .cfg_branch = 1, .seq = 2,
-                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape,
+                      .module = "transformer"}; /* a module path alone makes a CALL record */
     cr_assert_eq(probe_writer_put(w, &a, v, sizeof v), PROBE_OK, "%s", probe_last_error());
     cr_assert_eq(probe_writer_put(w, &b, v, sizeof v), PROBE_OK, "%s", probe_last_error());
     cr_assert_eq(probe_writer_put(w, &c, v, sizeof v), PROBE_OK, "%s", probe_last_error());
@@ -562,10 +564,12 @@ Test(crash, journal_keeps_parent_block_and_class)
     cr_assert_str_eq(t->parent, "/dit.step/0001");
     cr_assert_eq(t->block, 1);
     cr_assert_str_eq(t->class_name, "toy_modules.ToyDiTBlock");
+    cr_assert_str_eq(t->module, "transformer.blocks.1");
     t = probe_file_tensor(f, 1);
     cr_assert_str_eq(t->parent, "/dit.step/0001");
     cr_assert_eq(t->block, 1);
     cr_assert_str_eq(t->class_name, "");
+    cr_assert_str_eq(t->module, "");
     char *got = NULL;
     cr_assert_eq(probe_file_tensor_attr(f, 1, "probe.op", &got), PROBE_OK, "%s", probe_last_error());
     cr_assert_str_eq(got, "{\"op\":\"gemm\"}");
@@ -574,6 +578,7 @@ Test(crash, journal_keeps_parent_block_and_class)
     cr_assert_str_eq(t->parent, "");
     cr_assert_eq(t->block, -1);
     cr_assert_str_eq(t->class_name, "");
+    cr_assert_str_eq(t->module, "transformer");
 
     /* rewritten from the recovered infos, as probe-recover does */
     probe_writer *w2;
@@ -584,7 +589,8 @@ Test(crash, journal_keeps_parent_block_and_class)
         cr_assert_eq(probe_file_read_raw(f, i, buf, sizeof buf), PROBE_OK);
         probe_record r = {.path = t->path, .step = t->step, .cfg_branch = t->cfg_branch,
                           .seq = (uint64_t)i, .dtype = t->dtype, .rank = t->rank, .shape = t->shape,
-                          .parent = t->parent, .block = t->block, .class_name = t->class_name};
+                          .parent = t->parent, .block = t->block, .class_name = t->class_name,
+                          .module = t->module};
         cr_assert_eq(probe_writer_put(w2, &r, buf, sizeof buf), PROBE_OK, "%s", probe_last_error());
     }
     cr_assert_eq(probe_writer_close(w2), PROBE_OK);
@@ -595,7 +601,9 @@ Test(crash, journal_keeps_parent_block_and_class)
     cr_assert_str_eq(t->parent, "/dit.step/0001");
     cr_assert_eq(t->block, 1);
     cr_assert_str_eq(t->class_name, "toy_modules.ToyDiTBlock");
+    cr_assert_str_eq(t->module, "transformer.blocks.1");
     cr_assert_eq(probe_file_tensor(f, 2)->block, -1);
+    cr_assert_str_eq(probe_file_tensor(f, 2)->module, "transformer");
     probe_file_close(f);
     free(jb);
 }

@@ -15,8 +15,9 @@ PROBE_MAX_RANK = 16
 class ProbeTapTensorV1(ctypes.Structure):
     """Mirror of struct probe_tap_tensor_v1 (field order and types exactly as
     in tap.h; ctypes applies the same natural alignment as the C compiler:
-    120 bytes on LP64). A shim built before parent/block/class_name reads
-    the first 96 bytes and ignores the rest."""
+    128 bytes on LP64). A shim built before parent/block/class_name reads
+    the first 96 bytes and ignores the rest; one built before module, the
+    first 120."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -37,6 +38,7 @@ class ProbeTapTensorV1(ctypes.Structure):
         ("parent", ctypes.c_char_p),
         ("block", ctypes.c_int64),
         ("class_name", ctypes.c_char_p),
+        ("module", ctypes.c_char_p),
     ]
 
 

@@ -16,7 +16,8 @@ Rules (docs/components.md):
     "/<component>/<call:04>", and its block index, the number of earlier
     calls of the same component inside that parent call (-1 and no parent
     when not nested); every call carries the class ("module.Qualname") of
-    the object whose method was wrapped;
+    the object whose method was wrapped, and its module path when it can be
+    found (_module_path);
   * timestep = the value of an argument named `timestep` or `t` when it is a
     Python number or a CPU tensor whose elements are all equal; NaN
     otherwise (a CUDA tensor is never read: that would synchronize).
@@ -47,6 +48,7 @@ import os
 import sys
 import threading
 import types
+import weakref
 
 from . import _abi
 
@@ -164,6 +166,8 @@ class Runtime:
         self._tls = threading.local()
         self._calls = {name: 0 for name in table.names}
         self._class_names = {}  # class -> "module.Qualname", cut to 255 bytes
+        self._module_paths = {}  # id(obj) -> (weakref to obj, module path or None)
+        self._module_maps = {}   # id(module) -> (weakref, {id(submodule): name})
         self._steps_done = 0
         self._dit_in_step = 0
         self._noted = set()
@@ -415,8 +419,11 @@ class Runtime:
             stack = rt._stack()
             scoped = pushed = False
             try:
-                ctx = rt._begin(component, stack[-1] if stack else None,
-                                rt._class_of(owner, kind, args))
+                parent = stack[-1] if stack else None
+                ctx = rt._begin(component, parent, rt._class_of(owner, kind, args))
+                if kind == "function" and args:
+                    ctx["obj"] = args[0]
+                    ctx["module"] = rt._module_path(args[0], parent)
                 stack.append(ctx)
                 pushed = True
                 try:
@@ -492,6 +499,90 @@ class Runtime:
                 name = "".join(c for c in name if ord(c) >= 0x20 and ord(c) != 0x7f)
                 self._class_names[t] = name
             return name
+        except Exception:
+            return None
+
+    def _submodule_names(self, mod):
+        """{id(submodule): dotted name} of an nn.Module-like object (one with
+        named_modules()), built once per object; {} otherwise."""
+        key = id(mod)
+        hit = self._module_maps.get(key)
+        if hit is not None and hit[0]() is mod:
+            return hit[1]
+        names = {}
+        named = getattr(type(mod), "named_modules", None)
+        if callable(named):
+            for name, sub in named(mod):
+                if name:
+                    names.setdefault(id(sub), name)
+        try:
+            self._module_maps[key] = (weakref.ref(mod), names)
+        except TypeError:
+            pass
+        return names
+
+    def _cached_module_path(self, obj):
+        hit = self._module_paths.get(id(obj))
+        return hit[1] if hit is not None and hit[0]() is obj else None
+
+    @staticmethod
+    def _is_compiled_wrapper_of(v, obj):
+        return type(v).__name__ == "OptimizedModule" and v.__dict__.get("_orig_mod") is obj
+
+    def _module_path(self, obj, parent):
+        """The module path of obj, the object whose wrapped method runs:
+          * inside another component's call whose object has a module tree
+            (an nn.Module), obj's dotted name in that tree, after the
+            parent's own module path: "transformer.blocks.3";
+          * otherwise the attribute that holds obj on the `self` of the
+            nearest calling frame that has one (the pipeline: "text_encoder_2",
+            "transformer_2", "scheduler"; a torch.compile wrapper held there
+            counts as obj), or obj's dotted name in that self's module tree,
+            after that self's own module path when it has one.
+        Found once per object (weak reference; the result is kept for the
+        object's life) and cut to 255 bytes. None when not found (obj is
+        the pipeline itself, or is called from code without a `self`)."""
+        try:
+            hit = self._module_paths.get(id(obj))
+            if hit is not None and hit[0]() is obj:
+                return hit[1]
+            path = None
+            if parent is not None and parent.get("obj") is not None and parent["obj"] is not obj:
+                name = self._submodule_names(parent["obj"]).get(id(obj))
+                if name:
+                    pp = parent.get("module")
+                    path = pp + "." + name if pp else name
+            if path is None:
+                f = sys._getframe(2)
+                for _ in range(12):
+                    if f is None:
+                        break
+                    code = f.f_code
+                    if code.co_argcount and code.co_varnames[0] == "self" and \
+                            code is not self._wrapper_code:
+                        holder = f.f_locals.get("self")
+                        if holder is not None and holder is not obj:
+                            name = None
+                            for k, v in getattr(holder, "__dict__", {}).items():
+                                if isinstance(k, str) and (v is obj or
+                                                           self._is_compiled_wrapper_of(v, obj)):
+                                    name = k
+                                    break
+                            if name is None:
+                                name = self._submodule_names(holder).get(id(obj))
+                            if name:
+                                hp = self._cached_module_path(holder)
+                                path = hp + "." + name if hp else name
+                                break
+                    f = f.f_back
+            if path is not None:
+                path = path.encode("utf-8", "replace")[:255].decode("utf-8", "ignore")
+                path = "".join(c for c in path if ord(c) >= 0x20 and ord(c) != 0x7f) or None
+            try:
+                self._module_paths[id(obj)] = (weakref.ref(obj), path)
+            except TypeError:
+                pass
+            return path
         except Exception:
             return None
 
@@ -830,6 +921,7 @@ class Runtime:
             parent=ctx["parent"].encode() if ctx.get("parent") else None,
             block=ctx.get("block", -1),
             class_name=ctx["class"].encode() if ctx.get("class") else None,
+            module=ctx["module"].encode() if ctx.get("module") else None,
         )
         return desc
 
