@@ -2,6 +2,7 @@
  * apply gates, find the first failure in execution order (CONTRACT.md). */
 #include "probe/compare.h"
 #include "experiment.h"
+#include "identity.h"
 
 #include "device_loader.h"
 #include "probe/components.h"
@@ -1042,6 +1043,20 @@ static probe_status isolate_inputs(probe_compare_result *res, probe_file *rf, pr
     return s;
 }
 
+/* The candidate side's identity of the pair t (cand: the candidate tensor's info). */
+static void identity_of(probe_compare_result *res, probe_tensor_result *t,
+                        const probe_tensor_info *cand)
+{
+    if (strcmp(cand->path, t->ref.path) != 0)
+        snprintf(t->cand_path, sizeof t->cand_path, "%s", cand->path);
+    snprintf(t->class_cand, sizeof t->class_cand, "%s", cand->class_name);
+    snprintf(t->module_cand, sizeof t->module_cand, "%s", cand->module);
+    t->class_mismatch = t->ref.class_name[0] && cand->class_name[0] &&
+                        strcmp(t->ref.class_name, cand->class_name) != 0;
+    if (t->class_mismatch && !res->class_mismatches++)
+        snprintf(res->first_class_mismatch, sizeof res->first_class_mismatch, "%s", t->ref.path);
+}
+
 probe_status probe_compare_files(const char *reference, const char *candidate,
                                  const probe_compare_opts *opts, probe_compare_result **out)
 {
@@ -1085,6 +1100,12 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         return s;
     }
     probe_file *rf = probe_rankset_file(rset, 0), *cf = probe_rankset_file(cset, 0);
+    probe_call_map *cmap = NULL;
+    if (!wr && !wc && (s = probe_call_map_build(rset, cset, &cmap)) != PROBE_OK) {
+        probe_rankset_close(rset);
+        probe_rankset_close(cset);
+        return s;
+    }
 
     probe_compare_result *res = calloc(1, sizeof *res);
     size_t nref = probe_rankset_count(rset), ncand = probe_rankset_count(cset);
@@ -1168,7 +1189,10 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         sel_done++;
         bytes_done += tensor_bytes(ti);
         size_t ci;
-        if (probe_rankset_find(cset, ti->path, re->tag, &ci) != PROBE_OK) {
+        char paired[512];
+        const char *cpath = probe_call_map_other(cmap, 0, ti, paired, sizeof paired) ? paired
+                                                                                    : ti->path;
+        if (!cpath[0] || probe_rankset_find(cset, cpath, re->tag, &ci) != PROBE_OK) {
             tagged_name(name, sizeof name, ti->path, re->tag);
             if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, name)))
                 goto fail;
@@ -1181,6 +1205,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         t->ref = *ti;
         if ((s = compare_pair(rset, i, cset, ci, of, opts, t)) != PROBE_OK)
             goto fail;
+        identity_of(res, t, &probe_rankset_entry_at(cset, ci)->info);
         res->ntensors++; /* from here on the result owns what t holds */
         if (!t->sys.computed)
             t->gate_verdict = t->verdict;
@@ -1230,8 +1255,12 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
     for (size_t i = 0; i < ncand; i++) {
         const probe_rankset_entry *ce = probe_rankset_entry_at(cset, i);
         size_t ri;
+        char paired[512];
+        const char *rpath = probe_call_map_other(cmap, 1, &ce->info, paired, sizeof paired)
+                                ? paired
+                                : ce->info.path;
         if (!path_selected(ce->info.path, opts->only) ||
-            probe_rankset_find(rset, ce->info.path, ce->tag, &ri) == PROBE_OK)
+            (rpath[0] && probe_rankset_find(rset, rpath, ce->tag, &ri) == PROBE_OK))
             continue;
         tagged_name(name, sizeof name, ce->info.path, ce->tag);
         if ((s = push_name(&res->missing_in_reference, &res->nmissing_ref, name)))
@@ -1317,6 +1346,10 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
 
     if (of && (s = oracle_run_checks(res, rf, of, opts)) != PROBE_OK)
         goto fail;
+    res->calls_by_module = probe_call_map_moved(cmap);
+    res->calls_unpaired_by_module = probe_call_map_unpaired(cmap);
+    snprintf(res->by_module_component, sizeof res->by_module_component, "%s",
+             probe_call_map_first_component(cmap));
     if ((s = probe_attribute(res)) != PROBE_OK)
         goto fail;
     /* with an oracle that stops half-way, the tensors after it fall back to the gate: no
@@ -1324,6 +1357,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
     if (res->incomplete_oracle)
         res->introduced.kind = PROBE_INTRODUCED_NONE;
 
+    probe_call_map_free(cmap);
     probe_rankset_close(rset);
     probe_rankset_close(cset);
     probe_file_close(isof);
@@ -1331,6 +1365,7 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
     *out = res;
     return PROBE_OK;
 fail:
+    probe_call_map_free(cmap);
     probe_compare_result_free(res);
     probe_rankset_close(rset);
     probe_rankset_close(cset);

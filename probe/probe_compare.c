@@ -187,9 +187,56 @@ static void print_rank_sets(FILE *out, const probe_compare_result *r)
     fputc('\n', out);
 }
 
+/* The class's name without its module ("WanTransformerBlock"), "" when unknown. */
+static const char *short_class(const char *qualified)
+{
+    const char *dot = strrchr(qualified, '.');
+    return dot ? dot + 1 : qualified;
+}
+
+/* Calls paired by module path, and calls whose class differs between the runs. */
+static void print_identity(FILE *out, const probe_compare_result *r)
+{
+    if (r->calls_by_module || r->calls_unpaired_by_module) {
+        const probe_tensor_result *first = NULL;
+        for (size_t i = 0; i < r->ntensors && !first; i++)
+            if (r->tensors[i].cand_path[0])
+                first = &r->tensors[i];
+        fprintf(out, "paired by module path: the runs called the modules of %s in another order; "
+                     "%zu reference call%s paired with a candidate call of another index",
+                r->by_module_component, r->calls_by_module, r->calls_by_module == 1 ? "" : "s");
+        if (first)
+            fprintf(out, " (first: %s [%s] with %s)", first->ref.path, first->ref.module,
+                    first->cand_path);
+        if (r->calls_unpaired_by_module)
+            fprintf(out, ", %zu without a call of the same module in the candidate",
+                    r->calls_unpaired_by_module);
+        fputc('\n', out);
+    }
+    if (r->class_mismatches) {
+        const probe_tensor_result *first = NULL;
+        for (size_t i = 0; i < r->ntensors && !first; i++)
+            if (r->tensors[i].class_mismatch)
+                first = &r->tensors[i];
+        fprintf(out, "class differs: %zu compared tensor%s ran in a module of another class in the "
+                     "candidate (first: %s: reference %s, candidate %s)\n", r->class_mismatches,
+                r->class_mismatches == 1 ? "" : "s", r->first_class_mismatch,
+                first ? first->ref.class_name : "?", first ? first->class_cand : "?");
+    }
+}
+
 static void print_table(FILE *out, const probe_compare_result *r, const char *gate)
 {
-    int w = 4;
+    int w = 4, wc = 0;
+    for (size_t i = 0; i < r->ntensors; i++) {
+        int len = (int)strlen(short_class(r->tensors[i].ref.class_name));
+        if (len > wc)
+            wc = len;
+    }
+    if (wc > 0 && wc < 5)
+        wc = 5;
+    if (wc > 28)
+        wc = 28;
     for (size_t i = 0; i < r->ntensors; i++) {
         int len = (int)strlen(r->tensors[i].ref.path) + (r->tensors[i].rank_tag >= 0 ? 10 : 0);
         if (len > w)
@@ -215,7 +262,10 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
     else if (r->headline == PROBE_HEADLINE_SYSTEMATIC)
         fprintf(out, "\nverdict = the gate and the systematic test (gain_z, chan_z: beyond "
                      "rounding noise fails)");
-    fprintf(out, "\n\n%-*s  %-9s %10s %10s %12s %10s %10s %9s %7s %7s%s  %s\n", w, "path",
+    fprintf(out, "\n\n%-*s  ", w, "path");
+    if (wc)
+        fprintf(out, "%-*s  ", wc, "class");
+    fprintf(out, "%-9s %10s %10s %12s %10s %10s %9s %7s %7s%s  %s\n",
             "dtype", "n", "rel_l2", "cosine", "max_abs", "p99_abs", "mismatch", "gain_z", "chan_z",
             r->oracle[0] ? "  err_ratio" : "", "verdict");
     for (size_t i = 0; i < r->ntensors; i++) {
@@ -248,7 +298,11 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
                 snprintf(er, sizeof er, "  %9s", t->has_oracle ? "inf" : "-");
         }
         const char *gate_note = t->verdict.pass && !t->gate_verdict.pass ? " (gate: FAIL)" : "";
-        fprintf(out, "%-*s  %-9s %10llu %10s %12s %10s %10s %9s %7s %7s%s  %s%s%s%s\n", w, disp,
+        fprintf(out, "%-*s  ", w, disp);
+        if (wc)
+            fprintf(out, "%-*.*s  ", wc, wc, short_class(t->ref.class_name)[0]
+                                                 ? short_class(t->ref.class_name) : "-");
+        fprintf(out, "%-9s %10llu %10s %12s %10s %10s %9s %7s %7s%s  %s%s%s%s\n",
                 probe_dtype_name(t->ref.dtype), (unsigned long long)t->ref.n, rl, cs, mx, p99, mm,
                 gz, cz, er, t->verdict.pass ? "pass" : "FAIL", gate_note,
                 t->verdict.nreasons ? ": " : "", t->verdict.nreasons ? t->verdict.reasons[0] : "");
@@ -260,6 +314,7 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
         fprintf(out, "(%zu stats-only pair%s: identical by hash, or rel_l2 >= the bound the "
                 "summaries prove; the other metrics need the tensors)\n", nstats,
                 nstats == 1 ? "" : "s");
+    print_identity(out, r);
     for (size_t i = 0; i < r->nmissing_cand; i++)
         fprintf(out, "%-*s  missing in candidate\n", w, r->missing_in_candidate[i]);
     for (size_t i = 0; i < r->nmissing_ref; i++)

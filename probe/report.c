@@ -235,12 +235,32 @@ static json_t *oracle_json(int has, const probe_oracle_verdict *v, const probe_m
     return o;
 }
 
+static json_t *str_or_null(const char *s)
+{
+    return s[0] ? json_string(s) : json_null();
+}
+
+/* "class", "module" (the reference call's, null when unknown); "candidate_path",
+ * "class_candidate" and "module_candidate" only where the candidate's differ. */
+static void identity_json(json_t *o, const probe_tensor_result *t)
+{
+    json_object_set_new(o, "class", str_or_null(t->ref.class_name));
+    json_object_set_new(o, "module", str_or_null(t->ref.module));
+    if (t->cand_path[0])
+        json_object_set_new(o, "candidate_path", json_string(t->cand_path));
+    if (strcmp(t->class_cand, t->ref.class_name) != 0)
+        json_object_set_new(o, "class_candidate", str_or_null(t->class_cand));
+    if (strcmp(t->module_cand, t->ref.module) != 0)
+        json_object_set_new(o, "module_candidate", str_or_null(t->module_cand));
+}
+
 static json_t *tensor_json(const probe_tensor_result *t)
 {
     json_t *o = json_object();
     const probe_metrics *m = &t->m;
     json_object_set_new(o, "path", json_string(t->ref.path));
     json_object_set_new(o, "component", json_string(t->ref.component));
+    identity_json(o, t);
     json_object_set_new(o, "dtype", json_string(probe_dtype_name(t->ref.dtype)));
     json_object_set_new(o, "dtype_candidate", json_string(probe_dtype_name(t->dtype_cand)));
     json_object_set_new(o, "shape", shape_json(t->ref.rank, t->ref.shape));
@@ -496,6 +516,13 @@ static json_t *result_json(const probe_compare_result *r)
                                   (json_int_t)(r->ntensors - npass), "missing_in_candidate",
                                   (json_int_t)r->nmissing_cand, "missing_in_reference",
                                   (json_int_t)r->nmissing_ref, "skipped", (json_int_t)r->nskipped));
+    json_object_set_new(o, "identity",
+                        json_pack("{s:I,s:I,s:o,s:I,s:o}", "calls_paired_by_module",
+                                  (json_int_t)r->calls_by_module, "calls_unpaired_by_module",
+                                  (json_int_t)r->calls_unpaired_by_module, "by_module_component",
+                                  str_or_null(r->by_module_component), "class_mismatches",
+                                  (json_int_t)r->class_mismatches, "first_class_mismatch",
+                                  str_or_null(r->first_class_mismatch)));
     experiment_json(o, r);
     rank_sets_json(o, r);
     attribution_json(o, r);
@@ -565,7 +592,7 @@ static const char html_head[] =
     "<table id=\"heatmap\"></table><div class=\"legend\" id=\"hm-legend\"></div>\n"
     "<div id=\"detail\"></div>\n"
     "<h2>tensors in execution order (click a row to show its charts)</h2>\n"
-    "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>gain_z</th><th>chan_z</th><th>oracle ratio</th><th>gate</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
+    "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>class</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>gain_z</th><th>chan_z</th><th>oracle ratio</th><th>gate</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
     "<h2>component calls: introduced, inherited</h2><table id=\"calls\"><thead><tr><th>call</th><th>step</th><th>branch</th><th>inside</th><th>status</th><th>first failing output</th><th>via</th></tr></thead><tbody></tbody></table>\n"
     "<div id=\"isolation-box\" style=\"display:none\"><h2>error introduced vs inherited (isolated run <code id=\"isolated-file\"></code>; output tensors)</h2><table id=\"isolation\"><thead><tr><th>path</th><th>component</th><th>step</th><th>rel_l2 as run</th><th>rel_l2 isolated</th><th>amplification</th><th>inputs</th></tr></thead><tbody></tbody></table></div>\n"
     "<h2>missing</h2><p class=\"info\">in the candidate:</p><ul id=\"missing_in_candidate\"></ul><p class=\"info\">in the reference:</p><ul id=\"missing_in_reference\"></ul>\n";
@@ -616,7 +643,7 @@ static const char html_script[] =
     "function tkey(t){return t.rank===undefined?t.path:t.path+' (rank '+t.rank+')';}\n"
     "var tb=$('tensors').querySelector('tbody');\n"
     "D.tensors.forEach(function(t,i){var tr=el('tr',{'class':t.verdict,'data-index':String(i)});\n"
-    " [tkey(t),t.component,S[i].column,t.dtype,JSON.stringify(t.shape),(t.rel_l2===null&&t.stats_only&&t.rel_l2_lower_bound!==null?'>= '+fmt(t.rel_l2_lower_bound)+' (stats-only)':fmt(t.rel_l2)),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.systematic?fmt(t.systematic.gain_z):'n/a',t.systematic&&t.systematic.channels?fmt(t.systematic.channel_z):'n/a',t.oracle?fmt(t.oracle.ratio):'n/a',t.gate_verdict?t.gate_verdict.verdict:'',t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
+    " [tkey(t),t.component,(t['class']?t['class'].split('.').pop():'')+(t.class_candidate!==undefined?' (candidate: '+(t.class_candidate?t.class_candidate.split('.').pop():'unknown')+')':''),S[i].column,t.dtype,JSON.stringify(t.shape),(t.rel_l2===null&&t.stats_only&&t.rel_l2_lower_bound!==null?'>= '+fmt(t.rel_l2_lower_bound)+' (stats-only)':fmt(t.rel_l2)),t.cosine===null?'n/a':t.cosine.toFixed(8),fmt(t.max_abs),fmt(t.p99_abs),fmt(t.mismatch_fraction),t.systematic?fmt(t.systematic.gain_z):'n/a',t.systematic&&t.systematic.channels?fmt(t.systematic.channel_z):'n/a',t.oracle?fmt(t.oracle.ratio):'n/a',t.gate_verdict?t.gate_verdict.verdict:'',t.verdict,t.reasons.join('; ')].forEach(function(x){tr.appendChild(el('td',{},String(x)));});\n"
     " tr.onclick=function(){location.hash='tensor='+encodeURIComponent(tkey(t));};tb.appendChild(tr);});\n"
     "['missing_in_candidate','missing_in_reference'].forEach(function(k){var ul=$(k);D[k].forEach(function(p){ul.appendChild(el('li',{},p));});});\n"
     "/* per-tensor charts */\n"

@@ -221,6 +221,16 @@ typedef struct probe_tensor_result {
     int isolated_inputs_converted;
     double isolated_inputs_rel_l2;
     char isolated_inputs_worst[128];
+    /* (additive) Identity (docs/compare-json.md "Identity: class and module path"):
+     * cand_path, the candidate path this reference path was paired with when the calls of
+     * its component were paired by module path and the two differ ("" otherwise);
+     * class_cand and module_cand, the candidate call's probe.class and probe.module
+     * ("" when absent; the reference's are ref.class_name and ref.module);
+     * class_mismatch: both classes are known and differ. */
+    char cand_path[512];
+    char class_cand[256];
+    char module_cand[256];
+    int class_mismatch;
 } probe_tensor_result;
 
 /* (additive) A collective output that must be equal on every rank of one run
@@ -351,6 +361,16 @@ typedef struct probe_compare_result {
      * any, says it completed); only then are the tensors' isolated metrics computed.
      * 0 without --isolated or when it is not (a run-level reason says why). */
     int isolated_complete;
+    /* (additive) Identity: calls_by_module, the reference calls paired with a candidate
+     * call of another index because their component's calls were paired by module path
+     * (probe/identity.h), calls_unpaired_by_module, those whose module has no counterpart
+     * call, by_module_component the first such component ("" none); class_mismatches, the
+     * compared tensors whose two calls have different known classes, and
+     * first_class_mismatch the first of them ("" none). Neither fails the run by itself. */
+    size_t calls_by_module, calls_unpaired_by_module;
+    char by_module_component[128];
+    size_t class_mismatches;
+    char first_class_mismatch[512];
 } probe_compare_result;
 
 #define PROBE_HEADLINE_GATE 0
