@@ -92,12 +92,108 @@ static probe_status file_pair_read(void *ctx, int side, uint64_t offset, size_t 
 typedef struct {
     probe_rankset *s[2];
     size_t idx[2];
+    uint64_t off[2]; /* element offset of the compared part (a CFG half: h * its size) */
 } set_pair;
 
 static probe_status set_pair_read(void *ctx, int side, uint64_t offset, size_t count, void *dst)
 {
     set_pair *sp = ctx;
-    return probe_rankset_read_range(sp->s[side], sp->idx[side], offset, count, dst);
+    return probe_rankset_read_range(sp->s[side], sp->idx[side], sp->off[side] + offset, count, dst);
+}
+
+/* The manifest key "cfg_batch" of a capture (docs/components.md "Steps and CFG
+ * branches"): the dit.step calls whose inputs and outputs hold both CFG branches
+ * along axis 0, and the branch of each half. n 0: none (or a malformed key). */
+typedef struct {
+    size_t n;
+    int64_t *calls;
+    char order[2][8];
+} cfg_batch;
+
+static probe_status cfg_batch_parse(const char *manifest, cfg_batch *cb)
+{
+    memset(cb, 0, sizeof *cb);
+    json_t *root = manifest ? json_loads(manifest, 0, NULL) : NULL;
+    json_t *k = root ? json_object_get(root, "cfg_batch") : NULL;
+    json_t *calls = k ? json_object_get(k, "calls") : NULL;
+    json_t *order = k ? json_object_get(k, "order") : NULL;
+    probe_status s = PROBE_OK;
+    if (json_is_array(calls) && json_array_size(calls) && json_is_array(order) &&
+        json_array_size(order) == 2) {
+        int ok = 1;
+        for (int h = 0; h < 2; h++) {
+            const char *r = json_string_value(json_array_get(order, (size_t)h));
+            if (!r || (strcmp(r, "cond") && strcmp(r, "uncond")))
+                ok = 0;
+            else
+                snprintf(cb->order[h], sizeof cb->order[h], "%s", r);
+        }
+        if (ok && !strcmp(cb->order[0], cb->order[1]))
+            ok = 0;
+        size_t n = json_array_size(calls);
+        if (ok && !(cb->calls = malloc(n * sizeof *cb->calls)))
+            s = probe_set_error(PROBE_ENOMEM, "out of memory reading the manifest's cfg_batch");
+        for (size_t i = 0; ok && cb->calls && i < n; i++) {
+            json_t *c = json_array_get(calls, i);
+            if (!json_is_integer(c) || json_integer_value(c) < 0)
+                ok = 0;
+            else
+                cb->calls[cb->n++] = json_integer_value(c);
+        }
+        if (!ok) {
+            free(cb->calls);
+            cb->calls = NULL;
+            cb->n = 0;
+        }
+    }
+    json_decref(root);
+    return s;
+}
+
+static int cfg_batch_has(const cfg_batch *cb, int64_t call)
+{
+    for (size_t i = 0; i < cb->n; i++)
+        if (cb->calls[i] == call)
+            return 1;
+    return 0;
+}
+
+/* The dit.step call a tensor belongs to (its own, or its parent's when it is
+ * nested in one), or -1. */
+static int64_t dit_call_of(const probe_tensor_info *ti)
+{
+    if (ti->parent[0]) {
+        const char *p = ti->parent;
+        if (strncmp(p, "/dit.step/", 10) || !p[10])
+            return -1;
+        char *end;
+        long long c = strtoll(p + 10, &end, 10);
+        return *end || c < 0 ? -1 : c;
+    }
+    return strcmp(ti->component, "dit.step") ? -1 : ti->call;
+}
+
+/* A split pair for reference tensor ti of a two-call capture (branch 0 cond,
+ * 1 uncond: diffusers' order): the candidate tensor of the batched call of the
+ * same step with the same component, block and slot, and the half that holds
+ * ti's branch. 1 when found. */
+static int cfg_split_find(const probe_rankset *cset, const cfg_batch *cb,
+                          const probe_tensor_info *ti, size_t *ci, int *half)
+{
+    if (dit_call_of(ti) < 0 || ti->step < 0 || (ti->cfg_branch != 0 && ti->cfg_branch != 1))
+        return 0;
+    const char *role = ti->cfg_branch == 0 ? "cond" : "uncond";
+    *half = strcmp(cb->order[0], role) ? 1 : 0;
+    size_t n = probe_rankset_count(cset);
+    for (size_t j = 0; j < n; j++) {
+        const probe_tensor_info *c = &probe_rankset_entry_at(cset, j)->info;
+        if (c->step == ti->step && c->block == ti->block && !strcmp(c->slot, ti->slot) &&
+            !strcmp(c->component, ti->component) && cfg_batch_has(cb, dit_call_of(c))) {
+            *ci = j;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* The channel axis of tensor ti (compare.h: option, table, layout rule) as a
@@ -453,6 +549,18 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
     const probe_rankset_entry *re = probe_rankset_entry_at(rset, ri);
     const probe_rankset_entry *ce = probe_rankset_entry_at(cset, ci);
     const probe_tensor_info *ct = &ce->info;
+    probe_tensor_info half_info;
+    uint64_t cand_off = 0;
+    if (t->cfg_half >= 0 && ct->rank >= 1 && t->ref.rank == ct->rank &&
+        ct->shape[0] == 2 * t->ref.shape[0]) {
+        half_info = *ct;
+        half_info.shape[0] = ct->shape[0] / 2;
+        half_info.n = ct->n / 2;
+        cand_off = (uint64_t)t->cfg_half * half_info.n;
+        ct = &half_info;
+    }
+    if (t->cfg_half >= 0)
+        of = NULL; /* the oracle holds the reference's calls, not the batched one */
     t->dtype_cand = ct->dtype;
     t->rank_cand = ct->rank;
     memcpy(t->shape_cand, ct->shape, sizeof t->shape_cand);
@@ -488,6 +596,11 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
     }
 
     t->rel_l2_lower_bound = t->mean_shift = NAN;
+    if ((t->ref.stats_only || ct->stats_only) && t->cfg_half >= 0) {
+        t->verdict.pass = 0;
+        add_reason(&t->verdict, "stats-only: a CFG half of a batched call has no summary%s%s", "", "");
+        return PROBE_OK;
+    }
     if (t->ref.stats_only || ct->stats_only) {
         probe_file *rf, *cf;
         size_t rfi, cfi;
@@ -498,7 +611,7 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
         return PROBE_OK;
     }
 
-    set_pair fp = {{rset, cset}, {ri, ci}};
+    set_pair fp = {{rset, cset}, {ri, ci}, {0, cand_off}};
     probe_pair_source src = {t->ref.n, {t->ref.dtype, ct->dtype}, set_pair_read, &fp};
     probe_metrics_opts mo = {t->gate.atol, t->gate.rtol};
     probe_channel_spec spec = {0, 0};
@@ -1047,7 +1160,7 @@ static probe_status isolate_inputs(probe_compare_result *res, probe_file *rf, pr
 static void identity_of(probe_compare_result *res, probe_tensor_result *t,
                         const probe_tensor_info *cand)
 {
-    if (strcmp(cand->path, t->ref.path) != 0)
+    if (t->cfg_half < 0 && strcmp(cand->path, t->ref.path) != 0) /* (a CFG half: cfg_candidate) */
         snprintf(t->cand_path, sizeof t->cand_path, "%s", cand->path);
     snprintf(t->class_cand, sizeof t->class_cand, "%s", cand->class_name);
     snprintf(t->module_cand, sizeof t->module_cand, "%s", cand->module);
@@ -1080,6 +1193,9 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
 
     probe_rankset *rset = NULL, *cset = NULL;
     probe_file *isof = NULL, *of = NULL;
+    cfg_batch cfg_cand = {0}, cfg_ref = {0};
+    unsigned char *cfg_used = NULL;
+    int cfg_split = 0;
     char iso_why[256] = "";
     probe_status s = probe_rankset_open(reference, nrefs, &rset);
     if (s != PROBE_OK)
@@ -1134,6 +1250,16 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
     if ((s = copy_manifest(&res->manifest_reference, rf)) ||
         (s = copy_manifest(&res->manifest_candidate, cf)))
         goto fail;
+    /* A candidate that batched the CFG branches against a reference that did not:
+     * each two-call reference tensor of the denoiser is paired with its half. */
+    if ((s = cfg_batch_parse(res->manifest_candidate, &cfg_cand)) ||
+        (s = cfg_batch_parse(res->manifest_reference, &cfg_ref)))
+        goto fail;
+    cfg_split = cfg_cand.n && !cfg_ref.n;
+    if (cfg_split && !(cfg_used = calloc(probe_rankset_count(cset) + 1, 1))) {
+        s = probe_set_error(PROBE_ENOMEM, "out of memory pairing CFG halves");
+        goto fail;
+    }
     if (opts->isolated) {
         if (wr) {
             s = probe_set_error(PROBE_EINVAL, "--isolated %s: the reference must be one file, not "
@@ -1192,7 +1318,10 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         char paired[512];
         const char *cpath = probe_call_map_other(cmap, 0, ti, paired, sizeof paired) ? paired
                                                                                     : ti->path;
-        if (!cpath[0] || probe_rankset_find(cset, cpath, re->tag, &ci) != PROBE_OK) {
+        int half = -1;
+        int split = cfg_split && dit_call_of(ti) >= 0;
+        if (split ? !cfg_split_find(cset, &cfg_cand, ti, &ci, &half)
+                  : !cpath[0] || probe_rankset_find(cset, cpath, re->tag, &ci) != PROBE_OK) {
             tagged_name(name, sizeof name, ti->path, re->tag);
             if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, name)))
                 goto fail;
@@ -1203,6 +1332,13 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         }
         probe_tensor_result *t = &res->tensors[res->ntensors];
         t->ref = *ti;
+        t->cfg_half = half;
+        if (split) {
+            cfg_used[ci] = 1;
+            snprintf(t->cfg_candidate, sizeof t->cfg_candidate, "%s",
+                     probe_rankset_entry_at(cset, ci)->info.path);
+            snprintf(t->cfg_branch_name, sizeof t->cfg_branch_name, "%s", cfg_cand.order[half]);
+        }
         if ((s = compare_pair(rset, i, cset, ci, of, opts, t)) != PROBE_OK)
             goto fail;
         identity_of(res, t, &probe_rankset_entry_at(cset, ci)->info);
@@ -1259,8 +1395,9 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         const char *rpath = probe_call_map_other(cmap, 1, &ce->info, paired, sizeof paired)
                                 ? paired
                                 : ce->info.path;
-        if (!path_selected(ce->info.path, opts->only) ||
-            (rpath[0] && probe_rankset_find(rset, rpath, ce->tag, &ri) == PROBE_OK))
+        int batched = cfg_split && cfg_batch_has(&cfg_cand, dit_call_of(&ce->info));
+        if (!path_selected(ce->info.path, opts->only) || (batched && cfg_used[i]) ||
+            (!batched && rpath[0] && probe_rankset_find(rset, rpath, ce->tag, &ri) == PROBE_OK))
             continue;
         tagged_name(name, sizeof name, ce->info.path, ce->tag);
         if ((s = push_name(&res->missing_in_reference, &res->nmissing_ref, name)))
@@ -1362,10 +1499,16 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
     probe_rankset_close(cset);
     probe_file_close(isof);
     probe_file_close(of);
+    free(cfg_cand.calls);
+    free(cfg_ref.calls);
+    free(cfg_used);
     *out = res;
     return PROBE_OK;
 fail:
     probe_call_map_free(cmap);
+    free(cfg_cand.calls);
+    free(cfg_ref.calls);
+    free(cfg_used);
     probe_compare_result_free(res);
     probe_rankset_close(rset);
     probe_rankset_close(cset);

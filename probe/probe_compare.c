@@ -131,11 +131,15 @@ static void fmt_num(char *buf, size_t cap, double x, int present)
         snprintf(buf, cap, "%.3e", x);
 }
 
-/* The path as the table shows it: "PATH (rank R)" when compared rank by rank. */
+/* The path as the table shows it: "PATH (rank R)" when compared rank by rank,
+ * "PATH <- CAND[H] BRANCH" for a CFG-split pair (the half H of the candidate's
+ * batched tensor CAND). */
 static void rank_path(char *buf, size_t cap, const probe_tensor_result *t)
 {
-    int n = t->rank_tag >= 0 ? snprintf(buf, cap, "%s (rank %d)", t->ref.path, t->rank_tag)
-                             : snprintf(buf, cap, "%s", t->ref.path);
+    int n = t->rank_tag >= 0   ? snprintf(buf, cap, "%s (rank %d)", t->ref.path, t->rank_tag)
+            : t->cfg_candidate[0] ? snprintf(buf, cap, "%s <- %s[%d] %s", t->ref.path,
+                                             t->cfg_candidate, t->cfg_half, t->cfg_branch_name)
+                                  : snprintf(buf, cap, "%s", t->ref.path);
     if (n < 0)
         buf[0] = 0;
 }
@@ -238,7 +242,9 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
     if (wc > 28)
         wc = 28;
     for (size_t i = 0; i < r->ntensors; i++) {
-        int len = (int)strlen(r->tensors[i].ref.path) + (r->tensors[i].rank_tag >= 0 ? 10 : 0);
+        int len = (int)strlen(r->tensors[i].ref.path) + (r->tensors[i].rank_tag >= 0 ? 10 : 0) +
+                  (r->tensors[i].cfg_candidate[0]
+                       ? (int)strlen(r->tensors[i].cfg_candidate) + 13 : 0);
         if (len > w)
             w = len;
     }

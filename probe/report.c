@@ -315,6 +315,10 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "call", json_integer(t->ref.call));
     if (t->ref.cfg_branch >= 0)
         json_object_set_new(o, "cfg_branch", json_integer(t->ref.cfg_branch));
+    if (t->cfg_candidate[0])
+        json_object_set_new(o, "cfg_split",
+                            json_pack("{s:s, s:i, s:s}", "candidate", t->cfg_candidate, "half",
+                                      t->cfg_half, "branch", t->cfg_branch_name));
     if (t->ref.step >= 0)
         json_object_set_new(o, "step", json_integer(t->ref.step));
     if (t->ref.seq >= 0)

@@ -231,6 +231,16 @@ typedef struct probe_tensor_result {
     char class_cand[256];
     char module_cand[256];
     int class_mismatch;
+    /* (additive) CFG split pair (docs/compare-json.md "CFG-split pairs"): the candidate
+     * batched both CFG branches into one dit.step call (manifest "cfg_batch") and the
+     * reference made one call per branch. cfg_half: which half along axis 0 of the
+     * candidate's tensor cfg_candidate was compared with this reference tensor (0 or 1;
+     * -1, and cfg_candidate "": not a split pair, matched by path); cfg_branch_name: that half's
+     * branch, "cond" or "uncond". A candidate tensor of the batched call whose axis 0 is
+     * not twice the reference's is compared whole. */
+    int cfg_half;
+    char cfg_candidate[512];
+    char cfg_branch_name[8];
 } probe_tensor_result;
 
 /* (additive) A collective output that must be equal on every rank of one run

@@ -107,6 +107,7 @@ def activate():
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=rt.after_fork_in_child)
     rt.watch_dynamo()
+    rt.watch_nvtx()
     rt.install_class_hook()
     rt.scan_loaded_modules()
     _active = rt

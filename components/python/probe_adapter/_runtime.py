@@ -50,7 +50,7 @@ import threading
 import types
 import weakref
 
-from . import _abi
+from . import _abi, _cfg
 
 # torch dtype attribute name -> probe_dtype (include/probe/dtype.h)
 _DTYPE_CODES = (
@@ -170,6 +170,11 @@ class Runtime:
         self._module_maps = {}   # id(module) -> (weakref, {id(submodule): name})
         self._steps_done = 0
         self._dit_in_step = 0
+        self._dit_instance = None  # the denoise_step range of the last dit.step call
+        self._sched_instance = None  # the denoise_step range the last scheduler.step completed
+        self._latent_batch = None  # batch of the last latents.init output
+        self._cfg_batched = []  # dit.step calls with both CFG branches batched (manifest cfg_batch)
+        self.nvtx = _cfg.NvtxSteps(self._scheduler_range_end)
         self._noted = set()
         self._torch = None
         self._dtype_codes = None
@@ -426,6 +431,12 @@ class Runtime:
                     ctx["module"] = rt._module_path(args[0], parent)
                 stack.append(ctx)
                 pushed = True
+                if component == "dit.step" and ctx["parent"] is None:
+                    try:
+                        rt._cfg_batch(ctx, args, kwargs)
+                    except Exception as e:
+                        rt.note("internal-cfg", "adapter error while checking the CFG batch "
+                                "of %s: %s: %s" % (component, type(e).__name__, e))
                 try:
                     args, kwargs = rt._tap_inputs(ctx, signature(), args, kwargs)
                 except Exception as e:
@@ -595,10 +606,20 @@ class Runtime:
             call = self._calls.get(component, 0)
             self._calls[component] = call + 1
             if component == "dit.step":
-                step, cfg = self._steps_done, self._dit_in_step
+                nv = self.nvtx.enclosing_step()
+                step = self._steps_done
+                if nv is not None:
+                    step = nv[0]
+                    if nv[1] != self._dit_instance:
+                        self._dit_in_step = 0
+                    self._dit_instance = nv[1]
+                cfg = self._dit_in_step
                 self._dit_in_step += 1
             elif component == "scheduler.step":
+                nv = self.nvtx.last_step()
                 step, cfg = self._steps_done, -1
+                if nv is not None and nv[1] != self._sched_instance:
+                    step = nv[0]
             else:
                 step, cfg = -1, -1
         parent_path, block = None, -1
@@ -648,9 +669,52 @@ class Runtime:
 
     def _end(self, component):
         if component == "scheduler.step":
+            nv = self.nvtx.last_step()
             with self._lock:
                 self._steps_done += 1
                 self._dit_in_step = 0
+                self._dit_instance = None
+                self._sched_instance = nv[1] if nv is not None else None
+            self.nvtx.scheduler_completed()
+
+    def _scheduler_range_end(self):
+        """A `_scheduler_step` NVTX range closed without a tapped
+        scheduler.step inside: one denoising step completed."""
+        with self._lock:
+            self._steps_done += 1
+            self._dit_in_step = 0
+            self._dit_instance = None
+
+    def watch_nvtx(self):
+        """Wrap the `nvtx` package (now, if it is imported; else when it is)."""
+        mod = sys.modules.get("nvtx")
+        if mod is not None:
+            self._wrap_nvtx(mod)
+        else:
+            sys.meta_path.insert(0, _PostImportHook("nvtx", self._wrap_nvtx))
+
+    def _wrap_nvtx(self, mod):
+        try:
+            self.nvtx.wrap(mod)
+        except Exception as e:
+            self.note("nvtx-wrap", "cannot follow the nvtx package's ranges: %s: %s"
+                      % (type(e).__name__, e))
+
+    def _cfg_batch(self, ctx, args, kwargs):
+        """Record a dit.step call whose latent input holds both CFG branches
+        (twice the batch of the last latents.init output) in the manifest
+        key cfg_batch."""
+        torch = self._get_torch()
+        if torch is None or self._latent_batch is None:
+            return
+        x = _cfg.latent_input(torch, args, kwargs)
+        if x is None or x.dim() == 0 or int(x.shape[0]) != 2 * self._latent_batch:
+            return
+        with self._lock:
+            self._cfg_batched.append(ctx["call"])
+            calls = list(self._cfg_batched)
+        self.manifest("cfg_batch", {"component": "dit.step", "order": list(_cfg.BATCH_ORDER),
+                                    "latent_batch": self._latent_batch, "calls": calls})
 
     # -- tapping -------------------------------------------------------------
     def _first_sight_of_torch(self):
@@ -839,6 +903,10 @@ class Runtime:
         for slot, t in outs:
             self._inject_output(ctx, slot, t)
             self._tap(ctx, slot, t)
+        if ctx["component"] == "latents.init":
+            b = _cfg.latent_batch(torch, result)
+            if b:
+                self._latent_batch = b
 
     @staticmethod
     def _children(obj, Tensor):
