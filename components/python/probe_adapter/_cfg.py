@@ -24,6 +24,7 @@ Such calls are listed in the manifest key "cfg_batch".
 
 import functools
 import re
+import sys
 import threading
 
 _STEP_RE = re.compile(r"^denoise_step[ _](\d+)$")
@@ -95,6 +96,7 @@ class NvtxSteps:
         imported `nvtx` module. Leaves the module as it is when it lacks them."""
         orig = getattr(nvtx, "annotate", None)
         push, pop = getattr(nvtx, "push_range", None), getattr(nvtx, "pop_range", None)
+        tolerate_color_names(nvtx)
         if not isinstance(orig, type) or getattr(orig, "__probe_wrapped__", False):
             return
         tracker = self
@@ -153,6 +155,41 @@ class NvtxSteps:
                     tracker.pop(domain)
             nvtx.push_range, nvtx.pop_range = push_range, pop_range
         self.wrapped = True
+
+
+UNRESOLVED_COLOR = 0x808080
+
+
+def tolerate_color_names(nvtx):
+    """Keep a color name the `nvtx` package cannot resolve from failing the
+    program. With a tool attached (probe-run attaches its NVTX injection)
+    nvtx resolves every range's color (nvtx.colors.color_to_hex): a name
+    outside its own table goes through matplotlib and raises TypeError when
+    matplotlib is absent (TensorRT-LLM's default "grey"), ValueError when the
+    name is unknown to matplotlib too; without a tool attached nvtx never
+    resolves it, so the same program runs. Such a name resolves to grey
+    (UNRESOLVED_COLOR) instead; every name nvtx or matplotlib resolves is
+    unchanged. Patches nvtx.colors.color_to_hex and the name nvtx._lib.lib
+    imported from it."""
+    colors = sys.modules.get("nvtx.colors")
+    orig = getattr(colors, "color_to_hex", None)
+    if not callable(orig) or getattr(orig, "__probe_wrapped__", False):
+        return
+
+    @functools.wraps(orig)
+    def color_to_hex(color=None):
+        try:
+            return orig(color)
+        except (TypeError, ValueError):
+            return UNRESOLVED_COLOR
+    color_to_hex.__probe_wrapped__ = True
+    colors.color_to_hex = color_to_hex
+    lib = sys.modules.get("nvtx._lib.lib")
+    if lib is not None and getattr(lib, "color_to_hex", None) is orig:
+        try:
+            lib.color_to_hex = color_to_hex
+        except (AttributeError, TypeError):
+            pass
 
 
 def latent_batch(torch, value):
