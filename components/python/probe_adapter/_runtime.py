@@ -7,7 +7,7 @@ Rules (docs/components.md):
   * a wrapped method that runs inside another wrapped method of the SAME
     component on the same thread is not tapped (re-entrancy guard); one of
     another component is, as a nested call (a DiT block inside dit.step);
-  * step = scheduler.step calls completed so far (dit.step and
+  * step = scheduler.step calls completed so far (dit.step, controlnet and
     scheduler.step); a nested call of another component takes the enclosing
     call's; -1 otherwise;
   * cfg_branch = index of the dit.step call within the current step
@@ -506,7 +506,7 @@ class Runtime:
             if component == "dit.step":
                 step, cfg = self._steps_done, self._dit_in_step
                 self._dit_in_step += 1
-            elif component == "scheduler.step":
+            elif component in ("scheduler.step", "controlnet"):
                 step, cfg = self._steps_done, -1
             else:
                 step, cfg = -1, -1
@@ -656,7 +656,7 @@ class Runtime:
         glob without a leading '/' also tried without the path's '/'); the
         shim decides. A glob with a backslash is left to the shim."""
         globs = self._inject_globs
-        if not globs:
+        if not globs or self.table.slot_excluded(ctx["component"], slot):
             return False
         path = "/%s/%04d/%s" % (ctx["component"], ctx["call"], slot)
         for g in globs:
@@ -746,6 +746,8 @@ class Runtime:
             if ctx["component"] == "timesteps":
                 self.manifest_scheduler(obj)
         for slot, t in outs:
+            if self.table.slot_excluded(ctx["component"], slot):
+                continue
             self._inject_output(ctx, slot, t)
             self._tap(ctx, slot, t)
 
@@ -834,6 +836,8 @@ class Runtime:
         return desc
 
     def _tap(self, ctx, slot, t):
+        if self.table.slot_excluded(ctx["component"], slot):
+            return
         desc = self._describe(ctx, slot, t)
         if desc is None:
             return
