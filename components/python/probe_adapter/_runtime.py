@@ -12,6 +12,8 @@ Rules (docs/components.md):
     call's; -1 otherwise;
   * cfg_branch = index of the dit.step call within the current step
     (dit.step; a nested call takes the enclosing call's; -1 otherwise);
+  * inside a call of an "opaque" row's component (controlnet) nothing else
+    is tapped;
   * a nested call also carries its parent, the enclosing call
     "/<component>/<call:04>", and its block index, the number of earlier
     calls of the same component inside that parent call (-1 and no parent
@@ -175,6 +177,9 @@ class Runtime:
         self._orig_build_class = None
         self._wrapper_code = None
         self.wrapped = []  # "module.Class.method -> component", for diagnostics
+        # rows with "opaque": true (controlnet): no other component is tapped
+        # inside their calls (a ControlNet's own Transformer2DModel is not a dit.step)
+        self._opaque = {name for name, row in table.rows.items() if row.get("opaque") is True}
         self._out_attrs = {name: list(row.get("output_attrs") or [])
                            for name, row in table.rows.items()}
         self._dtypes = {}  # component -> dtype of its first output slot (manifest "dtypes")
@@ -409,7 +414,7 @@ class Runtime:
             active = getattr(rt._tls, "active", None)
             if active is None:
                 active = rt._tls.active = set()
-            if component in active:
+            if component in active or (rt._opaque and not rt._opaque.isdisjoint(active)):
                 return func(*args, **kwargs)
             active.add(component)
             stack = rt._stack()
