@@ -119,6 +119,28 @@ def main():
     if not logits or any(p in captured for p in logits):
         errors.append("out.logits of the Qwen text encoder: hooks %d, captured %d"
                       % (len(logits), sum(p in captured for p in logits)))
+    # probe-compare's channel axis follows the class (the table's class_layouts):
+    # CogVideoX latents [B, F, C, H, W] -> axis 2; Flux packed tokens [B, L, C] -> 2 (last)
+    js = os.path.join(work, "cmp.json")
+    p = subprocess.run([os.path.join(build, "bin", "probe-compare"), os.path.join(work, "b.h5"),
+                        os.path.join(work, "b.h5"), "--json", js], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    try:
+        with open(js) as f:
+            tens = {t["path"]: t for t in json.load(f)["tensors"]}
+    except (OSError, ValueError, KeyError) as e:
+        tens = {}
+        errors.append("probe-compare b b: no JSON (%s; exit %d: %s)" % (e, p.returncode, p.stderr[-500:]))
+    for fam, comp, slot, axis in (("cogvideox", "dit.step", "out.0", 2),
+                                  ("cogvideox", "scheduler.step", "out.0", 2),
+                                  ("cogvideox", "latents.init", "out", 2),
+                                  ("flux", "dit.step", "out.0", 2), ("wan", "dit.step", "out.0", 1),
+                                  ("sd", "dit.step", "out.0", 1)):
+        calls = [c for c in family_calls.get(fam, []) if c.startswith("/%s/" % comp)]
+        t = tens.get("%s/%s" % (calls[0], slot)) if calls else None
+        if tens and (t is None or t.get("channel_axis") != axis or t.get("channel_axis_from") != "table"):
+            errors.append("%s %s %s: channel axis %r from %r, expected %d from the table"
+                          % (fam, comp, slot, t and t.get("channel_axis"), t and t.get("channel_axis_from"), axis))
     for e in errors[:60]:
         print("FAIL: " + e)
     if errors:
