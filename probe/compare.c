@@ -207,7 +207,16 @@ static void channel_axis_of(const probe_compare_opts *o, const probe_tensor_info
         axis = o->channel_axis;
         from = "option";
     } else {
-        for (size_t i = 0; o->axis_components && o->axis_components[i]; i++)
+        for (size_t i = 0; o->class_axes && i < o->n_class_axes && ti->class_name[0]; i++) {
+            const probe_class_axis *ca = &o->class_axes[i];
+            if (ca->rank == ti->rank && strcmp(ca->component, ti->component) == 0 &&
+                fnmatch(ca->class_glob, ti->class_name, 0) == 0) {
+                axis = ca->axis;
+                from = "table";
+                break;
+            }
+        }
+        for (size_t i = 0; !from && o->axis_components && o->axis_components[i]; i++)
             if (strcmp(o->axis_components[i], ti->component) == 0) {
                 if (o->axis_values[i] != PROBE_NO_CHANNEL_AXIS && o->axis_ranks[i] == ti->rank) {
                     axis = o->axis_values[i];

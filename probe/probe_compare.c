@@ -1462,6 +1462,13 @@ int main(int argc, char **argv)
     opts.axis_components = axis_names;
     opts.axis_values = axis_values;
     opts.axis_ranks = axis_ranks;
+    probe_class_axis *class_axes = NULL;
+    size_t n_class_axes = 0;
+    if (ts == PROBE_OK &&
+        probe_component_class_axes_load(NULL, &class_axes, &n_class_axes) == PROBE_OK) {
+        opts.class_axes = class_axes;
+        opts.n_class_axes = n_class_axes;
+    }
     opts.only = nonly ? only : NULL;
     opts.want_stats = html_path != NULL; /* only the HTML report shows them */
     progress_state prog = {0, 0};
@@ -1492,6 +1499,7 @@ int main(int argc, char **argv)
         probe_component_names_free(axis_names);
         free(axis_values);
         free(axis_ranks);
+        probe_component_class_axes_free(class_axes, n_class_axes);
         return report(report_fd, 2);
     }
     probe_compare_result *res = NULL;
@@ -1508,6 +1516,7 @@ int main(int argc, char **argv)
         probe_component_names_free(axis_names);
         free(axis_values);
         free(axis_ranks);
+        probe_component_class_axes_free(class_axes, n_class_axes);
         return report(report_fd, 2);
     }
     if (check_kernels(res, expect_kernel, nexpect_kernel)) {
@@ -1519,6 +1528,7 @@ int main(int argc, char **argv)
         probe_component_names_free(axis_names);
         free(axis_values);
         free(axis_ranks);
+        probe_component_class_axes_free(class_axes, n_class_axes);
         return report(report_fd, 2);
     }
     /* With the JSON or JUnit on stdout, the human-readable text goes to stderr. */
@@ -1557,6 +1567,7 @@ int main(int argc, char **argv)
     probe_component_names_free(axis_names);
     free(axis_values);
     free(axis_ranks);
+    probe_component_class_axes_free(class_axes, n_class_axes);
     json_decref(recovered_json[0]);
     json_decref(recovered_json[1]);
     free(weights_json);

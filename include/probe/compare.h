@@ -45,7 +45,10 @@ typedef struct probe_compare_opts {
      * channel_axis_set: channel_axis for every tensor of rank > the axis
      * (negative counts from the last axis); else the component table's axis
      * (axis_components[i] / axis_values[i] for tensors of rank axis_ranks[i],
-     * from probe_component_axes_load; NULL: none); else the layout rule:
+     * from probe_component_axes_load; NULL: none), where the first of the
+     * row's per-class axes (class_axes, n_class_axes: probe_component_class_axes_load;
+     * NULL: none) whose component, class glob (against probe.class) and rank
+     * match the tensor comes before the row's axis; else the layout rule:
      * axis 1 for rank 4 and 5 ([B, C, H, W], [B, C, F, H, W]), the last axis
      * for rank 2 and 3 ([T, D], [B, T, D]). No shift above PROBE_CHANNELS_MAX
      * channels. */
@@ -76,6 +79,9 @@ typedef struct probe_compare_opts {
        the reference. oracle_headroom: the ratio's headroom (<= 0: PROBE_ORACLE_HEADROOM). */
     const char *oracle;
     double oracle_headroom;
+    /* The table's per-class channel axes (see channel_axis above). */
+    const struct probe_class_axis *class_axes;
+    size_t n_class_axes;
 } probe_compare_opts;
 
 #define PROBE_COMPARE_MAX_REASONS 8

@@ -7,6 +7,8 @@
 
 #include "probe/status.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,6 +34,30 @@ probe_status probe_component_names_load(const char *path, char ***out);
  * with free(). Errors as probe_component_names_load. */
 #define PROBE_NO_CHANNEL_AXIS (-1000)
 probe_status probe_component_axes_load(const char *path, char ***names, int **axes, int **ranks);
+
+/* A row's per-class channel axes ("class_layouts": [{"classes": [glob, ...],
+ * "layout": "[B, F, C, H, W]", "channel_axis": 2}, ...], docs/components.md):
+ * for the tensors of `component` whose probe.class ("module.Qualname")
+ * matches class_glob (fnmatch(3), flags 0: '*' also matches '.') and whose
+ * rank is `rank` (the rank of the entry's "layout"), the channel axis is
+ * `axis` instead of the row's. */
+typedef struct probe_class_axis {
+    char *component;
+    char *class_glob;
+    int axis; /* negative counts from the last axis */
+    int rank;
+} probe_class_axis;
+
+/* All rows' per-class channel axes, in table order (rows in order, within a
+ * row its entries in order, within an entry its classes in order: the first
+ * that matches a tensor applies). *out is NULL and *n 0 when there are none.
+ * Entries without a string glob, an integer "channel_axis" in [-16, 15] or a
+ * "layout" are skipped. Free with probe_component_class_axes_free. Errors as
+ * probe_component_names_load (PROBE_EINVAL when out or n is NULL). */
+probe_status probe_component_class_axes_load(const char *path, probe_class_axis **out, size_t *n);
+
+/* Free what probe_component_class_axes_load returned; a may be NULL. */
+void probe_component_class_axes_free(probe_class_axis *a, size_t n);
 
 /* The names of the rows marked "root": true (JSON true): the root inputs
  * of a run (initial latents, timesteps, prompt embeddings) whose contents

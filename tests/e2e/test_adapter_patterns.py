@@ -40,6 +40,42 @@ CASES = [
     ("transformers.models.clip.modeling_clip", "CLIPTextModel", ["forward"], {"forward": "text_encoder"}),
     ("transformers.models.clip.modeling_clip", "CLIPTextModelWithProjection", ["forward"],
      {"forward": "text_encoder"}),
+    ("transformers.models.gemma2.modeling_gemma2", "Gemma2Model", ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.llama.modeling_llama", "LlamaModel", ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.bert.modeling_bert", "BertModel", ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration",
+     ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLTextModel", ["forward"],
+     {"forward": "text_encoder"}),
+    ("transformers.models.llama.modeling_llama", "LlamaForCausalLM", ["forward"], {"forward": "text_encoder"}),
+    ("transformers.models.llama.modeling_llama", "LlamaPreTrainedModel", ["forward"], {}),
+    # transformers image encoders (vision towers)
+    ("transformers.models.clip.modeling_clip", "CLIPVisionModel", ["forward"], {"forward": "image_encoder"}),
+    ("transformers.models.clip.modeling_clip", "CLIPVisionModelWithProjection", ["forward"],
+     {"forward": "image_encoder"}),
+    ("transformers.models.siglip.modeling_siglip", "SiglipVisionModel", ["forward"], {"forward": "image_encoder"}),
+    ("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel",
+     ["forward"], {"forward": "image_encoder"}),
+    # ControlNets are their own component, not dit.step (*DiT*.forward)
+    ("diffusers.models.controlnets.controlnet_hunyuan", "HunyuanDiT2DControlNetModel", ["forward"],
+     {"forward": "controlnet"}),
+    ("diffusers.models.controlnets.controlnet_hunyuan", "HunyuanDiT2DMultiControlNetModel", ["forward"],
+     {"forward": "controlnet"}),
+    ("diffusers.models.controlnets.controlnet", "ControlNetModel", ["forward"], {"forward": "controlnet"}),
+    ("diffusers.models.controlnets.controlnet_flux", "FluxControlNetModel", ["forward"], {"forward": "controlnet"}),
+    ("diffusers.models.controlnets.controlnet_sd3", "SD3ControlNetModel", ["forward"], {"forward": "controlnet"}),
+    ("diffusers.models.controlnets.controlnet_xs", "UNetControlNetXSModel", ["forward"], {"forward": "dit.step"}),
+    ("user.models", "MyControlNetModel", ["forward"], {"forward": "controlnet"}),
+    ("user.models", "MyDiTControlNetModel", ["forward"], {"forward": "controlnet"}),  # row order
+    # VAE parts named *DiT* are not dit.step; the VAE's own encode/decode are the VAE's
+    ("diffusers.models.autoencoders.autoencoder_longcat_audio_dit", "AudioDiTVaeDecoder", ["forward"], {}),
+    ("diffusers.models.autoencoders.autoencoder_longcat_audio_dit", "AudioDiTVaeEncoder", ["forward"], {}),
+    ("diffusers.models.autoencoders.autoencoder_longcat_audio_dit", "LongCatAudioDiTVae",
+     ["encode", "decode", "forward"], {"encode": "vae.encode", "decode": "vae.decode"}),
+    ("diffusers.models.transformers.transformer_longcat_audio_dit", "LongCatAudioDiTTransformer", ["forward"],
+     {"forward": "dit.step"}),
+    ("diffusers.models.transformers.hunyuan_transformer_2d", "HunyuanDiT2DModel", ["forward"],
+     {"forward": "dit.step"}),
     # diffusers denoisers
     ("diffusers.models.transformers.transformer_wan", "WanTransformer3DModel", ["forward"], {"forward": "dit.step"}),
     ("diffusers.models.transformers.transformer_flux", "FluxTransformer2DModel", ["forward"], {"forward": "dit.step"}),
@@ -81,9 +117,7 @@ CASES = [
     ("torch.optim.lr_scheduler", "LRScheduler", ["step"], {}),
     ("torch.optim.lr_scheduler", "_LRScheduler", ["step"], {}),
     ("transformers.models.t5.modeling_t5", "T5Stack", ["forward"], {}),
-    ("transformers.models.t5.modeling_t5", "T5Model", ["forward"], {}),
     ("transformers.models.clip.modeling_clip", "CLIPTextTransformer", ["forward"], {}),
-    ("transformers.models.bert.modeling_bert", "BertModel", ["forward"], {}),
     ("diffusers.models.attention", "BasicTransformerBlock", ["forward"], {}),
     ("diffusers.models.transformers.transformer_wan", "WanTransformerBlock", ["forward"], {}),
     ("diffusers.image_processor", "VaeImageProcessor", ["postprocess", "preprocess"], {}),
@@ -120,7 +154,7 @@ def main():
     # --- schema --------------------------------------------------------------
     check(doc.get("format") == "probe-components" and doc.get("version") == 1, "format/version")
     names = [c.get("name") for c in doc["components"]]
-    check(names == ["text_encoder", "dit.step", "dit.block", "scheduler.step", "vae.encode",
+    check(names == ["text_encoder", "image_encoder", "controlnet", "dit.step", "dit.block", "scheduler.step", "vae.encode",
                      "vae.decode", "latents.init", "timesteps", "prompt_embeds"],
           "component names/order: %s" % names)
     opt_in = [c["name"] for c in doc["components"] if c.get("opt_in") is True]
@@ -142,6 +176,16 @@ def main():
         rank = len(str(c.get("layout", "")).strip("[]").split(","))
         ax = c.get("channel_axis", 0)
         check(-rank <= ax < rank, "%s: channel_axis %r outside layout %r" % (c.get("name"), ax, c.get("layout")))
+        for e in c.get("class_layouts", []):
+            r = len(str(e.get("layout", "")).strip("[]").split(","))
+            check(isinstance(e.get("classes"), list) and e["classes"]
+                  and all(isinstance(g, str) for g in e["classes"])
+                  and isinstance(e.get("channel_axis"), int) and -r <= e["channel_axis"] < r,
+                  "%s: class_layouts entry %r" % (c.get("name"), e))
+        check(all(isinstance(g, str) and g.startswith(("in.", "out."))
+                  for g in c.get("exclude_slots", [])), "%s: exclude_slots" % c.get("name"))
+    te = doc["components"][names.index("text_encoder")]
+    check("out.logits" in te.get("exclude_slots", []), "text_encoder: out.logits excluded")
 
     table = _table.Table(table_path)
 
@@ -199,6 +243,41 @@ def main():
         check(False, "enable accepted a row that is not opt-in")
     except _table.TableError as e:
         check("no opt-in component 'dit.step'" in str(e), "enable of a row that is not opt-in: %s" % e)
+
+    # an exclusion ('!') holds wherever it stands in its row and lets a later row take the method
+    work0 = tempfile.mkdtemp(prefix="probe-excl-")
+    tp = os.path.join(work0, "t.json")
+    with open(tp, "w") as f:
+        json.dump({"format": "probe-components", "version": 1, "components": [
+            {"name": "a", "patterns": ["*Thing*.forward", "!*Vae*.forward"]},
+            {"name": "b", "patterns": ["*Vae*.forward"], "exclude_slots": ["out.logits"]}]}, f)
+    t4 = _table.Table(tp)
+    check(dict(t4.match(fake("m", "ThingVae", "forward"))) == {"forward": "b"}
+          and dict(t4.match(fake("m", "Thing", "forward"))) == {"forward": "a"},
+          "exclusion after the positive pattern; the next row takes the method")
+    check(t4.slot_excluded("b", "out.logits") and not t4.slot_excluded("b", "out.last_hidden_state")
+          and not t4.slot_excluded("a", "out.logits"), "exclude_slots per row")
+    t4.add_tap("a", "*Vae*.forward")
+    check(dict(t4.match(fake("m", "ThingVae", "forward"))) == {"forward": "a"},
+          "a --tap is not subject to the row's exclusions")
+    try:
+        t4.add_tap("a", "!*Thing*.forward")
+        check(False, "add_tap accepted an exclusion")
+    except _table.TableError as e:
+        check("only for the component table" in str(e), "--tap '!': %s" % e)
+    with open(tp, "w") as f:
+        json.dump({"format": "probe-components", "version": 1, "components": [
+            {"name": "a", "patterns": ["*.forward"], "exclude_slots": "out.logits"}]}, f)
+    try:
+        _table.Table(tp)
+        check(False, "exclude_slots that is not a list was accepted")
+    except _table.TableError as e:
+        check("exclude_slots" in str(e), "bad exclude_slots: %s" % e)
+    r = subprocess.run([os.path.join(BUILD, "bin", "probe-run"), "--out", os.path.join(work0, "p.h5"),
+                        "--tap", "dit.step=!A.b", "--", "true"], capture_output=True, text=True)
+    check(r.returncode == 2 and r.stderr.count("probe") == 1 and "only for the component table" in r.stderr,
+          "probe-run --tap '!A.b': exit 2 with one line (%d, %r)" % (r.returncode, r.stderr))
+    shutil.rmtree(work0, ignore_errors=True)
 
     # --- one grammar in probe-run and in the adapter ------------------------------
     patterns = {

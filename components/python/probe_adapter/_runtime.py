@@ -7,11 +7,13 @@ Rules (docs/components.md):
   * a wrapped method that runs inside another wrapped method of the SAME
     component on the same thread is not tapped (re-entrancy guard); one of
     another component is, as a nested call (a DiT block inside dit.step);
-  * step = scheduler.step calls completed so far (dit.step and
+  * step = scheduler.step calls completed so far (dit.step, controlnet and
     scheduler.step); a nested call of another component takes the enclosing
     call's; -1 otherwise;
   * cfg_branch = index of the dit.step call within the current step
     (dit.step; a nested call takes the enclosing call's; -1 otherwise);
+  * inside a call of an "opaque" row's component (controlnet) nothing else
+    is tapped;
   * a nested call also carries its parent, the enclosing call
     "/<component>/<call:04>", and its block index, the number of earlier
     calls of the same component inside that parent call (-1 and no parent
@@ -184,6 +186,9 @@ class Runtime:
         self._orig_build_class = None
         self._wrapper_code = None
         self.wrapped = []  # "module.Class.method -> component", for diagnostics
+        # rows with "opaque": true (controlnet): no other component is tapped
+        # inside their calls (a ControlNet's own Transformer2DModel is not a dit.step)
+        self._opaque = {name for name, row in table.rows.items() if row.get("opaque") is True}
         self._out_attrs = {name: list(row.get("output_attrs") or [])
                            for name, row in table.rows.items()}
         self._dtypes = {}  # component -> dtype of its first output slot (manifest "dtypes")
@@ -418,7 +423,7 @@ class Runtime:
             active = getattr(rt._tls, "active", None)
             if active is None:
                 active = rt._tls.active = set()
-            if component in active:
+            if component in active or (rt._opaque and not rt._opaque.isdisjoint(active)):
                 return func(*args, **kwargs)
             active.add(component)
             stack = rt._stack()
@@ -615,10 +620,11 @@ class Runtime:
                     self._dit_instance = nv[1]
                 cfg = self._dit_in_step
                 self._dit_in_step += 1
-            elif component == "scheduler.step":
-                nv = self.nvtx.last_step()
+            elif component in ("scheduler.step", "controlnet"):
+                nv = (self.nvtx.last_step() if component == "scheduler.step"
+                      else self.nvtx.enclosing_step())
                 step, cfg = self._steps_done, -1
-                if nv is not None and nv[1] != self._sched_instance:
+                if nv is not None and (component == "controlnet" or nv[1] != self._sched_instance):
                     step = nv[0]
             else:
                 step, cfg = -1, -1
@@ -811,7 +817,7 @@ class Runtime:
         glob without a leading '/' also tried without the path's '/'); the
         shim decides. A glob with a backslash is left to the shim."""
         globs = self._inject_globs
-        if not globs:
+        if not globs or self.table.slot_excluded(ctx["component"], slot):
             return False
         path = "/%s/%04d/%s" % (ctx["component"], ctx["call"], slot)
         for g in globs:
@@ -901,6 +907,8 @@ class Runtime:
             if ctx["component"] == "timesteps":
                 self.manifest_scheduler(obj)
         for slot, t in outs:
+            if self.table.slot_excluded(ctx["component"], slot):
+                continue
             self._inject_output(ctx, slot, t)
             self._tap(ctx, slot, t)
         if ctx["component"] == "latents.init":
@@ -994,6 +1002,8 @@ class Runtime:
         return desc
 
     def _tap(self, ctx, slot, t):
+        if self.table.slot_excluded(ctx["component"], slot):
+            return
         desc = self._describe(ctx, slot, t)
         if desc is None:
             return

@@ -9,6 +9,12 @@ patterns away from classes of those modules (e.g. torch.optim's
 A row with "opt_in": true (dit.block) finds nothing until it is enabled
 (probe-run --blocks: PROBE_OPT_IN); an enabled row's patterns are tried
 before the other rows', after --tap and --scope.
+
+A table pattern that starts with '!' is an exclusion of its row: a method it
+selects is not taken by that row, wherever in the row's list it stands; a
+later row (or a --tap) may still take it. A row's "exclude_slots" globs name
+slots (fnmatch against "in.<name>..."/"out.<key>...") that are not captured
+for that component (vocabulary logits of a text encoder).
 """
 
 import fnmatch
@@ -51,10 +57,15 @@ def check_component_name(name):
 
 class Pattern:
     __slots__ = ("component", "module_glob", "class_glob", "method", "from_table", "text", "used",
-                 "kind")
+                 "kind", "exclude")
 
     def __init__(self, component, text, from_table):
-        m = _PATTERN_RE.match(text)
+        self.exclude = from_table and text.startswith("!")
+        if not from_table and text.startswith("!"):
+            raise TableError(
+                "pattern %r for component %r: a leading '!' (an exclusion) is only for the "
+                "component table's rows" % (text, component))
+        m = _PATTERN_RE.match(text[1:] if self.exclude else text)
         if m is None:
             raise TableError(
                 "malformed pattern %r for component %r (expected [module-glob:]Class-glob.method)"
@@ -96,6 +107,7 @@ class Table:
         if not isinstance(comps, list) or not comps:
             raise TableError("component table %s: \"components\" is not a non-empty list" % path)
         self.names = []
+        self.exclude_slots = {}  # component -> slot globs not captured
         self.rows = {}
         self.patterns = []
         self.opt_in = {}  # opt-in row name -> its patterns (tried only once enabled)
@@ -107,6 +119,12 @@ class Table:
             if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
                 raise TableError("component table %s: \"patterns\" of %s is not a list of strings"
                                  % (path, name))
+            slots = row.get("exclude_slots", [])
+            if not isinstance(slots, list) or not all(isinstance(g, str) for g in slots):
+                raise TableError("component table %s: \"exclude_slots\" of %s is not a list of "
+                                 "strings" % (path, name))
+            if slots:
+                self.exclude_slots[name] = list(slots)
             opt_in = row.get("opt_in", False)
             if not isinstance(opt_in, bool):
                 raise TableError("component table %s: \"opt_in\" of %s is not true or false"
@@ -180,7 +198,9 @@ class Table:
         # then the enabled opt-in rows (a *DiTBlock is a block, not the
         # *DiT*.forward of dit.step), then the table.
         opt = [p for name in self.enabled for p in self.opt_in[name]]
-        self._all = self._extra + self._scopes + opt + self.patterns
+        every = self._extra + self._scopes + opt + self.patterns
+        self._excl = [p for p in every if p.exclude]
+        self._all = [p for p in every if not p.exclude]
         globs = sorted({p.class_glob for p in self._all})
         self._quick = re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
 
@@ -195,20 +215,31 @@ class Table:
         if not isinstance(module, str):
             module = ""
         excluded = any(fnmatch.fnmatchcase(module, g) for g in self.exclude_modules)
+
+        def selects(p):
+            if p.module_glob is not None and not fnmatch.fnmatchcase(module, p.module_glob):
+                return False
+            return fnmatch.fnmatchcase(name, p.class_glob)
+
+        # a row's exclusions ('!') hold wherever they stand in its list
+        blocked = set() if excluded else {(p.component, p.method) for p in self._excl if selects(p)}
         found = {}
         for p in self._all:
             if p.from_table and excluded:
                 continue
-            if p.method in found:
+            if p.method in found or (p.from_table and (p.component, p.method) in blocked):
                 continue
-            if p.module_glob is not None and not fnmatch.fnmatchcase(module, p.module_glob):
-                continue
-            if not fnmatch.fnmatchcase(name, p.class_glob):
+            if not selects(p):
                 continue
             if any(p.method in k.__dict__ for k in getattr(cls, "__mro__", ())):
                 found[p.method] = p.component
                 p.used = True
         return list(found.items())
+
+    def slot_excluded(self, component, slot):
+        """True when the row of `component` excludes `slot` from capture."""
+        globs = self.exclude_slots.get(component)
+        return bool(globs) and any(fnmatch.fnmatchcase(slot, g) for g in globs)
 
     def unused_user_patterns(self):
         """The --tap / --scope patterns that selected no method of any class
