@@ -18,7 +18,11 @@ with the expected probe.class (text encoder(s), dit.step, scheduler.step,
 vae.decode, ControlNet, image encoder, root inputs); every tensor b
 captured is one the hooks saw at the same path, bit-identical (dtype, shape,
 bytes), and every tensor the hooks saw is in b except the slots the table
-excludes (the text encoder's out.logits); the pipeline output of b is
+excludes (the text encoder's out.logits); every captured tensor's
+probe.module is the pipeline's component name of the module the hooks were
+on (text_encoder, text_encoder_2, text_encoder_3, transformer, transformer_2,
+unet, controlnet, image_encoder, scheduler, vae; none for the pipeline's own
+prepare_latents and encode_prompt); the pipeline output of b is
 byte-identical to a's.
 """
 
@@ -70,12 +74,16 @@ def main():
     hooks = {k.replace("|", "/"): v for k, v in np.load(os.path.join(dirs["a"], "hooks.npz")).items()}
     with open(os.path.join(dirs["a"], "calls.json")) as f:
         family_calls = json.load(f)
+    with open(os.path.join(dirs["a"], "modules.json")) as f:
+        hook_modules = json.load(f)
     captured = {}
     with h5py.File(os.path.join(work, "b.h5"), "r") as h:
         def visit(name, obj):
             if isinstance(obj, h5py.Dataset):
                 cls = obj.attrs.get("probe.class", b"")
-                captured["/" + name] = (obj[()], cls.decode() if isinstance(cls, bytes) else str(cls))
+                mod = obj.attrs.get("probe.module")
+                captured["/" + name] = (obj[()], cls.decode() if isinstance(cls, bytes) else str(cls),
+                                        mod.decode() if isinstance(mod, bytes) else mod)
         h.visititems(visit)
     ntensors = 0
     for fam in NAMES:
@@ -83,7 +91,7 @@ def main():
             errors.append("%s: the pipeline output differs between the plain run and probe-run" % fam)
         calls = set(family_calls.get(fam, []))
         classes = {}
-        for path, (_, cls) in captured.items():
+        for path, (_, cls, _m) in captured.items():
             call = path.rsplit("/", 1)[0]
             if call in calls:
                 classes.setdefault(call.split("/")[1], set()).add(cls.rsplit(".", 1)[-1])
@@ -101,7 +109,17 @@ def main():
                 errors.append("%s: root input %s not captured" % (fam, root))
         if "dit.step" in classes and "controlnet" not in want and "controlnet" in classes:
             errors.append("%s: a controlnet call without a ControlNet" % fam)
-    for path, (arr, _) in sorted(captured.items()):
+    nmod = 0
+    for path, (_, _c, mod) in sorted(captured.items()):
+        call = path.rsplit("/", 1)[0]
+        if call in hook_modules:
+            nmod += 1
+            if mod != hook_modules[call]:
+                errors.append("%s: probe.module %r, the hooks' module is the pipeline's %r"
+                              % (path, mod, hook_modules[call]))
+    if nmod != len(captured):
+        errors.append("%d of %d captured tensors belong to a call the hooks saw" % (nmod, len(captured)))
+    for path, (arr, _, _m) in sorted(captured.items()):
         ref = hooks.get(path)
         if ref is None:
             errors.append("%s: captured, but the hooks never saw it" % path)

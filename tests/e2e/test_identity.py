@@ -32,11 +32,15 @@ Runs and what they must show:
   d  text_encoder_2 never called: /text_encoder/0001/* of a are missing in
      the candidate (exit 1), and nothing else is; that call is counted in
      identity.calls_unpaired_by_module;
+  k  the transformer wrapped by torch.compile (backend "eager") on the
+     pipeline: dit.step is still "transformer" and its blocks
+     "transformer.blocks.<i>";
   e  captures without probe.module (h5py copies of a and b with the
      attribute removed): pairing by path as before, so the two encoder
      calls of a and b are compared crosswise and fail.
 
-Environment: PROBE_BUILD_DIR (required), PROBE_PYTHON.
+Runs under the venv of scripts/setup (re-executes itself there; exit 77,
+skipped, without it). Environment: PROBE_BUILD_DIR (required).
 """
 
 import json
@@ -47,8 +51,13 @@ import sys
 import tempfile
 import textwrap
 
-import h5py
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import reexec_in_venv  # noqa: E402
+
+reexec_in_venv()  # torch.compile (case k) needs the venv's torch 2.11
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
 
 BUILD = os.environ.get("PROBE_BUILD_DIR")
 
@@ -56,7 +65,7 @@ PROGRAM = textwrap.dedent('''
     import json, sys
     import torch
 
-    order, other, out = sys.argv[1], sys.argv[2] == "other", sys.argv[3]
+    order, other, out = sys.argv[1], sys.argv[2], sys.argv[3]
     torch.manual_seed(0)
 
     class TinyTextEncoder(torch.nn.Module):
@@ -94,8 +103,10 @@ PROGRAM = textwrap.dedent('''
     class TinyPipeline:
         def __init__(self):
             self.text_encoder = TinyTextEncoder(1)
-            self.text_encoder_2 = (OtherTextEncoder if other else TinyTextEncoder)(2)
+            self.text_encoder_2 = (OtherTextEncoder if other == "other" else TinyTextEncoder)(2)
             self.transformer = TinyDiT()
+            if other == "compile":
+                self.transformer = torch.compile(self.transformer, backend="eager")
             self.scheduler = TinyScheduler()
         def __call__(self, ids):
             embs = {}
@@ -172,6 +183,7 @@ def main():
     b, book_b = capture("b", "text_encoder_2,text_encoder")
     c, _ = capture("c", "text_encoder,text_encoder_2", "other")
     d, _ = capture("d", "text_encoder")
+    k, _ = capture("k", "text_encoder,text_encoder_2", "compile")
 
     # (a) what each call records
     ga = read(a)
@@ -190,6 +202,16 @@ def main():
           "(a) dit.block: transformer.blocks.0/1, TinyDiTBlock (%r)" % mods.get("dit.block"))
     check(mods.get("scheduler.step") == {("scheduler", "__main__.TinyScheduler")},
           "(a) scheduler.step: scheduler")
+
+    # (k) torch.compile: the pipeline holds the compiled wrapper; the modules keep their paths
+    gk = read(k)
+    mk = {}
+    for p_, (_, at) in gk.items():
+        mk.setdefault(p_.split("/")[1], set()).add(at.get("probe.module"))
+    check(mk.get("dit.step") == {"transformer"}
+          and mk.get("dit.block") == {"transformer.blocks.0", "transformer.blocks.1"},
+          "(k) under torch.compile dit.step is still transformer and its blocks transformer.blocks.<i> (%r)"
+          % ((mk.get("dit.step"), mk.get("dit.block")),))
 
     # (b) pairing by module path
     gb = read(b)

@@ -373,12 +373,13 @@ class Hooks:
     count per component over the whole process, as probe's do."""
 
     def __init__(self):
-        self.calls, self.saved, self.family_calls = {}, {}, {}
+        self.calls, self.saved, self.family_calls, self.modules = {}, {}, {}, {}
 
-    def _call(self, comp, family):
+    def _call(self, comp, family, module=None):
         c = self.calls.get(comp, 0)
         self.calls[comp] = c + 1
         self.family_calls.setdefault(family, []).append("/%s/%04d" % (comp, c))
+        self.modules["/%s/%04d" % (comp, c)] = module
         return c
 
     def _put(self, comp, call, slot, v, depth=0):
@@ -414,11 +415,11 @@ class Hooks:
             else:
                 self._put(comp, call, "in." + name, v)
 
-    def module(self, mod, comp, family):
+    def module(self, mod, comp, family, key=None):
         state = {}
 
         def pre(m, args, kwargs):
-            state["call"] = c = self._call(comp, family)
+            state["call"] = c = self._call(comp, family, key)
             self._inputs(comp, c, m.forward, args, kwargs)
 
         def post(m, args, kwargs, out):
@@ -426,13 +427,13 @@ class Hooks:
         mod.register_forward_pre_hook(pre, with_kwargs=True)
         mod.register_forward_hook(post, with_kwargs=True)
 
-    def method(self, obj, name, comp, family, attrs=()):
+    def method(self, obj, name, comp, family, attrs=(), key=None):
         import functools
         func = getattr(obj, name)
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            c = self._call(comp, family)
+            c = self._call(comp, family, key)
             self._inputs(comp, c, func, args, kwargs)
             out = func(*args, **kwargs)
             self._put(comp, c, "out", out)
@@ -451,11 +452,12 @@ class Hooks:
                     "controlnet" if key == "controlnet" else
                     "dit.step" if key.startswith("transformer") or key == "unet" else None)
             if comp:
-                self.module(value, comp, family)
-        self.method(pipe.scheduler, "step", "scheduler.step", family)
-        self.method(pipe.scheduler, "set_timesteps", "timesteps", family, attrs=("timesteps", "sigmas"))
-        self.method(pipe.vae, "decode", "vae.decode", family)
-        self.method(pipe.vae, "encode", "vae.encode", family)
+                self.module(value, comp, family, key)
+        self.method(pipe.scheduler, "step", "scheduler.step", family, key="scheduler")
+        self.method(pipe.scheduler, "set_timesteps", "timesteps", family, attrs=("timesteps", "sigmas"),
+                    key="scheduler")
+        self.method(pipe.vae, "decode", "vae.decode", family, key="vae")
+        self.method(pipe.vae, "encode", "vae.encode", family, key="vae")
         self.method(pipe, "prepare_latents", "latents.init", family)
         self.method(pipe, "encode_prompt", "prompt_embeds", family)
 
@@ -463,8 +465,10 @@ class Hooks:
 def main(argv):
     """python tiny_families.py OUT_DIR hooks|plain FAMILY...: run each family
     once (one thread); OUT_DIR/outputs.npz holds each family's output, with
-    hooks OUT_DIR/hooks.npz every tensor they saw and OUT_DIR/calls.json the
-    calls of each family."""
+    hooks OUT_DIR/hooks.npz every tensor they saw, OUT_DIR/calls.json the
+    calls of each family and OUT_DIR/modules.json each call's module: the
+    pipeline's component name of the module the hook is on (None for the
+    pipeline's own methods)."""
     import json
     import os
     import numpy as np
@@ -485,6 +489,8 @@ def main(argv):
         np.savez(os.path.join(out_dir, "hooks.npz"), **{k.replace("/", "|"): v for k, v in hooks.saved.items()})
         with open(os.path.join(out_dir, "calls.json"), "w") as f:
             json.dump(hooks.family_calls, f)
+        with open(os.path.join(out_dir, "modules.json"), "w") as f:
+            json.dump(hooks.modules, f)
 
 
 if __name__ == "__main__":

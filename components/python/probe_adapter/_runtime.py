@@ -543,7 +543,11 @@ class Runtime:
 
     @staticmethod
     def _is_compiled_wrapper_of(v, obj):
-        return type(v).__name__ == "OptimizedModule" and v.__dict__.get("_orig_mod") is obj
+        """v is torch.compile's wrapper (OptimizedModule) of obj."""
+        if type(v).__name__ != "OptimizedModule":
+            return False
+        inner = getattr(v, "__dict__", {}).get("_modules", {}).get("_orig_mod")
+        return inner is obj or v.__dict__.get("_orig_mod") is obj
 
     def _module_path(self, obj, parent):
         """The module path of obj, the object whose wrapped method runs:
@@ -577,7 +581,8 @@ class Runtime:
                     if code.co_argcount and code.co_varnames[0] == "self" and \
                             code is not self._wrapper_code:
                         holder = f.f_locals.get("self")
-                        if holder is not None and holder is not obj:
+                        if holder is not None and holder is not obj and \
+                                not self._is_compiled_wrapper_of(holder, obj):
                             name = None
                             for k, v in getattr(holder, "__dict__", {}).items():
                                 if isinstance(k, str) and (v is obj or
