@@ -315,6 +315,11 @@ static json_t *tensor_json(const probe_tensor_result *t)
         json_object_set_new(o, "call", json_integer(t->ref.call));
     if (t->ref.cfg_branch >= 0)
         json_object_set_new(o, "cfg_branch", json_integer(t->ref.cfg_branch));
+    if (t->ref.parent[0]) {
+        json_object_set_new(o, "parent", json_string(t->ref.parent));
+        if (t->ref.block >= 0)
+            json_object_set_new(o, "block", json_integer(t->ref.block));
+    }
     if (t->cfg_candidate[0])
         json_object_set_new(o, "cfg_split",
                             json_pack("{s:s, s:i, s:s}", "candidate", t->cfg_candidate, "half",
@@ -566,6 +571,10 @@ static const char html_head[] =
     "table{border-collapse:collapse;font-size:12px}\n"
     "td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}\n"
     "th{background:#f3f3f3}\n"
+    "#blockmap td.hm{min-width:58px;text-align:center;cursor:pointer;font-family:monospace}\n"
+    "#blockmap td.hm.failcell{outline:2px solid #000;outline-offset:-2px;font-weight:bold}\n"
+    "#blockmap td.hm.none{background:#fafafa;color:#bbb;cursor:default}\n"
+    "#blockmap th.row{text-align:left;font-family:monospace}\n"
     "#heatmap td.hm{min-width:58px;text-align:center;cursor:pointer;font-family:monospace}\n"
     "#heatmap td.hm.failcell{outline:2px solid #000;outline-offset:-2px;font-weight:bold}\n"
     "#heatmap td.hm.none{background:#fafafa;color:#bbb;cursor:default}\n"
@@ -594,6 +603,7 @@ static const char html_head[] =
     "<noscript><p>This report draws its tables and charts with JavaScript; the data is in the inline JSON blocks (script elements probe-data and probe-stats).</p></noscript>\n"
     "<h2>relative L2 by denoising step and component (worst output slot per cell; click a cell)</h2>\n"
     "<table id=\"heatmap\"></table><div class=\"legend\" id=\"hm-legend\"></div>\n"
+    "<div id=\"blocks-box\" style=\"display:none\"><h2>relative L2 by denoising step and block (worst output slot over the CFG branches; click a cell)</h2><table id=\"blockmap\"></table><p id=\"blocks-first\"></p></div>\n"
     "<div id=\"detail\"></div>\n"
     "<h2>tensors in execution order (click a row to show its charts)</h2>\n"
     "<table id=\"tensors\"><thead><tr><th>path</th><th>component</th><th>class</th><th>step</th><th>dtype</th><th>shape</th><th>rel_l2</th><th>cosine</th><th>max_abs</th><th>p99_abs</th><th>mismatch</th><th>gain_z</th><th>chan_z</th><th>oracle ratio</th><th>gate</th><th>verdict</th><th>reasons</th></tr></thead><tbody></tbody></table>\n"
@@ -643,6 +653,20 @@ static const char html_script[] =
     " td.onclick=function(){location.hash='tensor='+encodeURIComponent(tkey(D.tensors[c.i]));};tr.appendChild(td);});hm.appendChild(tr);});\n"
     "$('hm-legend').innerHTML='';var lg=$('hm-legend');lg.appendChild(document.createTextNode('log10 scale: 1e'+lo));var bar=el('span',{'class':'bar'});bar.style.background='linear-gradient(to right,'+[0,.25,.5,.75,1].map(heat).join(',')+')';lg.appendChild(bar);\n"
     "lg.appendChild(document.createTextNode('1e'+hi+'; bold outline: a tensor of the cell fails the gate'+(D.gate.rel_l2_max!==null?' (T1 rel_l2_max '+D.gate.rel_l2_max+')':'')+'; rows with outputs show output slots only'));\n"
+    "/* block x step: rows (component, block index) of nested calls, columns steps, value the worst rel_l2 of their output slots */\n"
+    "var bk=[],bcols=[],bcells={},bfirst=null;\n"
+    "D.tensors.forEach(function(t,i){if(t.block===undefined||!/^out/.test(S[i].slot))return;var rk=t.component+' '+t.block,col=t.step===undefined?S[i].column:t.step,key=rk+'\\u0000'+col,val=t.rel_l2===null?Infinity:t.rel_l2,c=bcells[key];\n"
+    " if(bk.indexOf(rk)<0)bk.push(rk);if(bcols.indexOf(col)<0)bcols.push(col);\n"
+    " if(!c||val>c.v)bcells[key]=c={v:val,i:i,fail:c?c.fail:0};if(t.verdict==='fail'){c.fail=1;if(bfirst===null)bfirst=i;}});\n"
+    "if(bk.length){$('blocks-box').style.display='';bcols.sort(function(a,b){return a-b;});\n"
+    " bk.sort(function(a,b){var x=a.split(' '),y=b.split(' ');return x[0]<y[0]?-1:x[0]>y[0]?1:(+x[1])-(+y[1]);});\n"
+    " var bm=$('blockmap'),br=el('tr');br.appendChild(el('th',{},'block \\\\ step'));bcols.forEach(function(c){br.appendChild(el('th',{},String(c)));});bm.appendChild(br);\n"
+    " bk.forEach(function(rk){var tr=el('tr');tr.appendChild(el('th',{'class':'row'},rk));bcols.forEach(function(col){var c=bcells[rk+'\\u0000'+col];\n"
+    "  if(!c){tr.appendChild(el('td',{'class':'hm none'},'\\u00b7'));return;}\n"
+    "  var td=el('td',{'class':'hm'+(c.fail?' failcell':''),'data-block':rk,'data-step':String(col),'data-rel-l2':isFinite(c.v)?String(c.v):'null','data-tensor':String(c.i),title:D.tensors[c.i].path+': rel_l2 '+fmt(c.v)},isFinite(c.v)?fmt(c.v):'n/a');\n"
+    "  td.style.background=!isFinite(c.v)?'#600':c.v===0?'#e8f0ff':heat((Math.log10(c.v)-lo)/(hi-lo));if(!isFinite(c.v))td.style.color='#fff';\n"
+    "  td.onclick=function(){location.hash='tensor='+encodeURIComponent(tkey(D.tensors[c.i]));};tr.appendChild(td);});bm.appendChild(tr);});\n"
+    " $('blocks-first').textContent=bfirst===null?'no block output fails':'first failing block output in execution order: '+D.tensors[bfirst].path+' (block '+D.tensors[bfirst].block+' of '+D.tensors[bfirst].parent+(D.tensors[bfirst].step!==undefined?', step '+D.tensors[bfirst].step:'')+')';}\n"
     "/* tensor table; a rank-by-rank comparison names the rank (docs/nccl.md) */\n"
     "function tkey(t){return t.rank===undefined?t.path:t.path+' (rank '+t.rank+')';}\n"
     "var tb=$('tensors').querySelector('tbody');\n"

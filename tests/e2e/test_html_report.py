@@ -5,7 +5,9 @@ pixel, a NaN, a shape mismatch) are compared, the page is loaded by Chromium
 (--dump-dom) and the RENDERED values are checked against numpy: the verdict,
 the first failing component, heatmap cells (worst rel_l2 of the output slots
 per component and step), histogram counts (total = n, every log-spaced bin),
-the per-channel mean shift, and the hottest spatial-map cell. Also: the page
+the per-channel mean shift, and the hottest spatial-map cell, and for nested
+block calls the block x step map (worst rel_l2 per block and step against
+numpy) and the first failing block. Also: the page
 is self-contained, its inline JSON equals --json, and bad --html targets exit
 2 with one line."""
 import json
@@ -294,6 +296,51 @@ subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide
                 "--window-size=1400,1000", "file://" + quote(html)], capture_output=True, timeout=120,
                env=BROWSER_ENV)
 check(os.path.exists(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", "screenshot is a PNG")
+
+# Block x step: nested dit.block calls (probe.parent, probe.block) of 2 steps x 2 CFG branches x
+# 3 blocks; block 1's output gets an error from step 1 on. Each cell is the worst rel_l2 of the
+# block's output over the branches of that step (numpy), and the first failing block is named.
+bref, bcand = os.path.join(tmp, "bref.h5"), os.path.join(tmp, "bcand.h5")
+bexp, seq, first_fail = {}, 0, None
+with h5py.File(bref, "w") as fr, h5py.File(bcand, "w") as fc:
+    for d in range(4):
+        step, branch = d // 2, d % 2
+        for b in range(3):
+            path = "/dit.block/%04d/out" % (3 * d + b)
+            r = rng.standard_normal((1, 16, 8)).astype(np.float32)
+            c = mult(r, 1e-5)
+            if b == 1 and step == 1:
+                c[0, 3, :] += np.float32(0.5 * (1 + branch))
+                first_fail = first_fail or path
+            for f, a in ((fr, r), (fc, c)):
+                ds = f.create_dataset(path, data=a)
+                ds.attrs.update({"probe.seq": seq, "probe.step": step, "probe.cfg_branch": branch,
+                                 "probe.parent": "/dit.step/%04d" % d, "probe.block": b,
+                                 "probe.class": "m.Block"})
+            seq += 1
+            bexp[("dit.block %d" % b, step)] = max(bexp.get(("dit.block %d" % b, step), 0.0), rel_l2(r, c))
+        o = rng.standard_normal((1, 16, 8)).astype(np.float32)
+        for f in (fr, fc):
+            ds = f.create_dataset("/dit.step/%04d/out" % d, data=o)
+            ds.attrs.update({"probe.seq": seq, "probe.step": step, "probe.cfg_branch": branch})
+        seq += 1
+bhtml = os.path.join(tmp, "blocks.html")
+p = subprocess.run([COMPARE, bref, bcand, "--html", bhtml, "--quiet"], capture_output=True, text=True)
+check(p.returncode == 1, "block captures: exit 1 (block 1 fails at step 1), got %d" % p.returncode)
+d = render(bhtml)
+bcells = {(n["attrs"]["data-block"], int(n["attrs"]["data-step"])): n for n in d.by_class("hm")
+          if "data-block" in n["attrs"]}
+check(set(bcells) == set(bexp), "block map has exactly the (block, step) cells: %s" % sorted(bcells))
+check(all(close(float(bcells[k]["attrs"]["data-rel-l2"]), v, 1e-9) for k, v in bexp.items() if k in bcells),
+      "block map cells equal numpy's worst rel_l2 over the branches")
+check([k for k, n in sorted(bcells.items()) if "failcell" in n["attrs"].get("class", "")] == [("dit.block 1", 1)],
+      "only block 1 at step 1 is outlined as failing")
+check(d.by_id("blocks-first") is not None and d.by_id("blocks-first")["text"] ==
+      "first failing block output in execution order: %s (block 1 of /dit.step/0002, step 1)" % first_fail,
+      "the first failing block is named (%r)" % (d.by_id("blocks-first") or {}).get("text"))
+check(d.by_id("blocks-box")["attrs"].get("style", "") == "", "the block map is shown")
+check(dom.by_id("blocks-box")["attrs"].get("style", "") == "display:none",
+      "no block map for captures without nested calls")
 
 # Bad --html targets: one line, exit 2, the inputs untouched.
 for target, what in ((os.path.join(tmp, "no-such-dir", "r.html"), "missing directory"),
