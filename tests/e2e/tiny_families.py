@@ -385,7 +385,10 @@ class Hooks:
     def _put(self, comp, call, slot, v, depth=0):
         import dataclasses
         if isinstance(v, torch.Tensor):
-            self.saved["/%s/%04d/%s" % (comp, call, slot)] = v.detach().cpu().contiguous().clone().numpy()
+            v = v.detach().cpu().contiguous().clone()
+            if v.dtype == torch.bfloat16:  # h5py reads probe's bfloat16 datasets as float32 (exact)
+                v = v.float()
+            self.saved["/%s/%04d/%s" % (comp, call, slot)] = v.numpy()
             return
         if depth >= 2 and slot.startswith("out"):
             return
@@ -468,22 +471,31 @@ def main(argv):
     hooks OUT_DIR/hooks.npz every tensor they saw, OUT_DIR/calls.json the
     calls of each family and OUT_DIR/modules.json each call's module: the
     pipeline's component name of the module the hook is on (None for the
-    pipeline's own methods)."""
+    pipeline's own methods). PROBE_FAMILIES_DEVICE (default cpu) and
+    PROBE_FAMILIES_DTYPE (a torch dtype name, default float32) move each
+    pipeline there (scripts/gpu/families.sh runs them on a GPU in bfloat16)."""
     import json
     import os
     import numpy as np
     out_dir, mode, names = argv[1], argv[2], argv[3:]
+    device = os.environ.get("PROBE_FAMILIES_DEVICE", "cpu")
+    dtype = getattr(torch, os.environ.get("PROBE_FAMILIES_DTYPE", "float32"))
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     hooks = Hooks() if mode == "hooks" else None
     outputs = {}
     for name in names:
         pipe = FAMILIES[name][0]()
+        if device != "cpu" or dtype != torch.float32:
+            pipe.to(device, dtype)
         pipe.set_progress_bar_config(disable=True)
         if hooks:
             hooks.attach(pipe, name)
         with torch.no_grad():
-            outputs[name] = np.asarray(pipe(**call_kwargs(name))[0])
+            out = pipe(**call_kwargs(name))[0]
+            if isinstance(out, torch.Tensor):
+                out = out.float().cpu()
+            outputs[name] = np.asarray(out)
     np.savez(os.path.join(out_dir, "outputs.npz"), **outputs)
     if hooks:
         np.savez(os.path.join(out_dir, "hooks.npz"), **{k.replace("/", "|"): v for k, v in hooks.saved.items()})

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The 16-family capture test (tests/e2e/test_families.py) on the GPU: every tiny
+# diffusers pipeline moved to CUDA in PROBE_FAMILIES_DTYPE (default bfloat16), run once
+# with forward hooks and once under probe-run; the captured tensors (device copies on
+# probe's stream) must be bit-identical to the hooks' copies, the outputs unchanged and
+# every call's class and module path right. Run from the repository root on the GPU
+# machine; ./.whl holds the diffusers (and importlib_metadata, zipp) wheels, ./.debs the
+# jansson/xxhash headers' packages when the machine lacks them. Results: $OUT/summary.txt
+# and $OUT/families.log.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+. scripts/gpu/debs-env.sh && probe_debs_env .
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%FT%TZ)"
+log "torch $(python3 -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $(python3 -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+if [ ! -x build-gpu/bin/probe-run ]; then
+  cmake -S . -B build-gpu -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v python3)" \
+    > "$OUT/build.log" 2>&1 && cmake --build build-gpu >> "$OUT/build.log" 2>&1
+  log "build: exit $?"
+fi
+export PROBE_FAMILIES_DEVICE=${PROBE_FAMILIES_DEVICE:-cuda} PROBE_FAMILIES_DTYPE=${PROBE_FAMILIES_DTYPE:-bfloat16}
+export CUBLAS_WORKSPACE_CONFIG=:4096:8 PROBE_FAMILIES_IN_VENV=1 PROBE_BUILD_DIR=$PWD/build-gpu
+t0=$(date +%s)
+timeout 500 python3 tests/e2e/test_families.py > "$OUT/families.log" 2>&1
+log "test_families on $PROBE_FAMILIES_DEVICE in $PROBE_FAMILIES_DTYPE: exit $? ($(( $(date +%s) - t0 )) s)"
+tail -25 "$OUT/families.log" | tee -a "$OUT/summary.txt"
