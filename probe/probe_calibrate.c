@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "probe/calibrate.h"
+#include "textsafe.h"
 #include "probe/components.h"
 
 #define MAX_FILES 256
@@ -234,22 +235,30 @@ int main(int argc, char **argv)
         return 2;
     }
     int rc = r->t1_above_floor ? 0 : 1;
-    FILE *f = strcmp(out_path, "-") == 0 ? stdout : fopen(out_path, "w");
-    if (!f) {
-        fprintf(stderr, "probe-calibrate: cannot write %s: %s\n", out_path, strerror(errno));
+    probe_outfile of;
+    if (probe_outfile_open(&of, out_path) != 0) {
+        fprintf(stderr, "probe-calibrate: %s\n", of.err);
         probe_calibrate_result_free(r);
         return 2;
     }
+    FILE *f = of.f;
+    int to_stdout = f == stdout;
     s = probe_calibrate_write_json(r, f);
-    if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
-        s = probe_set_error(PROBE_EIO, "close failed");
     if (s != PROBE_OK) {
-        fprintf(stderr, "probe-calibrate: cannot write %s: %s\n", out_path, probe_last_error());
+        int kept = of.tmp != NULL;
+        probe_outfile_abort(&of);
+        fprintf(stderr, "probe-calibrate: cannot write %s: %s%s\n", probe_tesc(out_path),
+                probe_tesc(probe_last_error()), kept ? " (the file is unchanged)" : "");
+        probe_calibrate_result_free(r);
+        return 2;
+    }
+    if (probe_outfile_commit(&of) != 0) {
+        fprintf(stderr, "probe-calibrate: %s\n", of.err);
         probe_calibrate_result_free(r);
         return 2;
     }
     /* With the file on stdout, the summary goes to stderr. */
-    print_summary(f == stdout ? stderr : stdout, r);
+    print_summary(to_stdout ? stderr : stdout, r);
     probe_calibrate_result_free(r);
     return rc;
 }

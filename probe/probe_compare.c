@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "textsafe.h"
 #include "weights.h"
 #include "probe/compare.h"
 #include "probe/components.h"
@@ -1169,17 +1170,22 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
 
 static int write_to(const char *path, const probe_compare_result *r, int html)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "probe-compare: cannot write %s: %s\n", path, strerror(errno));
+    probe_outfile o;
+    if (probe_outfile_open(&o, path) != 0) {
+        fprintf(stderr, "probe-compare: %s\n", o.err);
         return -1;
     }
-    probe_status s = html == 2   ? probe_compare_write_junit(r, f)
-                                 : write_with_recovered(r, f, html);
-    if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
-        s = probe_set_error(PROBE_EIO, "close failed");
+    probe_status s = html == 2   ? probe_compare_write_junit(r, o.f)
+                                 : write_with_recovered(r, o.f, html);
     if (s != PROBE_OK) {
-        fprintf(stderr, "probe-compare: cannot write %s: %s\n", path, probe_last_error());
+        int kept = o.tmp != NULL;
+        probe_outfile_abort(&o);
+        fprintf(stderr, "probe-compare: cannot write %s: %s%s\n", probe_tesc(path),
+                probe_tesc(probe_last_error()), kept ? " (the file is unchanged)" : "");
+        return -1;
+    }
+    if (probe_outfile_commit(&o) != 0) {
+        fprintf(stderr, "probe-compare: %s\n", o.err);
         return -1;
     }
     return 0;

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "textsafe.h"
+
 #define MAX_FEATURES 256
 #define MAX_CELL_REASONS 3
 
@@ -449,21 +451,28 @@ static int write_html(FILE *f, matrix *m, json_t *doc)
 
 static int write_out(const char *path, matrix *m, json_t *doc, int html)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "probe-matrix: cannot write %s: %s\n", path, strerror(errno));
+    probe_outfile o;
+    if (probe_outfile_open(&o, path) != 0) {
+        fprintf(stderr, "probe-matrix: %s\n", o.err);
         return -1;
     }
-    int rc = html ? write_html(f, m, doc)
-                  : (json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 &&
-                     fputc('\n', f) != EOF && fflush(f) == 0)
+    int rc = html ? write_html(o.f, m, doc)
+                  : json_dumpf(doc, o.f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 &&
+                            fputc('\n', o.f) != EOF
                         ? 0
                         : -1;
-    if (f != stdout && fclose(f) != 0)
-        rc = -1;
-    if (rc)
-        fprintf(stderr, "probe-matrix: cannot write %s\n", path);
-    return rc;
+    if (rc != 0) {
+        int e = errno, kept = o.tmp != NULL;
+        probe_outfile_abort(&o);
+        fprintf(stderr, "probe-matrix: cannot write %s: %s%s\n", probe_tesc(path),
+                strerror(e ? e : EIO), kept ? " (the file is unchanged)" : "");
+        return -1;
+    }
+    if (probe_outfile_commit(&o) != 0) {
+        fprintf(stderr, "probe-matrix: %s\n", o.err);
+        return -1;
+    }
+    return 0;
 }
 
 static void print_table(FILE *out, matrix *m)
