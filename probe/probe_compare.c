@@ -102,9 +102,11 @@ static int parse_tol(const char *opt, const char *s, double *out)
 {
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
+    /* decimal only: strtod would also take hexadecimal (0x10), inf and nan */
+    double v = s[strspn(s, "0123456789.eE+-")] == 0 ? strtod(s, &end) : (end = (char *)s, 0);
     if (errno || end == s || *end || !isfinite(v) || v < 0) {
-        fprintf(stderr, "probe-compare: %s '%s': not a finite non-negative number\n", opt, s);
+        fprintf(stderr, "probe-compare: %s '%s': not a finite non-negative decimal number\n", opt,
+                probe_tesc(s));
         return -1;
     }
     *out = v;
@@ -1275,6 +1277,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "probe-compare: at most %d --only options\n", MAX_ONLY);
                 return 2;
             }
+            if (!*optarg) {
+                fprintf(stderr, "probe-compare: --only needs a non-empty GLOB\n");
+                return 2;
+            }
             only[nonly++] = optarg;
             break;
         case OPT_JSON: json_path = optarg; break;
@@ -1390,6 +1396,13 @@ int main(int argc, char **argv)
     size_t nrefs = nref_ranks ? nref_ranks : 1;
     const char *const *cands = (const char *const *)argv + optind + (nref_ranks ? 0 : 1);
     size_t ncands = (size_t)npos - (nref_ranks ? 0 : 1);
+    for (int i = optind; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1] && access(argv[i], F_OK) != 0) {
+            fprintf(stderr, "probe-compare: '%s' is taken as a file name (it follows '--') and "
+                            "there is no such file; options go before '--'\n",
+                    probe_tesc(argv[i]));
+            return 2;
+        }
     const char *outs[3] = {json_path, html_path, junit_path};
     const char *out_opt[3] = {"--json", "--html", "--junit"};
     for (int a = 0; a < 3; a++)
@@ -1532,7 +1545,12 @@ int main(int argc, char **argv)
     }
     probe_component_names_free(roots);
     if (cs != PROBE_OK) {
-        fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
+        if (ncands > 1 || nrefs > 1)
+            fprintf(stderr, "probe-compare: %zu %s files, read as the per-rank captures of one run: "
+                            "%s\n", ncands > 1 ? ncands : nrefs,
+                    ncands > 1 ? "candidate" : "reference", probe_tesc(probe_last_error()));
+        else
+            fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
         probe_weights_verdict_free(&wv);
         probe_calibration_free(cal);
         probe_component_names_free(axis_names);

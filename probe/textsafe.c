@@ -46,24 +46,13 @@ static int shown_escaped(uint32_t c)
            (c >= 0x2066 && c <= 0x2069) || c == 0x200e || c == 0x200f || c == 0x061c;
 }
 
-const char *probe_tesc(const char *s)
+size_t probe_tesc_to(char *dst, size_t cap, const char *s)
 {
-    static _Thread_local char *ring[TESC_RING];
-    static _Thread_local size_t cap[TESC_RING];
-    static _Thread_local unsigned next;
-    if (s == NULL)
-        s = "(null)";
-    size_t need = strlen(s) * 4 + 1; /* every byte at most "\xNN" */
-    unsigned k = next++ % TESC_RING;
-    if (cap[k] < need) {
-        char *b = realloc(ring[k], need);
-        if (b == NULL)
-            return "(out of memory)";
-        ring[k] = b, cap[k] = need;
-    }
-    char *o = ring[k];
-    const unsigned char *p = (const unsigned char *)s;
     static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)(s ? s : "(null)");
+    size_t o = 0;
+    if (cap == 0)
+        return 0;
     while (*p) {
         uint32_t c = *p;
         size_t n = 1;
@@ -73,21 +62,45 @@ const char *probe_tesc(const char *s)
             if (n == 0)
                 n = 1, bad = 1;
         }
+        char esc[16];
+        size_t elen = 0;
         if (!bad && !shown_escaped(c)) {
-            memcpy(o, p, n);
-            o += n;
+            memcpy(esc, p, n);
+            elen = n;
         } else if (c == '\n' || c == '\r' || c == '\t') {
-            *o++ = '\\';
-            *o++ = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+            esc[0] = '\\';
+            esc[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+            elen = 2;
         } else {
             for (size_t i = 0; i < n; i++) {
-                *o++ = '\\', *o++ = 'x';
-                *o++ = hex[p[i] >> 4], *o++ = hex[p[i] & 15];
+                esc[elen++] = '\\', esc[elen++] = 'x';
+                esc[elen++] = hex[p[i] >> 4], esc[elen++] = hex[p[i] & 15];
             }
         }
+        if (o + elen >= cap)
+            break;
+        memcpy(dst + o, esc, elen);
+        o += elen;
         p += n;
     }
-    *o = 0;
+    dst[o] = 0;
+    return o;
+}
+
+const char *probe_tesc(const char *s)
+{
+    static _Thread_local char *ring[TESC_RING];
+    static _Thread_local size_t cap[TESC_RING];
+    static _Thread_local unsigned next;
+    size_t need = strlen(s ? s : "(null)") * 4 + 1; /* every byte at most "\xNN" */
+    unsigned k = next++ % TESC_RING;
+    if (cap[k] < need) {
+        char *b = realloc(ring[k], need);
+        if (b == NULL)
+            return "(out of memory)";
+        ring[k] = b, cap[k] = need;
+    }
+    probe_tesc_to(ring[k], cap[k], s);
     return ring[k];
 }
 

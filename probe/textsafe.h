@@ -19,6 +19,9 @@
 #include <stdio.h>
 
 const char *probe_tesc(const char *s);
+/* The same into dst (cap bytes, always terminated; cut at a whole escape):
+ * the length written. No allocation. */
+size_t probe_tesc_to(char *dst, size_t cap, const char *s);
 
 typedef struct {
     FILE *f;           /* write here; NULL after commit/abort */
