@@ -27,6 +27,7 @@
 #include <dirent.h>
 
 #include "shim.h"
+#include "../probe/textsafe.h"
 
 extern char **environ;
 
@@ -72,15 +73,12 @@ void shim_warn(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     va_end(ap);
-    size_t len = strlen(line);
-    for (size_t i = 0; i < len; ++i) { /* one line, whatever the reason text holds */
-        if (line[i] == '\n' || line[i] == '\r')
-            line[i] = ' ';
-    }
-    line[len++] = '\n';
+    char shown[sizeof line * 2]; /* one line, control characters and bad UTF-8 escaped */
+    size_t len = probe_tesc_to(shown, sizeof shown - 1, line);
+    shown[len++] = '\n';
     ssize_t off = 0;
     while ((size_t)off < len) {
-        ssize_t w = write(STDERR_FILENO, line + off, len - (size_t)off);
+        ssize_t w = write(STDERR_FILENO, shown + off, len - (size_t)off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)

@@ -3,6 +3,7 @@
  * comes from the compare engine (probe_compare_files). */
 #include "probe/calibrate.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <math.h>
@@ -533,9 +534,10 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
                                     "x (1 - worst cosine)); metrics by the compare engine"));
     json_object_set_new(root, "evidence", ev);
 
+    errno = 0;
     int rc = json_dumpf(root, f, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (rc != 0 || fputc('\n', f) == EOF || ferror(f))
-        return probe_set_error(PROBE_EIO, "cannot write the calibration file");
+        return probe_set_error(PROBE_EIO, "%s", strerror(errno ? errno : EIO));
     return PROBE_OK;
 }

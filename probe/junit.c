@@ -1,6 +1,7 @@
 /* junit.c - a compare result as JUnit XML for CI: one test case per tensor. */
 #include "probe/compare.h"
 
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -72,6 +73,7 @@ probe_status probe_compare_write_junit(const probe_compare_result *r, FILE *f)
 {
     if (!r || !f)
         return probe_set_error(PROBE_EINVAL, "probe_compare_write_junit: NULL argument");
+    errno = 0;
     size_t nfail = 0;
     for (size_t i = 0; i < r->ntensors; i++)
         nfail += !r->tensors[i].verdict.pass;
@@ -148,6 +150,6 @@ probe_status probe_compare_write_junit(const probe_compare_result *r, FILE *f)
     }
     fputs("</testsuite>\n</testsuites>\n", f);
     if (fflush(f) != 0 || ferror(f))
-        return probe_set_error(PROBE_EIO, "write failed");
+        return probe_set_error(PROBE_EIO, "%s", strerror(errno ? errno : EIO));
     return PROBE_OK;
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "probe/calibrate.h"
+#include "textsafe.h"
 #include "probe/components.h"
 
 #define MAX_FILES 256
@@ -74,7 +75,7 @@ static int same_file(const char *a, const char *b)
 static void print_summary(FILE *out, const probe_calibrate_result *r)
 {
     fprintf(out, "feature %s: %zu pair(s), %zu floor pair(s), headroom %g, mismatch at atol %g rtol %g\n",
-           r->feature, r->npairs, r->nfloor_pairs, r->headroom, r->atol, r->rtol);
+           probe_tesc(r->feature), r->npairs, r->nfloor_pairs, r->headroom, r->atol, r->rtol);
     fprintf(out, "%-16s %11s %12s %11s %11s %11s   %-24s %s\n", "component", "rel_l2_max", "cosine_min",
            "p99_abs_max", "max_abs_max", "mismatch_max", "floor x headroom", "T1 above floor");
     for (size_t i = 0; i < r->ncomponents; i++) {
@@ -85,7 +86,7 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
                      c->floor_one_minus_cosine_x_headroom);
         else
             snprintf(fl, sizeof fl, "not measured");
-        fprintf(out, "%-16s %11.4g %12.10f %11.4g %11.4g %11.4g   %-24s %s\n", c->name, c->rel_l2_max,
+        fprintf(out, "%-16s %11.4g %12.10f %11.4g %11.4g %11.4g   %-24s %s\n", probe_tesc(c->name), c->rel_l2_max,
                c->cosine_min, c->p99_abs_max, c->max_abs_max, c->mismatch_fraction_max, fl,
                c->t1_above_floor ? "yes" : "NO");
     }
@@ -101,9 +102,9 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
         if (c->t1_above_floor)
             continue;
         if (!c->floor.tensors)
-            fprintf(out, " %s (floor not measured)", c->name);
+            fprintf(out, " %s (floor not measured)", probe_tesc(c->name));
         else
-            fprintf(out, " %s (headroom x floor: rel_l2 %.4g vs %g, 1 - cosine %.4g vs %g)", c->name,
+            fprintf(out, " %s (headroom x floor: rel_l2 %.4g vs %g, 1 - cosine %.4g vs %g)", probe_tesc(c->name),
                    c->floor_rel_l2_x_headroom, c->t1_rel_l2_max,
                    c->floor_one_minus_cosine_x_headroom, c->t1_one_minus_cosine_max);
     }
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < counts[k]; i++)
             if (same_file(out_path, lists[k][i])) {
                 fprintf(stderr, "probe-calibrate: --out %s is the input file %s; refusing to "
-                                "overwrite it\n", out_path, lists[k][i]);
+                                "overwrite it\n", probe_tesc(out_path), probe_tesc(lists[k][i]));
                 return 2;
             }
     o.references = refs;
@@ -221,7 +222,7 @@ int main(int argc, char **argv)
     char **names = NULL;
     probe_status s = probe_component_names_load(NULL, &names);
     if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
-        fprintf(stderr, "probe-calibrate: %s\n", probe_last_error());
+        fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
     o.known_components = (const char *const *)names; /* NULL: no table installed, any name */
@@ -230,26 +231,34 @@ int main(int argc, char **argv)
     s = probe_calibrate_run(&o, &r);
     probe_component_names_free(names);
     if (s != PROBE_OK) {
-        fprintf(stderr, "probe-calibrate: %s\n", probe_last_error());
+        fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
     int rc = r->t1_above_floor ? 0 : 1;
-    FILE *f = strcmp(out_path, "-") == 0 ? stdout : fopen(out_path, "w");
-    if (!f) {
-        fprintf(stderr, "probe-calibrate: cannot write %s: %s\n", out_path, strerror(errno));
+    probe_outfile of;
+    if (probe_outfile_open(&of, out_path) != 0) {
+        fprintf(stderr, "probe-calibrate: %s\n", of.err);
         probe_calibrate_result_free(r);
         return 2;
     }
+    FILE *f = of.f;
+    int to_stdout = f == stdout;
     s = probe_calibrate_write_json(r, f);
-    if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
-        s = probe_set_error(PROBE_EIO, "close failed");
     if (s != PROBE_OK) {
-        fprintf(stderr, "probe-calibrate: cannot write %s: %s\n", out_path, probe_last_error());
+        int kept = of.tmp != NULL;
+        probe_outfile_abort(&of);
+        fprintf(stderr, "probe-calibrate: cannot write %s: %s%s\n", probe_tesc(out_path),
+                probe_tesc(probe_last_error()), kept ? " (the file is unchanged)" : "");
+        probe_calibrate_result_free(r);
+        return 2;
+    }
+    if (probe_outfile_commit(&of) != 0) {
+        fprintf(stderr, "probe-calibrate: %s\n", of.err);
         probe_calibrate_result_free(r);
         return 2;
     }
     /* With the file on stdout, the summary goes to stderr. */
-    print_summary(f == stdout ? stderr : stdout, r);
+    print_summary(to_stdout ? stderr : stdout, r);
     probe_calibrate_result_free(r);
     return rc;
 }

@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "textsafe.h"
 #include "weights.h"
 #include "probe/compare.h"
 #include "probe/components.h"
@@ -101,9 +102,11 @@ static int parse_tol(const char *opt, const char *s, double *out)
 {
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
+    /* decimal only: strtod would also take hexadecimal (0x10), inf and nan */
+    double v = s[strspn(s, "0123456789.eE+-")] == 0 ? strtod(s, &end) : (end = (char *)s, 0);
     if (errno || end == s || *end || !isfinite(v) || v < 0) {
-        fprintf(stderr, "probe-compare: %s '%s': not a finite non-negative number\n", opt, s);
+        fprintf(stderr, "probe-compare: %s '%s': not a finite non-negative decimal number\n", opt,
+                probe_tesc(s));
         return -1;
     }
     *out = v;
@@ -136,10 +139,12 @@ static void fmt_num(char *buf, size_t cap, double x, int present)
  * batched tensor CAND). */
 static void rank_path(char *buf, size_t cap, const probe_tensor_result *t)
 {
-    int n = t->rank_tag >= 0   ? snprintf(buf, cap, "%s (rank %d)", t->ref.path, t->rank_tag)
-            : t->cfg_candidate[0] ? snprintf(buf, cap, "%s <- %s[%d] %s", t->ref.path,
-                                             t->cfg_candidate, t->cfg_half, t->cfg_branch_name)
-                                  : snprintf(buf, cap, "%s", t->ref.path);
+    const char *path = probe_tesc(t->ref.path);
+    int n = t->rank_tag >= 0   ? snprintf(buf, cap, "%s (rank %d)", path, t->rank_tag)
+            : t->cfg_candidate[0] ? snprintf(buf, cap, "%s <- %s[%d] %s", path,
+                                             probe_tesc(t->cfg_candidate), t->cfg_half,
+                                             probe_tesc(t->cfg_branch_name))
+                                  : snprintf(buf, cap, "%s", path);
     if (n < 0)
         buf[0] = 0;
 }
@@ -159,10 +164,10 @@ static void print_rank_sets(FILE *out, const probe_compare_result *r)
         }
         fprintf(out, "rank set of %d files", r->world[side]);
         if (r->index[side][0])
-            fprintf(out, " (index %s)", r->index[side]);
+            fprintf(out, " (index %s)", probe_tesc(r->index[side]));
         fputc(':', out);
         for (int k = 0; k < r->world[side]; k++)
-            fprintf(out, " %s", r->files[side][k]);
+            fprintf(out, " %s", probe_tesc(r->files[side][k]));
         fputc('\n', out);
     }
     fprintf(out, "%s\n", r->per_rank ? "compared rank by rank (rank r against rank r)"
@@ -183,7 +188,8 @@ static void print_rank_sets(FILE *out, const probe_compare_result *r)
     }
     for (size_t i = 0; i < r->ndivergent; i++) {
         const probe_collective_divergence *d = &r->divergent[i];
-        fprintf(out, "collective output differs across ranks (%s): %s on rank", d->side, d->path);
+        fprintf(out, "collective output differs across ranks (%s): %s on rank", d->side,
+                probe_tesc(d->path));
         for (int k = 0; k < d->nranks && k < 8; k++)
             fprintf(out, "%s %d", k ? "," : "", d->ranks[k]);
         fprintf(out, " (from rank 0)\n");
@@ -208,10 +214,10 @@ static void print_identity(FILE *out, const probe_compare_result *r)
                 first = &r->tensors[i];
         fprintf(out, "paired by module path: the runs called the modules of %s in another order; "
                      "%zu reference call%s paired with a candidate call of another index",
-                r->by_module_component, r->calls_by_module, r->calls_by_module == 1 ? "" : "s");
+                probe_tesc(r->by_module_component), r->calls_by_module, r->calls_by_module == 1 ? "" : "s");
         if (first)
-            fprintf(out, " (first: %s [%s] with %s)", first->ref.path, first->ref.module,
-                    first->cand_path);
+            fprintf(out, " (first: %s [%s] with %s)", probe_tesc(first->ref.path),
+                    probe_tesc(first->ref.module), probe_tesc(first->cand_path));
         if (r->calls_unpaired_by_module)
             fprintf(out, ", %zu without a call of the same module in the candidate",
                     r->calls_unpaired_by_module);
@@ -224,8 +230,9 @@ static void print_identity(FILE *out, const probe_compare_result *r)
                 first = &r->tensors[i];
         fprintf(out, "class differs: %zu compared tensor%s ran in a module of another class in the "
                      "candidate (first: %s: reference %s, candidate %s)\n", r->class_mismatches,
-                r->class_mismatches == 1 ? "" : "s", r->first_class_mismatch,
-                first ? first->ref.class_name : "?", first ? first->class_cand : "?");
+                r->class_mismatches == 1 ? "" : "s", probe_tesc(r->first_class_mismatch),
+                probe_tesc(first ? first->ref.class_name : "?"),
+                probe_tesc(first ? first->class_cand : "?"));
     }
 }
 
@@ -233,7 +240,7 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
 {
     int w = 4, wc = 0;
     for (size_t i = 0; i < r->ntensors; i++) {
-        int len = (int)strlen(short_class(r->tensors[i].ref.class_name));
+        int len = (int)strlen(probe_tesc(short_class(r->tensors[i].ref.class_name)));
         if (len > wc)
             wc = len;
     }
@@ -242,15 +249,17 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
     if (wc > 28)
         wc = 28;
     for (size_t i = 0; i < r->ntensors; i++) {
-        int len = (int)strlen(r->tensors[i].ref.path) + (r->tensors[i].rank_tag >= 0 ? 10 : 0) +
+        int len = (int)strlen(probe_tesc(r->tensors[i].ref.path)) +
+                  (r->tensors[i].rank_tag >= 0 ? 10 : 0) +
                   (r->tensors[i].cfg_candidate[0]
-                       ? (int)strlen(r->tensors[i].cfg_candidate) + 13 : 0);
+                       ? (int)strlen(probe_tesc(r->tensors[i].cfg_candidate)) + 13 : 0);
         if (len > w)
             w = len;
     }
     if (w > 72)
         w = 72;
-    fprintf(out, "reference %s\ncandidate %s\ngate %s:", r->reference, r->candidate, gate);
+    fprintf(out, "reference %s\ncandidate %s\ngate %s:", probe_tesc(r->reference),
+            probe_tesc(r->candidate), gate);
     if (isfinite(r->gate.mismatch_fraction_max))
         fprintf(out, " elements within atol %g rtol %g (mismatch fraction <= %g)", r->gate.atol,
                 r->gate.rtol, r->gate.mismatch_fraction_max);
@@ -264,7 +273,7 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
     if (r->oracle[0])
         fprintf(out, "\noracle %s: verdict = no less accurate than the reference (error ratio "
                      "against the oracle, no added systematic error); the gate is reported beside "
-                     "it", r->oracle);
+                     "it", probe_tesc(r->oracle));
     else if (r->headline == PROBE_HEADLINE_SYSTEMATIC)
         fprintf(out, "\nverdict = the gate and the systematic test (gain_z, chan_z: beyond "
                      "rounding noise fails)");
@@ -290,7 +299,7 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
             snprintf(cs, sizeof cs, "%.8f", m->cosine);
         else
             snprintf(cs, sizeof cs, "%s", t->compared ? "null" : "-");
-        char disp[600], gz[32] = "-", cz[32] = "-", er[40] = "";
+        char disp[2400], gz[32] = "-", cz[32] = "-", er[40] = "";
         rank_path(disp, sizeof disp, t);
         if (t->sys.computed) {
             snprintf(gz, sizeof gz, "%.3g", t->m.gain_z);
@@ -307,11 +316,12 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
         fprintf(out, "%-*s  ", w, disp);
         if (wc)
             fprintf(out, "%-*.*s  ", wc, wc, short_class(t->ref.class_name)[0]
-                                                 ? short_class(t->ref.class_name) : "-");
+                                                 ? probe_tesc(short_class(t->ref.class_name))
+                                                 : "-");
         fprintf(out, "%-9s %10llu %10s %12s %10s %10s %9s %7s %7s%s  %s%s%s%s\n",
                 probe_dtype_name(t->ref.dtype), (unsigned long long)t->ref.n, rl, cs, mx, p99, mm,
                 gz, cz, er, t->verdict.pass ? "pass" : "FAIL", gate_note,
-                t->verdict.nreasons ? ": " : "", t->verdict.nreasons ? t->verdict.reasons[0] : "");
+                t->verdict.nreasons ? ": " : "", probe_tesc(t->verdict.nreasons ? t->verdict.reasons[0] : ""));
     }
     size_t nstats = 0;
     for (size_t i = 0; i < r->ntensors; i++)
@@ -322,12 +332,12 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
                 nstats == 1 ? "" : "s");
     print_identity(out, r);
     for (size_t i = 0; i < r->nmissing_cand; i++)
-        fprintf(out, "%-*s  missing in candidate\n", w, r->missing_in_candidate[i]);
+        fprintf(out, "%-*s  missing in candidate\n", w, probe_tesc(r->missing_in_candidate[i]));
     for (size_t i = 0; i < r->nmissing_ref; i++)
-        fprintf(out, "%-*s  missing in reference\n", w, r->missing_in_reference[i]);
+        fprintf(out, "%-*s  missing in reference\n", w, probe_tesc(r->missing_in_reference[i]));
     for (size_t i = 0; i < r->nskipped; i++)
-        fprintf(out, "%-*s  skipped in %s: %s\n", w, r->skipped[i].path, r->skipped[i].side,
-                r->skipped[i].reason);
+        fprintf(out, "%-*s  skipped in %s: %s\n", w, probe_tesc(r->skipped[i].path),
+                r->skipped[i].side, probe_tesc(r->skipped[i].reason));
     fputc('\n', out);
 }
 
@@ -428,7 +438,7 @@ static void print_runs(FILE *out, const probe_compare_result *r)
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
         for (int s = 0; s < 2; s++) {
             mval(m[s], rows[k].key[0] ? rows[k].key : "-", v[s], sizeof v[s]);
-            int len = (int)strlen(v[s]);
+            int len = (int)strlen(probe_tesc(v[s]));
             if (len > w)
                 w = len;
         }
@@ -461,6 +471,8 @@ static void print_runs(FILE *out, const probe_compare_result *r)
         if (!v[0][0] && !v[1][0])
             continue;
         int diff = strcmp(v[0], v[1]) != 0;
+        for (int s = 0; s < 2; s++)
+            snprintf(v[s], sizeof v[s], "%s", probe_tesc(v[s]));
         /* Cut long values: the JSON and HTML carry them whole. */
         for (int s = 0; s < 2; s++)
             if ((int)strlen(v[s]) > w)
@@ -502,11 +514,11 @@ static void print_roots(FILE *out, const probe_compare_result *r)
     for (size_t i = 0; i < r->nroots; i++) {
         const probe_root_input *ri = &r->roots[i];
         if (ri->same && ri->converted)
-            fprintf(out, "  same      %s: %s\n", ri->path, ri->why);
+            fprintf(out, "  same      %s: %s\n", probe_tesc(ri->path), probe_tesc(ri->why));
         if (ri->same)
             continue;
         fprintf(out, "  %s %s: %s\n", ri->allowed ? "allowed  " : ri->incomplete ? "unknown  " : "DIFFERENT",
-                ri->path, ri->why);
+                probe_tesc(ri->path), probe_tesc(ri->why));
     }
     if (ndiff)
         fprintf(out, "not the same experiment: the runs did not start from the same inputs; "
@@ -523,12 +535,12 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
         return;
     if (!r->isolated_complete) {
         fprintf(out, "isolation: no table: %s is not a complete replay of the reference (the "
-                     "reason is below), so no isolated error is measured\n\n", r->isolated);
+                     "reason is below), so no isolated error is measured\n\n", probe_tesc(r->isolated));
         return;
     }
     int w = 4;
     for (size_t i = 0; i < r->ntensors; i++) {
-        int len = (int)strlen(r->tensors[i].ref.path);
+        int len = (int)strlen(probe_tesc(r->tensors[i].ref.path));
         if (len > w)
             w = len;
     }
@@ -551,7 +563,7 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
     fprintf(out, "isolation (%s: the reference's values injected at %s)\n"
                  "error introduced (isolated) vs inherited (as run / isolated = amplification), "
                  "output tensors:\n%-*s  %-14s %5s %12s %12s %13s\n",
-            r->isolated, globs, w, "path", "component", "step", "rel_l2 run", "rel_l2 iso",
+            probe_tesc(r->isolated), probe_tesc(globs), w, "path", "component", "step", "rel_l2 run", "rel_l2 iso",
             "amplification");
     size_t nconv = 0;
     for (size_t i = 0; i < r->ntensors; i++) {
@@ -574,10 +586,11 @@ static void print_isolation(FILE *out, const probe_compare_result *r)
             char x[32];
             fmt_num(x, sizeof x, t->isolated_inputs_rel_l2, 1);
             snprintf(inputs, sizeof inputs, "  inputs converted: rel_l2 %s (%s)", x,
-                     t->isolated_inputs_worst);
+                     probe_tesc(t->isolated_inputs_worst));
             nconv++;
         }
-        fprintf(out, "%-*s  %-14s %5s %12s %12s %13s%s\n", w, t->ref.path, t->ref.component, st, a,
+        fprintf(out, "%-*s  %-14s %5s %12s %12s %13s%s\n", w, probe_tesc(t->ref.path),
+                probe_tesc(t->ref.component), st, a,
                 b, c, inputs);
     }
     fprintf(out, "(rel_l2 iso > 0: the component introduces error itself; 0 with rel_l2 run > 0: "
@@ -607,7 +620,8 @@ static void call_name(char *buf, size_t cap, const probe_compare_result *r, long
         snprintf(buf, cap, "?");
         return;
     }
-    if (snprintf(buf, cap, "%s/%04lld", r->calls[k].component, (long long)r->calls[k].call) < 0)
+    if (snprintf(buf, cap, "%s/%04lld", probe_tesc(r->calls[k].component),
+                 (long long)r->calls[k].call) < 0)
         buf[0] = 0;
 }
 
@@ -635,7 +649,7 @@ static void print_introduced(FILE *out, const probe_compare_result *r)
         snprintf(where + len, sizeof where - len, "%sbranch %d", len ? ", " : "", c->cfg_branch);
     if (in->kind == PROBE_INTRODUCED_CALL)
         fprintf(out, "introduced by %s%s%s%s: %s fails while its inputs pass%s\n", name,
-                where[0] ? " (" : "", where, where[0] ? ")" : "", t ? t->ref.path : "?",
+                where[0] ? " (" : "", where, where[0] ? ")" : "", probe_tesc(t ? t->ref.path : "?"),
                 !strcmp(c->decided_by, "isolated") ? " (and fails in isolation)" : "");
     else if (in->kind == PROBE_INTRODUCED_BETWEEN) {
         call_name(after, sizeof after, r, in->after_call);
@@ -644,9 +658,10 @@ static void print_introduced(FILE *out, const probe_compare_result *r)
             snprintf(amp, sizeof amp, ", %.3g x the largest of the outputs since", in->amplification);
         fprintf(out, "introduced between %s and %s%s%s%s, in pipeline code: %s fails (rel_l2 %.3e%s) "
                      "while every output since passes\n", after, name, where[0] ? " (" : "", where,
-                where[0] ? ")" : "", t ? t->ref.path : "?", t ? t->m.rel_l2 : NAN, amp);
+                where[0] ? ")" : "", probe_tesc(t ? t->ref.path : "?"), t ? t->m.rel_l2 : NAN, amp);
     } else
-        fprintf(out, "introduced before the first captured call: %s fails\n", t ? t->ref.path : "?");
+        fprintf(out, "introduced before the first captured call: %s fails\n",
+                probe_tesc(t ? t->ref.path : "?"));
     if (in->ninherited)
         fprintf(out, "inherited by %zu later component call%s (their inputs already differ)\n",
                 in->ninherited, in->ninherited == 1 ? "" : "s");
@@ -671,8 +686,8 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
         char rk[32] = ""; /* compared rank by rank: which rank's pair */
         if (r->first_failure >= 0 && r->tensors[r->first_failure].rank_tag >= 0)
             snprintf(rk, sizeof rk, " (rank %d)", r->tensors[r->first_failure].rank_tag);
-        fprintf(out, "first failure: component %s at %s%s: %s\n", comp, r->first_failure_path, rk,
-                why);
+        fprintf(out, "first failure: component %s at %s%s: %s\n", probe_tesc(comp),
+                probe_tesc(r->first_failure_path), rk, probe_tesc(why));
     }
     print_introduced(out, r);
     if (r->nothing_compared)
@@ -686,7 +701,7 @@ static void print_verdict(FILE *out, const probe_compare_result *r, const char *
                 r->ignored_ref, r->ignored_cand);
     for (int i = 0; i < r->nreasons; i++)
         if (!r->nothing_compared)
-            fprintf(out, "%s\n", r->reasons[i]);
+            fprintf(out, "%s\n", probe_tesc(r->reasons[i]));
     if (r->expect_identical && r->ntensors && !r->feature_active)
         fprintf(out, "identical: every compared tensor is bit-identical, as expected "
                      "(--expect-identical)\n");
@@ -824,11 +839,12 @@ static int contain(const char *ref, const char *cand, const char *iso, const cha
         }
     if (ncrash == 1)
         fprintf(stderr, "probe-compare: %s: corrupt HDF5 file: reading it crashed the HDF5 library "
-                        "(libhdf5 %s; %s)\n", who, probe_file_hdf5_version(), how);
+                        "(libhdf5 %s; %s)\n", probe_tesc(who), probe_file_hdf5_version(), how);
     else
         fprintf(stderr, "probe-compare: %s, %s%s%s%s%s: reading them crashed (libhdf5 %s; %s); a "
-                        "corrupt HDF5 file?\n", ref, cand, iso ? ", " : "", iso ? iso : "",
-                oracle ? ", " : "", oracle ? oracle : "", probe_file_hdf5_version(), how);
+                        "corrupt HDF5 file?\n", probe_tesc(ref), probe_tesc(cand), iso ? ", " : "",
+                iso ? probe_tesc(iso) : "", oracle ? ", " : "", oracle ? probe_tesc(oracle) : "",
+                probe_file_hdf5_version(), how);
     exit(2);
 }
 
@@ -908,8 +924,9 @@ static void note_recovered(const char *const paths[2])
             const probe_recovery_info *ri = probe_file_recovery(f);
             if (ri->recovered) {
                 fprintf(stderr, "probe-compare: %s was not closed by its writer (process killed?): "
-                        "%zu complete captures read from %s%s%s%s\n", paths[k], ri->complete,
-                        ri->journal, ri->partial[0] ? "; partial capture " : "", ri->partial,
+                        "%zu complete captures read from %s%s%s%s\n", probe_tesc(paths[k]),
+                        ri->complete, probe_tesc(ri->journal),
+                        ri->partial[0] ? "; partial capture " : "", probe_tesc(ri->partial),
                         ri->partial[0] ? " ignored" : "");
                 json_decref(recovered_json[k]);
                 recovered_json[k] = json_pack("{s:s, s:I, s:o, s:s}", "journal", ri->journal,
@@ -972,11 +989,12 @@ static json_t *kernels_json, *expect_json;
 /* "name" shortened to at most w bytes (with "...") unless full. */
 static void print_kernel(FILE *out, const char *mark, const probe_kernel_count *k, int full)
 {
-    size_t w = 110, n = strlen(k->name);
+    const char *name = probe_tesc(k->name);
+    size_t w = 110, n = strlen(name);
     if (full || n <= w)
-        fprintf(out, "    %s %s  x%llu\n", mark, k->name, k->count);
+        fprintf(out, "    %s %s  x%llu\n", mark, name, k->count);
     else
-        fprintf(out, "    %s %.*s...  x%llu\n", mark, (int)(w - 3), k->name, k->count);
+        fprintf(out, "    %s %.*s...  x%llu\n", mark, (int)(w - 3), name, k->count);
 }
 
 /* Per component, the kernels only one run launched: at most 5 of each side
@@ -1004,7 +1022,8 @@ static void print_kernels(FILE *out, const probe_kernel_diff *d, int full)
         const probe_kernel_component *c = &d->components[i];
         if (!c->nonly_candidate && !c->nonly_reference)
             continue;
-        fprintf(out, "  %s (launches: reference %llu, candidate %llu)\n", c->component,
+        fprintf(out, "  %s (launches: reference %llu, candidate %llu)\n",
+                probe_tesc(c->component),
                 c->launches_reference, c->launches_candidate);
         for (size_t j = 0; j < c->nonly_candidate; j++)
             if (full || j < 5)
@@ -1055,7 +1074,7 @@ static int check_kernels(probe_compare_result *res, const char *const *expect, s
         PROBE_OK) {
         /* a manifest key "kernels" of another shape: an error only when asked to use it */
         fprintf(stderr, "probe-compare: %skernel log: %s\n", nexpect ? "" : "note: ignoring the ",
-                probe_last_error());
+                probe_tesc(probe_last_error()));
         return nexpect ? 2 : 0;
     }
     if (kdiff->have_reference || kdiff->have_candidate)
@@ -1065,7 +1084,7 @@ static int check_kernels(probe_compare_result *res, const char *const *expect, s
     if (!kdiff->have_candidate) {
         fprintf(stderr, "probe-compare: %s: --expect-kernel needs the candidate's kernel log, and "
                         "its manifest has none (run it under probe-run without PROBE_KERNELS=0)\n",
-                res->candidate);
+                probe_tesc(res->candidate));
         return 2;
     }
     expect_json = json_array();
@@ -1074,7 +1093,7 @@ static int check_kernels(probe_compare_result *res, const char *const *expect, s
         char first[512];
         if (probe_kernel_expect(res->manifest_candidate, expect[i], &matched, first,
                                 sizeof first) != PROBE_OK) {
-            fprintf(stderr, "probe-compare: --expect-kernel: %s\n", probe_last_error());
+            fprintf(stderr, "probe-compare: --expect-kernel: %s\n", probe_tesc(probe_last_error()));
             return 2;
         }
         json_array_append_new(expect_json,
@@ -1169,17 +1188,22 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
 
 static int write_to(const char *path, const probe_compare_result *r, int html)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "probe-compare: cannot write %s: %s\n", path, strerror(errno));
+    probe_outfile o;
+    if (probe_outfile_open(&o, path) != 0) {
+        fprintf(stderr, "probe-compare: %s\n", o.err);
         return -1;
     }
-    probe_status s = html == 2   ? probe_compare_write_junit(r, f)
-                                 : write_with_recovered(r, f, html);
-    if (f != stdout && fclose(f) != 0 && s == PROBE_OK)
-        s = probe_set_error(PROBE_EIO, "close failed");
+    probe_status s = html == 2   ? probe_compare_write_junit(r, o.f)
+                                 : write_with_recovered(r, o.f, html);
     if (s != PROBE_OK) {
-        fprintf(stderr, "probe-compare: cannot write %s: %s\n", path, probe_last_error());
+        int kept = o.tmp != NULL;
+        probe_outfile_abort(&o);
+        fprintf(stderr, "probe-compare: cannot write %s: %s%s\n", probe_tesc(path),
+                probe_tesc(probe_tesc(probe_last_error())), kept ? " (the file is unchanged)" : "");
+        return -1;
+    }
+    if (probe_outfile_commit(&o) != 0) {
+        fprintf(stderr, "probe-compare: %s\n", o.err);
         return -1;
     }
     return 0;
@@ -1251,6 +1275,10 @@ int main(int argc, char **argv)
         case OPT_ONLY:
             if (nonly == MAX_ONLY) {
                 fprintf(stderr, "probe-compare: at most %d --only options\n", MAX_ONLY);
+                return 2;
+            }
+            if (!*optarg) {
+                fprintf(stderr, "probe-compare: --only needs a non-empty GLOB\n");
                 return 2;
             }
             only[nonly++] = optarg;
@@ -1368,6 +1396,13 @@ int main(int argc, char **argv)
     size_t nrefs = nref_ranks ? nref_ranks : 1;
     const char *const *cands = (const char *const *)argv + optind + (nref_ranks ? 0 : 1);
     size_t ncands = (size_t)npos - (nref_ranks ? 0 : 1);
+    for (int i = optind; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1] && access(argv[i], F_OK) != 0) {
+            fprintf(stderr, "probe-compare: '%s' is taken as a file name (it follows '--') and "
+                            "there is no such file; options go before '--'\n",
+                    probe_tesc(argv[i]));
+            return 2;
+        }
     const char *outs[3] = {json_path, html_path, junit_path};
     const char *out_opt[3] = {"--json", "--html", "--junit"};
     for (int a = 0; a < 3; a++)
@@ -1381,11 +1416,11 @@ int main(int argc, char **argv)
         for (size_t i = 0; outs[k] && strcmp(outs[k], "-") && i < nrefs + ncands; i++)
             if (same_file(outs[k], i < nrefs ? refs[i] : cands[i - nrefs])) {
                 fprintf(stderr, "probe-compare: %s %s is the %s input file; refusing to overwrite "
-                                "it\n", out_opt[k], outs[k], i >= nrefs ? "candidate" : "reference");
+                                "it\n", out_opt[k], probe_tesc(outs[k]), i >= nrefs ? "candidate" : "reference");
                 return 2;
             }
     if (probe_gate_parse(gate_spec, &opts.gate) != PROBE_OK) {
-        fprintf(stderr, "probe-compare: --gate: %s\n", probe_last_error());
+        fprintf(stderr, "probe-compare: --gate: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
     if (cal_path && opts.gate.kind != PROBE_GATE_T2) {
@@ -1400,13 +1435,13 @@ int main(int argc, char **argv)
         char **names = NULL;
         probe_status s = probe_component_names_load(NULL, &names);
         if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
-            fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+            fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
             return 2;
         }
         s = probe_calibration_load(cal_path, (const char *const *)names, &cal);
         probe_component_names_free(names);
         if (s != PROBE_OK) {
-            fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+            fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
             return 2;
         }
     }
@@ -1439,7 +1474,7 @@ int main(int argc, char **argv)
     char **roots = NULL;
     probe_status rs = probe_component_roots_load(NULL, &roots);
     if (rs != PROBE_OK && rs != PROBE_ENOTFOUND) {
-        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
         probe_calibration_free(cal);
         return 2;
     }
@@ -1454,7 +1489,7 @@ int main(int argc, char **argv)
     int *axis_values = NULL, *axis_ranks = NULL;
     probe_status ts = probe_component_axes_load(NULL, &axis_names, &axis_values, &axis_ranks);
     if (ts != PROBE_OK && ts != PROBE_ENOTFOUND) {
-        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
         probe_calibration_free(cal);
         probe_component_names_free(roots);
         return 2;
@@ -1489,10 +1524,10 @@ int main(int argc, char **argv)
     free(wm[1]);
     if (wst != PROBE_OK || (!strcmp(wv.status, "differ") && !allow_weight_diff)) {
         if (wst != PROBE_OK)
-            fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+            fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
         else
             fprintf(stderr, "probe-compare: %s; not comparing (--allow-weight-diff compares "
-                            "anyway)\n", wv.line);
+                            "anyway)\n", probe_tesc(wv.line));
         probe_weights_verdict_free(&wv);
         probe_component_names_free(roots);
         probe_calibration_free(cal);
@@ -1510,7 +1545,12 @@ int main(int argc, char **argv)
     }
     probe_component_names_free(roots);
     if (cs != PROBE_OK) {
-        fprintf(stderr, "probe-compare: %s\n", probe_last_error());
+        if (ncands > 1 || nrefs > 1)
+            fprintf(stderr, "probe-compare: %zu %s files, read as the per-rank captures of one run: "
+                            "%s\n", ncands > 1 ? ncands : nrefs,
+                    ncands > 1 ? "candidate" : "reference", probe_tesc(probe_last_error()));
+        else
+            fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
         probe_weights_verdict_free(&wv);
         probe_calibration_free(cal);
         probe_component_names_free(axis_names);
@@ -1543,8 +1583,9 @@ int main(int argc, char **argv)
     note_recovered((const char *const[2]){refs[0], cands[0]});
     if (!quiet && wv.line[0])
         fprintf(human, "%s%s\n", !strcmp(wv.status, "differ") ? "weights: DIFFER: " : "",
-                !strcmp(wv.status, "differ") ? wv.line + strlen("the runs loaded different weights: ")
-                                              : wv.line);
+                probe_tesc(!strcmp(wv.status, "differ")
+                               ? wv.line + strlen("the runs loaded different weights: ")
+                               : wv.line));
     probe_weights_verdict_free(&wv);
     if (!quiet) {
         print_runs(human, res);

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "textsafe.h"
+
 #define MAX_FEATURES 256
 #define MAX_CELL_REASONS 3
 
@@ -140,7 +142,7 @@ static int load_feature(matrix *m, size_t fi)
     feature *ft = &m->feat[fi];
     FILE *fp = fopen(ft->source, "r");
     if (!fp) {
-        fprintf(stderr, "probe-matrix: cannot read %s: %s\n", ft->source, strerror(errno));
+        fprintf(stderr, "probe-matrix: cannot read %s: %s\n", probe_tesc(ft->source), strerror(errno));
         return -1;
     }
     json_error_t err;
@@ -148,7 +150,7 @@ static int load_feature(matrix *m, size_t fi)
     fclose(fp);
     if (!doc) {
         fprintf(stderr, "probe-matrix: %s: not valid JSON (line %d, column %d): %s\n",
-                ft->source, err.line, err.column, err.text);
+                probe_tesc(ft->source), err.line, err.column, probe_tesc(err.text));
         return -1;
     }
     ft->doc = doc;
@@ -156,12 +158,12 @@ static int load_feature(matrix *m, size_t fi)
     json_t *ver = json_object_get(doc, "version");
     if (!format || strcmp(format, "probe-compare") || !json_is_integer(ver)) {
         fprintf(stderr, "probe-matrix: %s: not a probe-compare JSON result (no \"format\": "
-                        "\"probe-compare\" and integer \"version\")\n", ft->source);
+                        "\"probe-compare\" and integer \"version\")\n", probe_tesc(ft->source));
         return -1;
     }
     if (json_integer_value(ver) != 1) {
         fprintf(stderr, "probe-matrix: %s: probe-compare JSON version %lld is not supported "
-                        "(version 1)\n", ft->source, (long long)json_integer_value(ver));
+                        "(version 1)\n", probe_tesc(ft->source), (long long)json_integer_value(ver));
         return -1;
     }
     json_t *tensors = json_object_get(doc, "tensors");
@@ -172,7 +174,7 @@ static int load_feature(matrix *m, size_t fi)
         (strcmp(verdict, "pass") && strcmp(verdict, "fail"))) {
         fprintf(stderr, "probe-matrix: %s: a probe-compare result needs \"tensors\", "
                         "\"missing_in_candidate\", \"missing_in_reference\" lists and a "
-                        "\"verdict\" of pass or fail\n", ft->source);
+                        "\"verdict\" of pass or fail\n", probe_tesc(ft->source));
         return -1;
     }
     ft->pass = !strcmp(verdict, "pass");
@@ -185,7 +187,7 @@ static int load_feature(matrix *m, size_t fi)
         const char *tv = json_string_value(json_object_get(t, "verdict"));
         if (!path || !tv) {
             fprintf(stderr, "probe-matrix: %s: tensors[%zu] lacks a string \"path\" or "
-                            "\"verdict\"\n", ft->source, i);
+                            "\"verdict\"\n", probe_tesc(ft->source), i);
             return -1;
         }
         if (!tc || !*tc)
@@ -214,7 +216,7 @@ static int load_feature(matrix *m, size_t fi)
         json_array_foreach(side ? mr : mc, i, t) {
             const char *path = json_string_value(t);
             if (!path) {
-                fprintf(stderr, "probe-matrix: %s: %s[%zu] is not a string\n", ft->source,
+                fprintf(stderr, "probe-matrix: %s: %s[%zu] is not a string\n", probe_tesc(ft->source),
                         side ? "missing_in_reference" : "missing_in_candidate", i);
                 return -1;
             }
@@ -230,7 +232,7 @@ static int load_feature(matrix *m, size_t fi)
         const char *path = json_string_value(json_object_get(t, "path"));
         if (!path) {
             fprintf(stderr, "probe-matrix: %s: skipped[%zu] lacks a string \"path\"\n",
-                    ft->source, i);
+                    probe_tesc(ft->source), i);
             return -1;
         }
         path_component(comp, sizeof comp, path);
@@ -294,16 +296,17 @@ static int parse_cell(const matrix *m, const char *id, req *out)
 {
     const char *slash = strchr(id, '/');
     if (!slash || slash == id || !slash[1]) {
-        fprintf(stderr, "probe-matrix: cell id '%s' is not COMPONENT/FEATURE\n", id);
+        fprintf(stderr, "probe-matrix: cell id '%s' is not COMPONENT/FEATURE\n", probe_tesc(id));
         return -1;
     }
     char comp[512];
     snprintf(comp, sizeof comp, "%.*s", (int)(slash - id), id);
     long ci = comp_index(m, comp);
     if (ci < 0) {
-        fprintf(stderr, "probe-matrix: cell id '%s': unknown component '%s' (known:", id, comp);
+        fprintf(stderr, "probe-matrix: cell id '%s': unknown component '%s' (known:", probe_tesc(id),
+                probe_tesc(comp));
         for (size_t i = 0; i < m->ncomp; i++)
-            fprintf(stderr, "%s %s", i ? "," : "", m->comp[i]);
+            fprintf(stderr, "%s %s", i ? "," : "", probe_tesc(m->comp[i]));
         fprintf(stderr, ")\n");
         return -1;
     }
@@ -314,9 +317,10 @@ static int parse_cell(const matrix *m, const char *id, req *out)
             snprintf(out->id, sizeof out->id, "%s", id);
             return 0;
         }
-    fprintf(stderr, "probe-matrix: cell id '%s': unknown feature '%s' (known:", id, slash + 1);
+    fprintf(stderr, "probe-matrix: cell id '%s': unknown feature '%s' (known:", probe_tesc(id),
+            probe_tesc(slash + 1));
     for (size_t f = 0; f < m->nfeat; f++)
-        fprintf(stderr, "%s %s", f ? "," : "", m->feat[f].name);
+        fprintf(stderr, "%s %s", f ? "," : "", probe_tesc(m->feat[f].name));
     fprintf(stderr, ")\n");
     return -1;
 }
@@ -449,39 +453,47 @@ static int write_html(FILE *f, matrix *m, json_t *doc)
 
 static int write_out(const char *path, matrix *m, json_t *doc, int html)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "probe-matrix: cannot write %s: %s\n", path, strerror(errno));
+    probe_outfile o;
+    if (probe_outfile_open(&o, path) != 0) {
+        fprintf(stderr, "probe-matrix: %s\n", o.err);
         return -1;
     }
-    int rc = html ? write_html(f, m, doc)
-                  : (json_dumpf(doc, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 &&
-                     fputc('\n', f) != EOF && fflush(f) == 0)
+    int rc = html ? write_html(o.f, m, doc)
+                  : json_dumpf(doc, o.f, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 &&
+                            fputc('\n', o.f) != EOF
                         ? 0
                         : -1;
-    if (f != stdout && fclose(f) != 0)
-        rc = -1;
-    if (rc)
-        fprintf(stderr, "probe-matrix: cannot write %s\n", path);
-    return rc;
+    if (rc != 0) {
+        int e = errno, kept = o.tmp != NULL;
+        probe_outfile_abort(&o);
+        fprintf(stderr, "probe-matrix: cannot write %s: %s%s\n", probe_tesc(path),
+                strerror(e ? e : EIO), kept ? " (the file is unchanged)" : "");
+        return -1;
+    }
+    if (probe_outfile_commit(&o) != 0) {
+        fprintf(stderr, "probe-matrix: %s\n", o.err);
+        return -1;
+    }
+    return 0;
 }
 
 static void print_table(FILE *out, matrix *m)
 {
     int w = 9;
     for (size_t c = 0; c < m->ncomp; c++)
-        if ((int)strlen(m->comp[c]) > w)
-            w = (int)strlen(m->comp[c]);
+        if ((int)strlen(probe_tesc(m->comp[c])) > w)
+            w = (int)strlen(probe_tesc(m->comp[c]));
     fprintf(out, "%-*s", w, "component");
     for (size_t f = 0; f < m->nfeat; f++) {
-        int fw = (int)strlen(m->feat[f].name);
-        fprintf(out, "  %-*s", fw < 4 ? 4 : fw, m->feat[f].name);
+        const char *name = probe_tesc(m->feat[f].name);
+        int fw = (int)strlen(name);
+        fprintf(out, "  %-*s", fw < 4 ? 4 : fw, name);
     }
     fputc('\n', out);
     for (size_t c = 0; c < m->ncomp; c++) {
-        fprintf(out, "%-*s", w, m->comp[c]);
+        fprintf(out, "%-*s", w, probe_tesc(m->comp[c]));
         for (size_t f = 0; f < m->nfeat; f++) {
-            int fw = (int)strlen(m->feat[f].name);
+            int fw = (int)strlen(probe_tesc(m->feat[f].name));
             fprintf(out, "  %-*s", fw < 4 ? 4 : fw, st_short[cell_at(m, c, f)->status]);
         }
         fputc('\n', out);
@@ -490,9 +502,9 @@ static void print_table(FILE *out, matrix *m)
         for (size_t f = 0; f < m->nfeat; f++) {
             cell *x = cell_at(m, c, f);
             if (x->status == ST_FAILED || x->status == ST_INHERITED)
-                fprintf(out, "%s/%s: %s: %s\n", m->comp[c], m->feat[f].name,
-                        x->status == ST_FAILED ? "FAIL" : "inherited",
-                        x->nreasons ? x->reasons[0] : "failed");
+                fprintf(out, "%s/%s: %s: %s\n", probe_tesc(m->comp[c]),
+                        probe_tesc(m->feat[f].name), x->status == ST_FAILED ? "FAIL" : "inherited",
+                        probe_tesc(x->nreasons ? x->reasons[0] : "failed"));
         }
 }
 
@@ -579,8 +591,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "probe-matrix: out of memory\n");
             return 2;
         }
-        if (!*list) {
-            fprintf(stderr, "probe-matrix: --cells: empty list\n");
+        if (!list[strspn(list, ",")]) {
+            fprintf(stderr, "probe-matrix: --cells '%s': empty list\n", probe_tesc(list));
+            return 2;
+        }
+        if (list[0] == ',' || list[strlen(list) - 1] == ',' || strstr(list, ",,")) {
+            fprintf(stderr, "probe-matrix: --cells '%s': empty cell id\n", probe_tesc(list));
             return 2;
         }
         for (char *id = strtok_r(list, ",", &save); id; id = strtok_r(NULL, ",", &save)) {
@@ -621,8 +637,8 @@ int main(int argc, char **argv)
         print_table(human, &m);
     for (size_t i = 0; i < nreq; i++) {
         cell *x = cell_at(&m, reqs[i].comp, reqs[i].feat);
-        fprintf(human, "requested %s: %s%s%s\n", reqs[i].id, st_name[x->status],
-                x->nreasons ? ": " : "", x->nreasons ? x->reasons[0] : "");
+        fprintf(human, "requested %s: %s%s%s\n", probe_tesc(reqs[i].id), st_name[x->status],
+                x->nreasons ? ": " : "", probe_tesc(x->nreasons ? x->reasons[0] : ""));
     }
     json_t *sum = json_object_get(doc, "summary");
     fprintf(human, "%s: %zu components x %zu features: %lld passed, %lld failed, %lld inherited, "

@@ -23,6 +23,7 @@
 #include "probe/gate.h"
 #include "probe/metrics.h"
 #include "probe/references.h"
+#include "textsafe.h"
 
 #define MAX_ONLY 64
 #define MAX_OPERANDS 16
@@ -187,7 +188,7 @@ static int bad(const char *path, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "probe-oracle: %s: %s: ", g_file, path);
+    fprintf(stderr, "probe-oracle: %s: %s: ", probe_tesc(g_file), probe_tesc(path));
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -933,7 +934,7 @@ int main(int argc, char **argv)
     g_file = argv[optind];
     probe_file *f = NULL;
     if (probe_file_open(g_file, &f) != PROBE_OK) {
-        fprintf(stderr, "probe-oracle: %s\n", probe_last_error());
+        fprintf(stderr, "probe-oracle: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
     size_t nt = probe_file_count(f);
@@ -952,7 +953,7 @@ int main(int argc, char **argv)
         if (s == PROBE_ENOTFOUND)
             continue;
         if (s != PROBE_OK) {
-            fprintf(stderr, "probe-oracle: %s\n", probe_last_error());
+            fprintf(stderr, "probe-oracle: %s\n", probe_tesc(probe_last_error()));
             rc = 2;
             break;
         }
@@ -1018,16 +1019,16 @@ int main(int argc, char **argv)
             char sh[128] = "-";
             if (x->v == V_NC) {
                 printf("%-13s %-10s %-10s %-10s %-10s %-20s %s\n", "not-checkable", "-", "-", "-",
-                       x->op, sh, x->path);
-                printf("    why: %s\n", x->reason);
+                       probe_tesc(x->op), sh, probe_tesc(x->path));
+                printf("    why: %s\n", probe_tesc(x->reason));
                 continue;
             }
             format_shape(x, sh, sizeof sh);
             printf("%-13s %-10.3g %-10.3g %-10.8f %-10s %-20s %s\n",
-                   x->v == V_PASS ? "pass" : "FAIL", x->max_ratio, x->m.rel_l2, x->m.cosine, x->op,
-                   sh, x->path);
+                   x->v == V_PASS ? "pass" : "FAIL", x->max_ratio, x->m.rel_l2, x->m.cosine,
+                   probe_tesc(x->op), sh, probe_tesc(x->path));
             if (x->v == V_FAIL)
-                printf("    %s\n", x->reason);
+                printf("    %s\n", probe_tesc(x->reason));
         }
     }
     if (rc == 0) {

@@ -7,8 +7,8 @@
  * Reads X through its journal (the complete captures only; the partial one
  * is dropped and named), writes every tensor with its attributes, the skips
  * and the manifest to OUT, and closes it cleanly. Without -o, X itself is
- * replaced (a temporary file next to it, renamed over X) and X.journal
- * removed. Exit 0 on success (also when X has no journal: nothing to do),
+ * replaced and X.journal removed. OUT (or X) is replaced atomically (textsafe.h probe_outfile): a
+ * failed write leaves it as it was. Exit 0 on success (also when X has no journal: nothing to do),
  * 2 on bad arguments or a file that cannot be read or written (one line
  * `probe-recover: ...` on stderr). */
 #include <errno.h>
@@ -19,12 +19,13 @@
 #include <unistd.h>
 
 #include "probe/capture.h"
+#include "textsafe.h"
 
 static int copy_all(probe_file *f, const char *out)
 {
     probe_writer *w;
     if (probe_writer_open(out, probe_file_manifest(f), &w) != PROBE_OK) {
-        fprintf(stderr, "probe-recover: %s\n", probe_last_error());
+        fprintf(stderr, "probe-recover: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
     probe_status s = PROBE_OK;
@@ -64,7 +65,7 @@ static int copy_all(probe_file *f, const char *out)
     if (s == PROBE_OK && c != PROBE_OK)
         snprintf(msg, sizeof msg, "%s", probe_last_error());
     if (s != PROBE_OK || c != PROBE_OK) {
-        fprintf(stderr, "probe-recover: %s\n", msg);
+        fprintf(stderr, "probe-recover: %s%s\n", probe_tesc(msg), " (the file is unchanged)");
         unlink(out);
         return 2;
     }
@@ -97,12 +98,13 @@ int main(int argc, char **argv)
     const char *in = argv[optind];
     probe_file *f;
     if (probe_file_open(in, &f) != PROBE_OK) {
-        fprintf(stderr, "probe-recover: %s\n", probe_last_error());
+        fprintf(stderr, "probe-recover: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
     const probe_recovery_info *ri = probe_file_recovery(f);
     if (!ri->recovered) {
-        fprintf(stderr, "probe-recover: %s was closed by its writer: nothing to recover\n", in);
+        fprintf(stderr, "probe-recover: %s was closed by its writer: nothing to recover\n",
+                probe_tesc(in));
         probe_file_close(f);
         return 0;
     }
@@ -110,31 +112,27 @@ int main(int argc, char **argv)
     snprintf(journal, sizeof journal, "%s", ri->journal);
     snprintf(partial, sizeof partial, "%s", ri->partial);
     size_t n = probe_file_count(f);
-    char *tmp = NULL;
-    if (out == NULL) {
-        tmp = malloc(strlen(in) + 32);
-        if (tmp == NULL) {
-            fprintf(stderr, "probe-recover: out of memory\n");
-            return 2;
-        }
-        sprintf(tmp, "%s.recover-%ld.tmp", in, (long)getpid());
+    probe_outfile of;
+    if (probe_outfile_reserve(&of, out != NULL ? out : in) != 0) {
+        fprintf(stderr, "probe-recover: %s\n", of.err);
+        probe_file_close(f);
+        return 2;
     }
-    int rc = copy_all(f, out != NULL ? out : tmp);
+    int rc = copy_all(f, of.tmp);
     probe_file_close(f);
-    if (rc == 0 && tmp != NULL) {
-        if (rename(tmp, in) != 0) {
-            fprintf(stderr, "probe-recover: cannot replace %s: %s\n", in, strerror(errno));
-            unlink(tmp);
-            rc = 2;
-        } else if (unlink(journal) != 0) {
-            fprintf(stderr, "probe-recover: cannot remove %s: %s\n", journal, strerror(errno));
-            rc = 2;
-        }
+    if (rc != 0) {
+        probe_outfile_abort(&of);
+    } else if (probe_outfile_commit_path(&of) != 0) {
+        fprintf(stderr, "probe-recover: %s\n", of.err);
+        rc = 2;
+    } else if (out == NULL && unlink(journal) != 0) {
+        fprintf(stderr, "probe-recover: cannot remove %s: %s\n", probe_tesc(journal), strerror(errno));
+        rc = 2;
     }
     if (rc == 0)
         fprintf(stderr, "probe-recover: wrote %s: %zu complete captures from %s%s%s%s\n",
-                out != NULL ? out : in, n, journal, partial[0] ? "; partial capture " : "", partial,
+                probe_tesc(out != NULL ? out : in), n, probe_tesc(journal),
+                partial[0] ? "; partial capture " : "", probe_tesc(partial),
                 partial[0] ? " dropped" : "");
-    free(tmp);
     return rc;
 }

@@ -37,6 +37,7 @@
 #include <jansson.h>
 
 #include "probe/capture.h"
+#include "textsafe.h"
 
 static const int forwarded[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1,
                                 SIGUSR2, SIGALRM, SIGCONT, SIGWINCH};
@@ -84,7 +85,7 @@ static char *manifest_if_new(char *const *cmd)
 static void record_one(const char *path, const probe_run_end *re, const char *manifest)
 {
     if (probe_run_end_record(path, re, manifest) != PROBE_OK)
-        fprintf(stderr, "probe-run: %s\n", probe_last_error());
+        fprintf(stderr, "probe-run: %s\n", probe_tesc(probe_last_error()));
 }
 
 /* Record run_end in out and in every per-rank file <stem>.rank<R><ext> next
@@ -157,7 +158,7 @@ int main(int argc, char **argv)
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        fprintf(stderr, "probe-run: cannot start %s: %s\n", cmd[0], strerror(errno));
+        fprintf(stderr, "probe-run: cannot start %s: %s\n", probe_tesc(cmd[0]), strerror(errno));
         return 126;
     }
     if (pid == 0) {
@@ -171,7 +172,7 @@ int main(int argc, char **argv)
         sigprocmask(SIG_SETMASK, &orig, NULL);
         execvp(cmd[0], cmd);
         int e = errno;
-        fprintf(stderr, "probe-run: %s: %s\n", cmd[0], e == ENOENT ? "command not found"
+        fprintf(stderr, "probe-run: %s: %s\n", probe_tesc(cmd[0]), e == ENOENT ? "command not found"
                                                                    : strerror(e));
         _exit(e == ENOENT ? 127 : 126);
     }
@@ -192,7 +193,7 @@ int main(int argc, char **argv)
     int st = 0;
     while (waitpid(pid, &st, 0) < 0) {
         if (errno != EINTR) {
-            fprintf(stderr, "probe-run: waiting for %s: %s\n", cmd[0], strerror(errno));
+            fprintf(stderr, "probe-run: waiting for %s: %s\n", probe_tesc(cmd[0]), strerror(errno));
             return 126;
         }
     }
@@ -218,7 +219,7 @@ int main(int argc, char **argv)
             ;
         if (WIFSIGNALED(rs))
             fprintf(stderr, "probe-run: run_end not recorded in %s: recording it ended by signal "
-                            "%d (a damaged capture file?)\n", out, WTERMSIG(rs));
+                            "%d (a damaged capture file?)\n", probe_tesc(out), WTERMSIG(rs));
     } else {
         record_all(out, &re, cmd);
     }

@@ -2,6 +2,7 @@
  * self-contained HTML page. */
 #include "probe/compare.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <math.h>
@@ -546,10 +547,11 @@ probe_status probe_compare_write_json(const probe_compare_result *r, FILE *f)
     json_t *o = result_json(r);
     if (!o)
         return probe_set_error(PROBE_ENOMEM, "out of memory building JSON");
+    errno = 0;
     int rc = json_dumpf(o, f, JSON_INDENT(1) | JSON_REAL_PRECISION(17) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (rc != 0 || fputc('\n', f) == EOF || fflush(f) != 0)
-        return probe_set_error(PROBE_EIO, "cannot write JSON output");
+        return probe_set_error(PROBE_EIO, "%s", strerror(errno ? errno : EIO));
     return PROBE_OK;
 }
 
@@ -833,6 +835,7 @@ probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f)
 {
     if (!r || !f)
         return probe_set_error(PROBE_EINVAL, "probe_compare_write_html: NULL argument");
+    errno = 0;
     json_t *data = result_json(r), *stats = json_object(), *ts = json_array();
     size_t map_cells = 0;
     int built = data && stats && ts && json_object_set(stats, "tensors", ts) == 0;
@@ -854,5 +857,5 @@ probe_status probe_compare_write_html(const probe_compare_result *r, FILE *f)
     json_decref(stats);
     if (rc < 0)
         return probe_set_error(PROBE_ENOMEM, "out of memory building the HTML report");
-    return rc ? probe_set_error(PROBE_EIO, "cannot write HTML output") : PROBE_OK;
+    return rc ? probe_set_error(PROBE_EIO, "%s", strerror(errno ? errno : EIO)) : PROBE_OK;
 }
