@@ -18,6 +18,7 @@
  *   inject.c    probe_inject_v1: reference file, inject globs, checks, manifest record
  *   stats.c     stats-only capture: summary + hash instead of the bytes
  *   scope.c     component scopes (adapter calls, NVTX ranges) of interposed calls
+ *   exits.c     _exit/_Exit/quick_exit, abort, exec and SIGTERM/SIGINT/SIGHUP: drain first
  */
 #ifndef PROBE_INTERCEPT_SHIM_H
 #define PROBE_INTERCEPT_SHIM_H
@@ -143,6 +144,20 @@ void shim_exit_after_cuda(void);
 /* 1 while the finalizer runs from that handler: only then may it, or the
  * writer draining for exit, call into CUDA. */
 int shim_cuda_alive_at_exit(void);
+
+/* Drain the queue and close the file now, as the finalizer does at exit,
+ * waiting at most timeout_ms for the writer (exits.c: _exit, abort, exec,
+ * a terminating signal). CUDA counts as alive when it was used: no exit
+ * handler has torn it down. Does nothing outside the owner or once the
+ * finalizer has started. */
+void shim_finalize_now(unsigned timeout_ms);
+
+/* ---- exits.c: abnormal ends of the capturing process -------------------- */
+
+/* Called once the capture file is open (shim_file_open): records the owner's
+ * pid, starts the signal drain thread and installs the SIGTERM/SIGINT/SIGHUP
+ * handlers where their disposition is the default. */
+void shim_exits_arm(void);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t shim_now_ns(void);
