@@ -24,11 +24,19 @@
  * kills the process at once.
  *
  * exec: the file is drained and closed before the real call, so every
- * tensor the old image tapped is in a closed file. The new image (same pid)
- * finds a file that holds a capture and does not capture (one `probe:`
- * line, shim.c's ownership rules). The drain happens only when the target
- * exists and is executable; if the exec still fails, one line says that
- * this image captures nothing more. */
+ * tensor the old image tapped is in a closed file, and the new image's
+ * environment gets PROBE_EXEC_CAPTURE: this pid, the closed file's identity
+ * (device, inode, size, mtime) and the next call index of every component
+ * and the next probe.seq; PROBE_EXEC_PREVIOUS: a JSON array describing the
+ * images before it. A new image with the same pid that finds that same file
+ * continues the capture (docs/file-format.md "Exec continuation"): it claims
+ * the non-empty file, the writer appends to it (PROBE_WRITER_APPEND), and
+ * its call indices, parents and probe.seq continue after the earlier
+ * images', as calls in one process would; its manifest gains "exec". Any
+ * other process keeps shim.c's rules (a file that holds a capture is never
+ * claimed). The drain happens only when the target exists and is
+ * executable; if the exec still fails, one line says that this image
+ * captures nothing more. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -39,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,13 +61,11 @@ extern char **environ;
 typedef void (*exit_fn)(int);
 typedef void (*abort_fn)(void);
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*execv_fn)(const char *, char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 
 static exit_fn real__exit, real__Exit, real_quick_exit;
 static abort_fn real_abort;
 static execve_fn real_execve, real_execvpe;
-static execv_fn real_execv, real_execvp;
 static fexecve_fn real_fexecve;
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef void (*sighandler_fn)(int);
@@ -75,16 +82,17 @@ static void resolve(void)
     real_abort = (abort_fn)dlsym(RTLD_NEXT, "abort");
     real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
     real_execvpe = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
-    real_execv = (execv_fn)dlsym(RTLD_NEXT, "execv");
-    real_execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
     real_fexecve = (fexecve_fn)dlsym(RTLD_NEXT, "fexecve");
     real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
 }
 
 /* Resolved before anything can exit (the constructor runs before main). */
+static void read_exec_marker(void);
+
 __attribute__((constructor)) static void exits_init(void)
 {
     resolve();
+    read_exec_marker();
 }
 
 /* 1 in the process that opened the capture file and has not closed it. */
@@ -363,17 +371,335 @@ static int findable(const char *file, int search)
     return 0;
 }
 
-/* Drain and close before an exec of file; returns 1 if it did. */
-static int before_exec(const char *file, int search)
+/* ---- exec continuation -------------------------------------------------------- */
+
+#define EXEC_ENV "PROBE_EXEC_CAPTURE"
+#define EXEC_PREV_ENV "PROBE_EXEC_PREVIOUS"
+#define EXEC_MARKER_VERSION 1
+
+struct comp_next {
+    char name[SHIM_NAME_MAX];
+    int64_t base; /* calls of the earlier images: this image's call k is written as base + k */
+    int64_t next; /* one past the highest call written, base included */
+};
+
+static pthread_mutex_t calls_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct comp_next *comps;
+static size_t ncomps, capcomps;
+static uint64_t seq_base;          /* probe.seq of this image's first tensor */
+static atomic_ullong seq_next;     /* one past the highest probe.seq written */
+static atomic_int continuing;      /* this image continues the capture before exec */
+static int marker_ok;              /* PROBE_EXEC_CAPTURE names this pid */
+static unsigned long long mk_dev, mk_ino, mk_size;
+static long long mk_mtime_ns;
+static char *previous_json;        /* PROBE_EXEC_PREVIOUS (a JSON array), or NULL */
+static long images_before;
+
+/* caller holds calls_lock */
+static struct comp_next *comp_find(const char *name, int add)
 {
-    if (!owner_here() || !findable(file, search))
+    for (size_t i = 0; i < ncomps; ++i)
+        if (strcmp(comps[i].name, name) == 0)
+            return &comps[i];
+    if (!add || strlen(name) >= SHIM_NAME_MAX)
+        return NULL;
+    if (ncomps == capcomps) {
+        size_t nc = capcomps ? capcomps * 2 : 16;
+        struct comp_next *nv = realloc(comps, nc * sizeof *nv);
+        if (!nv)
+            return NULL;
+        comps = nv;
+        capcomps = nc;
+    }
+    struct comp_next *c = &comps[ncomps++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return c;
+}
+
+/* Component names hold no '/' and no control characters; ' ' and '%' are
+ * written %20 and %25 in the marker. */
+static void put_escaped(struct shim_json *b, const char *s)
+{
+    char one[4];
+    for (; *s; ++s) {
+        if (*s == ' ' || *s == '%')
+            snprintf(one, sizeof one, "%%%02X", (unsigned char)*s);
+        else
+            one[0] = *s, one[1] = '\0';
+        shim_json_raw(b, one);
+    }
+}
+
+static int get_unescaped(const char *s, size_t n, char *dst, size_t size)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; ++i) {
+        char c = s[i];
+        if (c == '%') {
+            if (i + 2 >= n + 0 && i + 2 > n - 1 + 1)
+                return -1;
+            char hex[3] = {s[i + 1], s[i + 2], 0};
+            char *end;
+            long v = strtol(hex, &end, 16);
+            if (*end || v <= 0)
+                return -1;
+            c = (char)v;
+            i += 2;
+        }
+        if (k + 1 >= size)
+            return -1;
+        dst[k++] = c;
+    }
+    dst[k] = '\0';
+    return k ? 0 : -1;
+}
+
+/* PROBE_EXEC_CAPTURE = "1 PID DEV INO SIZE MTIME_NS SEQ_NEXT IMAGES N NAME NEXT ..." */
+static void read_exec_marker(void)
+{
+    const char *v = getenv(EXEC_ENV);
+    if (!v || !*v)
+        return;
+    char *copy = strdup(v);
+    const char *prev = getenv(EXEC_PREV_ENV);
+    char *prev_copy = prev && *prev == '[' ? strdup(prev) : NULL;
+    unsetenv(EXEC_ENV); /* for this image only: the next exec writes its own */
+    unsetenv(EXEC_PREV_ENV);
+    if (!copy)
+        return;
+    char *save = NULL, *tok = strtok_r(copy, " ", &save);
+    unsigned long long f[8];
+    int ok = 1;
+    for (int i = 0; i < 8 && ok; ++i) {
+        if (!tok) {
+            ok = 0;
+            break;
+        }
+        char *end;
+        errno = 0;
+        f[i] = strtoull(tok, &end, 10);
+        ok = !errno && !*end;
+        tok = strtok_r(NULL, " ", &save);
+    }
+    if (!ok || f[0] != EXEC_MARKER_VERSION || (long)f[1] != (long)syscall(SYS_getpid)) {
+        free(copy);
+        free(prev_copy);
+        return;
+    }
+    mk_dev = f[2];
+    mk_ino = f[3];
+    mk_size = f[4];
+    mk_mtime_ns = (long long)f[5];
+    seq_base = f[6];
+    images_before = (long)f[7];
+    atomic_store(&seq_next, seq_base);
+    unsigned long long n = 0;
+    if (tok) {
+        n = strtoull(tok, NULL, 10);
+        tok = strtok_r(NULL, " ", &save);
+    }
+    for (unsigned long long i = 0; i < n && tok; ++i) {
+        char name[SHIM_NAME_MAX];
+        const char *num = strtok_r(NULL, " ", &save);
+        if (!num || get_unescaped(tok, strlen(tok), name, sizeof name) != 0) {
+            ok = 0;
+            break;
+        }
+        pthread_mutex_lock(&calls_lock);
+        struct comp_next *c = comp_find(name, 1);
+        if (c)
+            c->base = c->next = strtoll(num, NULL, 10);
+        pthread_mutex_unlock(&calls_lock);
+        tok = strtok_r(NULL, " ", &save);
+    }
+    free(copy);
+    marker_ok = ok;
+    previous_json = ok ? prev_copy : (free(prev_copy), NULL);
+}
+
+int shim_exec_continues(const struct stat *st)
+{
+    if (!marker_ok || (unsigned long long)st->st_dev != mk_dev ||
+        (unsigned long long)st->st_ino != mk_ino || (unsigned long long)st->st_size != mk_size ||
+        (long long)st->st_mtim.tv_sec * 1000000000ll + st->st_mtim.tv_nsec != mk_mtime_ns)
         return 0;
-    shim_finalize_now(exit_timeout_ms);
+    atomic_store(&continuing, 1);
     return 1;
 }
 
-static void after_failed_exec(int drained, const char *file, int err)
+int shim_exec_continuing(void)
 {
+    return atomic_load(&continuing);
+}
+
+uint64_t shim_exec_seq(uint64_t seq)
+{
+    uint64_t s = seq + (atomic_load(&continuing) ? seq_base : 0);
+    unsigned long long cur = atomic_load(&seq_next);
+    while (s + 1 > cur && !atomic_compare_exchange_weak(&seq_next, &cur, s + 1))
+        ;
+    return s;
+}
+
+const probe_tap_tensor_v1 *shim_exec_call(const probe_tap_tensor_v1 *t, probe_tap_tensor_v1 *copy,
+                                          char *parent, size_t parent_size)
+{
+    int cont = atomic_load(&continuing);
+    int64_t base = 0, pbase = 0;
+    const char *par = shim_tap_parent(t);
+    char pcomp[SHIM_NAME_MAX] = "";
+    long long pcall = -1;
+    if (cont && par) {
+        const char *c = par[0] == '/' ? par + 1 : par, *e = strchr(c, '/');
+        char *end;
+        if (e && (size_t)(e - c) < sizeof pcomp) {
+            snprintf(pcomp, sizeof pcomp, "%.*s", (int)(e - c), c);
+            pcall = strtoll(e + 1, &end, 10);
+            if (*end || pcall < 0)
+                pcall = -1;
+        }
+    }
+    pthread_mutex_lock(&calls_lock);
+    if (cont) {
+        struct comp_next *c = comp_find(t->component, 0);
+        base = c ? c->base : 0;
+        c = pcall >= 0 ? comp_find(pcomp, 0) : NULL;
+        pbase = c ? c->base : 0;
+    }
+    struct comp_next *me = comp_find(t->component, 1);
+    if (me && t->call + base + 1 > me->next)
+        me->next = t->call + base + 1;
+    pthread_mutex_unlock(&calls_lock);
+    if (base == 0 && pbase == 0)
+        return t;
+    size_t n = t->struct_size < sizeof *copy ? t->struct_size : sizeof *copy;
+    memset(copy, 0, sizeof *copy);
+    memcpy(copy, t, n);
+    copy->call = t->call + base;
+    if (pbase) {
+        snprintf(parent, parent_size, "/%s/%04lld", pcomp, (long long)(pcall + pbase));
+        copy->parent = parent;
+    }
+    return copy;
+}
+
+void shim_exec_json(struct shim_json *b)
+{
+    if (!atomic_load(&continuing))
+        return;
+    shim_json_printf(b, ",\"exec\":{\"image\":%ld,\"previous\":", images_before + 1);
+    shim_json_raw(b, previous_json ? previous_json : "[]");
+    shim_json_raw(b, "}");
+}
+
+/* The marker and the earlier images' list for the image exec starts, once
+ * the file is closed (no journal next to it). NULL when there is nothing to
+ * continue. *prev gets PROBE_EXEC_PREVIOUS=... (malloc'd). */
+static char *exec_marker(char **prev)
+{
+    *prev = NULL;
+    if (!shim_cfg.out_path || shim_writer() != NULL || shim_disabled())
+        return NULL;
+    char jpath[PATH_MAX];
+    struct stat st, jst;
+    if (snprintf(jpath, sizeof jpath, "%s.journal", shim_cfg.out_path) >= (int)sizeof jpath ||
+        lstat(jpath, &jst) == 0 || stat(shim_cfg.out_path, &st) != 0 || st.st_size == 0)
+        return NULL;
+    struct shim_json b, p;
+    shim_json_init(&b);
+    shim_json_printf(&b, EXEC_ENV "=%d %ld %llu %llu %llu %lld %llu %ld", EXEC_MARKER_VERSION,
+                     (long)syscall(SYS_getpid), (unsigned long long)st.st_dev,
+                     (unsigned long long)st.st_ino, (unsigned long long)st.st_size,
+                     (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
+                     (unsigned long long)atomic_load(&seq_next), images_before + 1);
+    pthread_mutex_lock(&calls_lock);
+    shim_json_printf(&b, " %zu", ncomps);
+    for (size_t i = 0; i < ncomps; ++i) {
+        shim_json_raw(&b, " ");
+        put_escaped(&b, comps[i].name);
+        shim_json_printf(&b, " %lld", (long long)comps[i].next);
+    }
+    pthread_mutex_unlock(&calls_lock);
+    shim_json_init(&p);
+    shim_json_raw(&p, EXEC_PREV_ENV "=");
+    if (previous_json && strlen(previous_json) > 2) {
+        shim_json_printf(&p, "%.*s,", (int)(strlen(previous_json) - 1), previous_json);
+    } else {
+        shim_json_raw(&p, "[");
+    }
+    shim_json_printf(&p, "{\"pid\":%ld,\"start_time\":", (long)syscall(SYS_getpid));
+    shim_json_string(&p, shim_cfg.start_time);
+    shim_json_raw(&p, ",\"command\":[");
+    for (size_t i = 0; i < shim_cfg.argc; ++i) {
+        if (i)
+            shim_json_raw(&p, ",");
+        shim_json_string(&p, shim_cfg.argv[i]);
+    }
+    shim_json_printf(&p, "],\"tensors\":%llu}]",
+                     (unsigned long long)atomic_load(&shim_stats.accepted));
+    if (b.oom || p.oom) {
+        shim_json_free(&b);
+        shim_json_free(&p);
+        return NULL;
+    }
+    *prev = p.p;
+    return b.p;
+}
+
+/* envp with the two marker entries put in place of any earlier ones
+ * (malloc'd array; the strings are marker and prev). */
+static char **with_marker(char *const envp[], char *marker, char *prev)
+{
+    size_t n = 0;
+    for (char *const *e = envp; e && *e; ++e)
+        ++n;
+    char **v = malloc((n + 3) * sizeof *v);
+    if (!v)
+        return NULL;
+    size_t k = 0;
+    for (char *const *e = envp; e && *e; ++e)
+        if (strncmp(*e, EXEC_ENV "=", sizeof EXEC_ENV) != 0 &&
+            strncmp(*e, EXEC_PREV_ENV "=", sizeof EXEC_PREV_ENV) != 0)
+            v[k++] = *e;
+    v[k++] = marker;
+    v[k++] = prev;
+    v[k] = NULL;
+    return v;
+}
+
+
+/* ---- the exec calls ----------------------------------------------------------- */
+
+/* Drain and close before an exec of file (or of descriptor fd >= 0).
+ * Returns the environment the new image gets: envp with the continuation
+ * marker (exec_marker) when the file was closed cleanly, else envp; *drained
+ * says whether the file was closed for it. */
+static char *const *before_exec(const char *file, int search, int fd, char *const envp[],
+                                int *drained, char ***owned, char **m1, char **m2)
+{
+    *drained = 0;
+    *owned = NULL;
+    *m1 = *m2 = NULL;
+    if (!owner_here() || (fd < 0 && !findable(file, search)))
+        return envp;
+    shim_finalize_now(exit_timeout_ms);
+    *drained = 1;
+    *m1 = exec_marker(m2);
+    if (*m1 && (*owned = with_marker(envp, *m1, *m2)) != NULL)
+        return *owned;
+    free(*m1);
+    free(*m2);
+    *m1 = *m2 = NULL;
+    return envp;
+}
+
+static void after_failed_exec(int drained, const char *file, int err, char **owned, char *m1,
+                              char *m2)
+{
+    free(owned);
+    free(m1);
+    free(m2);
     if (drained)
         shim_warn("exec of %s failed (%s) after the capture file %s was closed for it; this "
                   "process captures nothing more", file ? file : "(null)", strerror(err),
@@ -381,49 +707,40 @@ static void after_failed_exec(int drained, const char *file, int err)
     errno = err;
 }
 
+/* execv and execvp are execve and execvpe with environ. */
+#define EXEC_VIA(real, file, search, fd, envp, call)                                         \
+    int d_;                                                                                \
+    char **o_, *m1_, *m2_;                                                                 \
+    char *const *env_ = before_exec(file, search, fd, envp, &d_, &o_, &m1_, &m2_);         \
+    int r_ = real ? (call) : (errno = ENOSYS, -1);                                         \
+    after_failed_exec(d_, fd >= 0 ? "a file descriptor" : file, errno, o_, m1_, m2_);      \
+    return r_
+
 SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-    int d = before_exec(path, 0);
-    int r = real_execve ? real_execve(path, argv, envp) : (errno = ENOSYS, -1);
-    after_failed_exec(d, path, errno);
-    return r;
+    EXEC_VIA(real_execve, path, 0, -1, envp, real_execve(path, argv, env_));
 }
 
 SHIM_EXPORT int execv(const char *path, char *const argv[])
 {
-    int d = before_exec(path, 0);
-    int r = real_execv ? real_execv(path, argv) : (errno = ENOSYS, -1);
-    after_failed_exec(d, path, errno);
-    return r;
-}
-
-SHIM_EXPORT int execvp(const char *file, char *const argv[])
-{
-    int d = before_exec(file, 1);
-    int r = real_execvp ? real_execvp(file, argv) : (errno = ENOSYS, -1);
-    after_failed_exec(d, file, errno);
-    return r;
+    EXEC_VIA(real_execve, path, 0, -1, environ, real_execve(path, argv, env_));
 }
 
 SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-    int d = before_exec(file, 1);
-    int r = real_execvpe ? real_execvpe(file, argv, envp) : (errno = ENOSYS, -1);
-    after_failed_exec(d, file, errno);
-    return r;
+    EXEC_VIA(real_execvpe, file, 1, -1, envp, real_execvpe(file, argv, env_));
+}
+
+SHIM_EXPORT int execvp(const char *file, char *const argv[])
+{
+    EXEC_VIA(real_execvpe, file, 1, -1, environ, real_execvpe(file, argv, env_));
 }
 
 SHIM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-    int d = 0;
-    if (owner_here() && fd >= 0) {
-        shim_finalize_now(exit_timeout_ms);
-        d = 1;
-    }
-    int r = real_fexecve ? real_fexecve(fd, argv, envp) : (errno = ENOSYS, -1);
-    after_failed_exec(d, "a file descriptor", errno);
-    return r;
+    EXEC_VIA(real_fexecve, NULL, 0, fd, envp, real_fexecve(fd, argv, env_));
 }
+
 
 /* execl, execle, execlp: the arguments collected into an array (as glibc
  * does), then the vector form above. */

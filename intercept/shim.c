@@ -238,7 +238,7 @@ static void claim_locked(void)
         atomic_store(&claim_state, 2);
         return;
     }
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && !shim_exec_continues(&st)) {
         close(fd); /* releases the lock */
         snprintf(claim_why, sizeof claim_why,
                  "the capture file %s already holds a capture (written by an earlier process of "

@@ -159,6 +159,27 @@ void shim_finalize_now(unsigned timeout_ms);
  * handlers where their disposition is the default. */
 void shim_exits_arm(void);
 
+/* Exec continuation (docs/file-format.md "Exec continuation"). st: the
+ * capture file as the claim found it, non-empty: 1 when it is the file the
+ * image before exec of this same pid closed (PROBE_EXEC_CAPTURE), which this
+ * image then continues; 0 otherwise. */
+struct stat;
+int shim_exec_continues(const struct stat *st);
+/* 1 once shim_exec_continues said so: the writer appends (PROBE_WRITER_APPEND). */
+int shim_exec_continuing(void);
+/* The tap as this image writes it: t itself, or (continuing) a copy in
+ * *copy whose call, and whose parent's call (in parent, parent_size bytes),
+ * follow the earlier images' calls of the same component. Records the
+ * highest call of each component for the next exec. */
+const probe_tap_tensor_v1 *shim_exec_call(const probe_tap_tensor_v1 *t, probe_tap_tensor_v1 *copy,
+                                          char *parent, size_t parent_size);
+/* probe.seq as written: this image's seq after the earlier images' (and
+ * recorded for the next exec). */
+uint64_t shim_exec_seq(uint64_t seq);
+/* ,"exec":{...} in the manifest of a continuing image, else nothing. */
+struct shim_json;
+void shim_exec_json(struct shim_json *b);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t shim_now_ns(void);
 

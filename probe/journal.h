@@ -70,6 +70,10 @@ PROBE_JOURNAL_API void probe_journal_close(probe_journal *j, int remove);
  * (probe/writer.c). */
 PROBE_JOURNAL_API int probe_writer_owns_(uint64_t dev, uint64_t ino);
 
+/* probe_file_open without HDF5's file lock (probe/reader.c), for a writer
+ * of this process whose caller holds the file's flock. */
+PROBE_JOURNAL_API probe_status probe_file_open_unlocked_(const char *path, probe_file **out);
+
 /* --- reading --- */
 #define PROBE_JOURNAL_NO_OFFSET UINT64_MAX
 

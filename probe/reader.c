@@ -807,6 +807,19 @@ static void wait_for_lock(const char *path)
     close(fd); /* drops the shared lock, if taken */
 }
 
+/* 1 on the thread inside probe_file_open_unlocked_: HDF5's file lock is
+ * not taken (the caller, a writer of this process, holds an exclusive flock
+ * on the file, with which a shared lock would conflict). */
+static _Thread_local int open_unlocked;
+
+probe_status probe_file_open_unlocked_(const char *path, probe_file **out)
+{
+    open_unlocked = 1;
+    probe_status s = probe_file_open(path, out);
+    open_unlocked = 0;
+    return s;
+}
+
 probe_status probe_file_open(const char *path, probe_file **out)
 {
     if (out == NULL)
@@ -840,7 +853,7 @@ probe_status probe_file_open(const char *path, probe_file **out)
             hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 #if H5_VERSION_GE(1, 10, 7)
             if (fapl >= 0) /* lock, but work on file systems without flock */
-                H5Pset_file_locking(fapl, 1, 1);
+                H5Pset_file_locking(fapl, open_unlocked ? 0 : 1, 1);
 #endif
             f->file = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
             if (f->file < 0)
