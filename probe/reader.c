@@ -784,6 +784,12 @@ static probe_status open_failure(const char *path)
     return probe_set_error(PROBE_EFORMAT, "%s: truncated or corrupt HDF5 file (%s)", path, text);
 }
 
+/* 1 on the thread inside probe_file_open_unlocked_: HDF5's file lock is
+ * not taken and not waited for (the caller, a writer of this process,
+ * holds an exclusive flock on the file, with which a shared lock would
+ * conflict). */
+static _Thread_local int open_unlocked;
+
 /* A file whose lock another process holds is waited for, up to 2 s, before
  * it is opened: the process of a writer that was just killed may still be
  * exiting (it holds its lock until it is gone), and probe-run may still be
@@ -792,7 +798,7 @@ static probe_status open_failure(const char *path)
 static void wait_for_lock(const char *path)
 {
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+    if (open_unlocked || stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
         probe_writer_owns_((uint64_t)st.st_dev, (uint64_t)st.st_ino))
         return;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -806,11 +812,6 @@ static void wait_for_lock(const char *path)
     }
     close(fd); /* drops the shared lock, if taken */
 }
-
-/* 1 on the thread inside probe_file_open_unlocked_: HDF5's file lock is
- * not taken (the caller, a writer of this process, holds an exclusive flock
- * on the file, with which a shared lock would conflict). */
-static _Thread_local int open_unlocked;
 
 probe_status probe_file_open_unlocked_(const char *path, probe_file **out)
 {
