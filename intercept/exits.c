@@ -27,12 +27,12 @@
  * tensor the old image tapped is in a closed file, and the new image's
  * environment gets PROBE_EXEC_CAPTURE: this pid, the closed file's identity
  * (device, inode, size, mtime) and the next call index of every component
- * and the next probe.seq; PROBE_EXEC_PREVIOUS: a JSON array describing the
+ * and the next step and probe.seq; PROBE_EXEC_PREVIOUS: a JSON array describing the
  * images before it. A new image with the same pid that finds that same file
  * continues the capture (docs/file-format.md "Exec continuation"): it claims
  * the non-empty file, the writer appends to it (PROBE_WRITER_APPEND), and
- * its call indices, parents and probe.seq continue after the earlier
- * images', as calls in one process would; its manifest gains "exec". Any
+ * its call indices, parents, steps and probe.seq continue after the
+ * earlier images', as calls in one process would; its manifest gains "exec". Any
  * other process keeps shim.c's rules (a file that holds a capture is never
  * claimed). The drain happens only when the target exists and is
  * executable; if the exec still fails, one line says that this image
@@ -387,6 +387,8 @@ static pthread_mutex_t calls_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct comp_next *comps;
 static size_t ncomps, capcomps;
 static uint64_t seq_base;          /* probe.seq of this image's first tensor */
+static int64_t step_base;          /* steps of the earlier images: step k is written as step_base + k */
+static int64_t step_next;          /* one past the highest step written (under calls_lock) */
 static atomic_ullong seq_next;     /* one past the highest probe.seq written */
 static atomic_int continuing;      /* this image continues the capture before exec */
 static int marker_ok;              /* PROBE_EXEC_CAPTURE names this pid */
@@ -455,7 +457,7 @@ static int get_unescaped(const char *s, size_t n, char *dst, size_t size)
     return k ? 0 : -1;
 }
 
-/* PROBE_EXEC_CAPTURE = "1 PID DEV INO SIZE MTIME_NS SEQ_NEXT IMAGES N NAME NEXT ..." */
+/* PROBE_EXEC_CAPTURE = "1 PID DEV INO SIZE MTIME_NS SEQ_NEXT STEP_NEXT IMAGES N NAME NEXT ..." */
 static void read_exec_marker(void)
 {
     const char *v = getenv(EXEC_ENV);
@@ -469,9 +471,9 @@ static void read_exec_marker(void)
     if (!copy)
         return;
     char *save = NULL, *tok = strtok_r(copy, " ", &save);
-    unsigned long long f[8];
+    unsigned long long f[9];
     int ok = 1;
-    for (int i = 0; i < 8 && ok; ++i) {
+    for (int i = 0; i < 9 && ok; ++i) {
         if (!tok) {
             ok = 0;
             break;
@@ -492,7 +494,8 @@ static void read_exec_marker(void)
     mk_size = f[4];
     mk_mtime_ns = (long long)f[5];
     seq_base = f[6];
-    images_before = (long)f[7];
+    step_base = step_next = (int64_t)f[7];
+    images_before = (long)f[8];
     atomic_store(&seq_next, seq_base);
     unsigned long long n = 0;
     if (tok) {
@@ -567,16 +570,20 @@ const probe_tap_tensor_v1 *shim_exec_call(const probe_tap_tensor_v1 *t, probe_ta
         c = pcall >= 0 ? comp_find(pcomp, 0) : NULL;
         pbase = c ? c->base : 0;
     }
+    int64_t sbase = cont && t->step >= 0 ? step_base : 0;
     struct comp_next *me = comp_find(t->component, 1);
     if (me && t->call + base + 1 > me->next)
         me->next = t->call + base + 1;
+    if (t->step >= 0 && t->step + sbase + 1 > step_next)
+        step_next = t->step + sbase + 1;
     pthread_mutex_unlock(&calls_lock);
-    if (base == 0 && pbase == 0)
+    if (base == 0 && pbase == 0 && sbase == 0)
         return t;
     size_t n = t->struct_size < sizeof *copy ? t->struct_size : sizeof *copy;
     memset(copy, 0, sizeof *copy);
     memcpy(copy, t, n);
     copy->call = t->call + base;
+    copy->step = t->step + sbase;
     if (pbase) {
         snprintf(parent, parent_size, "/%s/%04lld", pcomp, (long long)(pcall + pbase));
         copy->parent = parent;
@@ -608,11 +615,14 @@ static char *exec_marker(char **prev)
         return NULL;
     struct shim_json b, p;
     shim_json_init(&b);
-    shim_json_printf(&b, EXEC_ENV "=%d %ld %llu %llu %llu %lld %llu %ld", EXEC_MARKER_VERSION,
+    pthread_mutex_lock(&calls_lock);
+    long long steps = (long long)step_next;
+    pthread_mutex_unlock(&calls_lock);
+    shim_json_printf(&b, EXEC_ENV "=%d %ld %llu %llu %llu %lld %llu %lld %ld", EXEC_MARKER_VERSION,
                      (long)syscall(SYS_getpid), (unsigned long long)st.st_dev,
                      (unsigned long long)st.st_ino, (unsigned long long)st.st_size,
                      (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
-                     (unsigned long long)atomic_load(&seq_next), images_before + 1);
+                     (unsigned long long)atomic_load(&seq_next), steps, images_before + 1);
     pthread_mutex_lock(&calls_lock);
     shim_json_printf(&b, " %zu", ncomps);
     for (size_t i = 0; i < ncomps; ++i) {

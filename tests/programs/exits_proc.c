@@ -8,8 +8,10 @@
  *     _exit, _Exit, quick_exit    that call with status 7
  *     abort       abort()
  *     term, int, hup              kill(getpid(), SIGTERM / SIGINT / SIGHUP)
- *     exec        execl(self, self, "_exit", N, KB, IMAGE + 1): the next image
- *                 of the same pid taps as many tensors and _exits with 7
+ *     kill        kill(getpid(), SIGKILL)
+ *     exec        execl(self, self, HOW2, N, KB, IMAGE + 1): the next image of
+ *                 the same pid taps as many tensors and ends by HOW2, which
+ *                 is $EXITS_NEXT (default _exit)
  *     execfail    execl of $EXITS_BAD_EXEC (an executable file that is not a
  *                 program: ENOEXEC), then taps one more tensor; exits 5
  *                 when that tap failed (the file was closed for the exec), else 6
@@ -84,6 +86,8 @@ int main(int argc, char **argv)
         quick_exit(7);
     if (!strcmp(how, "abort"))
         abort();
+    if (!strcmp(how, "kill"))
+        kill(getpid(), SIGKILL);
     if (!strcmp(how, "term") || !strcmp(how, "int") || !strcmp(how, "hup")) {
         kill(getpid(), !strcmp(how, "term") ? SIGTERM : !strcmp(how, "int") ? SIGINT : SIGHUP);
         struct timespec ts = {30, 0};
@@ -93,7 +97,8 @@ int main(int argc, char **argv)
     if (!strcmp(how, "exec")) {
         char next[32];
         snprintf(next, sizeof next, "%ld", image + 1);
-        execl(argv[0], argv[0], "_exit", argv[2], argv[3], next, (char *)NULL);
+        const char *how2 = getenv("EXITS_NEXT");
+        execl(argv[0], argv[0], how2 && *how2 ? how2 : "_exit", argv[2], argv[3], next, (char *)NULL);
         return 8;
     }
     if (!strcmp(how, "execfail")) {
