@@ -416,7 +416,8 @@ static probe_status check_manifest(const char *manifest_json, const char *path)
 /* PROBE_WRITER_APPEND (capture.h): open w->path, a cleanly closed capture,
  * for writing. Its tensors are read with the reader first (attributes,
  * probe.op, hash, skips), then the file is opened read-write and each full
- * tensor's TENSOR record, with its bytes' offset, starts the new journal. */
+ * tensor's TENSOR record, with its bytes' offset, and each skip's SKIP
+ * record start the new journal. */
 static probe_status open_append(probe_writer *w, unsigned flags)
 {
     const char *path = w->path;
@@ -512,6 +513,11 @@ static probe_status open_append(probe_writer *w, unsigned flags)
         s = probe_journal_tensor(w->journal, &rec, off == HADDR_UNDEF ? PROBE_JOURNAL_NO_OFFSET
                                                                       : (uint64_t)off,
                                  nbytes, hashes[i]);
+    }
+    for (size_t i = 0; s == PROBE_OK && w->journal != NULL && i < json_array_size(w->skips); i++) {
+        json_t *e = json_array_get(w->skips, i);
+        s = probe_journal_skip(w->journal, json_string_value(json_object_get(e, "path")),
+                               json_string_value(json_object_get(e, "reason")));
     }
     for (size_t i = 0; ops != NULL && i < n; i++)
         free(ops[i]);
