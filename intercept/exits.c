@@ -39,6 +39,7 @@
  * captures nothing more. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -789,3 +790,70 @@ SHIM_EXPORT int execle(const char *path, const char *arg, ...)
     COLLECT_ARGS(arg, ap, argv, envp = va_arg(ap, char *const *));
     return execve(path, argv, envp);
 }
+
+/* ---- TAPPED journal records ------------------------------------------------------ */
+
+/* What a kill cannot drain is at least named: when a tensor is queued, its
+ * path is appended to the capture's journal as a TAPPED record (type 8,
+ * probe/journal.h) with one write(2) on this process's own O_APPEND
+ * descriptor, before the job is queued, so it precedes the writer's TENSOR
+ * record for it. A reader of a killed run's journal lists every TAPPED path
+ * without a TENSOR or SKIP record as a skip, "lost: tapped, but the process
+ * ended before the writer wrote it". A clean close removes the journal with
+ * these records. Not in stats-only capture (no journal). The first failed or
+ * short write stops the records (a full disk: the writer reports it). */
+#define JREC_TAPPED 8u
+
+static pthread_mutex_t tapped_lock = PTHREAD_MUTEX_INITIALIZER;
+static int tapped_fd = -2; /* -2 not opened yet, -1 off */
+static long tapped_pid;
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; ++i)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+void shim_exits_note_tapped(const char *path)
+{
+    if (shim_cfg.stats_only || !shim_lp.capture_hash || !shim_cfg.out_path)
+        return;
+    size_t n = strlen(path);
+    if (n > 4096)
+        return;
+    unsigned char rec[4 + 4 + 4 + 4096 + 8];
+    size_t len = 4 + 4 + 4 + n + 8;
+    put32(rec, (uint32_t)len);
+    put32(rec + 4, JREC_TAPPED);
+    put32(rec + 8, (uint32_t)n);
+    memcpy(rec + 12, path, n);
+    uint64_t h = shim_lp.capture_hash(rec, len - 8);
+    for (int i = 0; i < 8; ++i)
+        rec[len - 8 + (size_t)i] = (unsigned char)(h >> (8 * i));
+    pthread_mutex_lock(&tapped_lock);
+    long me = (long)syscall(SYS_getpid);
+    if (tapped_fd == -2 || tapped_pid != me) {
+        char jpath[PATH_MAX];
+        tapped_fd = -1;
+        tapped_pid = me;
+        if (snprintf(jpath, sizeof jpath, "%s.journal", shim_cfg.out_path) < (int)sizeof jpath)
+            tapped_fd = open(jpath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+        struct stat st;
+        if (tapped_fd >= 0 && (fstat(tapped_fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)) {
+            close(tapped_fd);
+            tapped_fd = -1;
+        }
+    }
+    if (tapped_fd >= 0) {
+        ssize_t w;
+        do
+            w = write(tapped_fd, rec, len);
+        while (w < 0 && errno == EINTR);
+        if (w != (ssize_t)len) {
+            close(tapped_fd);
+            tapped_fd = -1;
+        }
+    }
+    pthread_mutex_unlock(&tapped_lock);
+}
+

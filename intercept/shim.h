@@ -176,6 +176,9 @@ const probe_tap_tensor_v1 *shim_exec_call(const probe_tap_tensor_v1 *t, probe_ta
 /* probe.seq as written: this image's seq after the earlier images' (and
  * recorded for the next exec). */
 uint64_t shim_exec_seq(uint64_t seq);
+/* Append a TAPPED record for path (a tensor about to be queued) to the
+ * capture's journal, so that a kill names it as lost (exits.c). */
+void shim_exits_note_tapped(const char *path);
 /* ,"exec":{...} in the manifest of a continuing image, else nothing. */
 struct shim_json;
 void shim_exec_json(struct shim_json *b);

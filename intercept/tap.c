@@ -615,6 +615,7 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
         return probe_set_error(PROBE_ENOMEM, "tap: out of memory");
     }
     fill_record(j, t, path);
+    shim_exits_note_tapped(path); /* exits.c: a kill now names it as lost */
     j->nbytes = ext.nbytes;
     if (op_json && !(j->op = strdup(op_json))) {
         st = probe_set_error(PROBE_ENOMEM, "tap: out of memory");

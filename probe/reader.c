@@ -1649,6 +1649,7 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
             return probe_set_error(PROBE_EFORMAT, "%s: corrupt journal %s: %s is recorded twice",
                                    f->path, jpath, f->by_path[i]->path);
     ri->complete = keep;
+    ri->lost = d->lost;
     f->skips = d->skips;
     f->nskips = d->nskips;
     d->skips = NULL;

@@ -319,6 +319,10 @@ typedef struct probe_recovery_info {
     char partial[512];  /* path of the partial capture, "" if none or unknown */
     char journal[1024]; /* the journal's path, "" unless recovered */
     char reason[256];   /* why there is a partial capture, "" if none */
+    /* (additive) tensors the journal says were tapped (TAPPED records of the
+     * preloaded shim) but never written: listed among the skips with the
+     * reason "lost: tapped, but the process ended before the writer wrote it" */
+    size_t lost;
 } probe_recovery_info;
 
 /* The recovery state of an open file (all zero / "" for a clean file or

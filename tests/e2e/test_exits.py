@@ -16,8 +16,10 @@ build/bin/probe-run:
      numbered N..2N-1 with its own values, probe.seq 0..2N-1 in order, the
      manifest's "exec" {"image": 2, "previous": [{"pid", "tensors": N, ...}]};
      the second image SIGKILLed: probe-compare recovers at least the first
-     image's N from the journal (re-listed in it), bit-exact, the rest listed
-     missing;
+     image's N from the journal (re-listed in it), bit-exact, and every other
+     tapped tensor is named as lost (a skip "lost: tapped, but the process
+     ended before the writer wrote it", recovered.candidate.lost, the stderr
+     line), exactly the missing ones;
      an exec that fails after the drain (ENOEXEC): one `probe:` line, the N
      tensors kept, later taps refused;
  (3) a forked child that calls _exit, and a vfork child that execs /bin/true:
@@ -25,7 +27,8 @@ build/bin/probe-run:
  (4) bad cases: a writer that cannot finish within PROBE_EXIT_TIMEOUT_S
      (0.01 s, 192 MiB queued): _exit and SIGTERM are bounded, keep their
      status, and either the file is complete or one `probe:` line says it may
-     be incomplete and the journal recovers a bit-exact prefix; a malformed
+     be incomplete and the journal recovers a bit-exact prefix, the rest
+     named as lost; a malformed
      PROBE_EXIT_TIMEOUT_S: one line; disk full during the drain (a tmpfs in a
      private mount namespace, root only): one line naming ENOSPC, status
      kept, a readable bit-exact prefix, no journal;
@@ -184,13 +187,15 @@ def main():
             doc = json.loads(c.stdout)
         except ValueError:
             doc = {}
-        done = doc.get("recovered", {}).get("candidate", {}).get("complete", -1)
+        rec = doc.get("recovered", {}).get("candidate", {})
+        done = rec.get("complete", -1)
+        missing = doc.get("missing_in_candidate", [])
         check(c.returncode in (0, 1) and N <= done <= 2 * N and len(doc.get("tensors", [])) == done
-              and len(doc.get("missing_in_candidate", [])) == 2 * N - done
-              and all(t["identical"] for t in doc.get("tensors", [])),
+              and len(missing) == 2 * N - done and all(t["identical"] for t in doc.get("tensors", [])),
               "(2) the killed continuation's journal recovers the first image's %d tensors and %d of the "
               "second's, bit-exact; the rest listed missing (rc %d, %r)"
-              % (N, done - N, c.returncode, doc.get("recovered")))
+              % (N, done - N, c.returncode, rec))
+        check_lost(doc, c.stderr, missing, "(2) killed continuation")
 
         bad = j("not-a-program")
         with open(bad, "wb") as fh:
@@ -236,10 +241,12 @@ def main():
                 except ValueError:
                     doc = {}
                 n = len(doc.get("tensors", []))
-                check(c.returncode == 1 and n + len(doc.get("missing_in_candidate", [])) == NB
+                missing = doc.get("missing_in_candidate", [])
+                check(c.returncode == 1 and n + len(missing) == NB
                       and all(t["identical"] for t in doc.get("tensors", [])),
                       "(4) %s: %d tensors recovered bit-exact, the other %d listed missing (rc %d)"
                       % (how, n, NB - n, c.returncode))
+                check_lost(doc, c.stderr, missing, "(4) %s" % how)
             else:
                 check(len(tensors(out)) == NB, "(4) %s: the writer finished in time: complete" % how)
         out = j("badtimeout.h5")
@@ -255,6 +262,21 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
     print("%d failures" % len(FAILURES))
     return 1 if FAILURES else 0
+
+
+LOST = "lost: tapped, but the process ended before the writer wrote it"
+
+
+def check_lost(doc, stderr, missing, what):
+    """Every tensor the killed run tapped and never wrote is named: a skip with the lost reason
+    for exactly the missing paths, the count in recovered.candidate.lost and on the stderr line."""
+    lost = sorted(s["path"] for s in doc.get("skipped", []) if s["side"] == "candidate" and s["reason"] == LOST)
+    n = doc.get("recovered", {}).get("candidate", {}).get("lost")
+    lines = [l for l in stderr.splitlines() if "was not closed by its writer" in l]
+    check(lost == sorted(missing) and n == len(missing) and len(missing) > 0
+          and any(("%d tapped tensor" % n) in l and "lost" in l for l in lines),
+          "%s: the %d tapped but unwritten tensors are listed as lost (%d skips, recovered.lost %r)"
+          % (what, len(missing), len(lost), n))
 
 
 def disk_full(probe_run, prog, d, env):

@@ -1084,3 +1084,43 @@ Test(crash, append_keeps_the_file_and_journals_it_again)
     check_appended(out, a, b, 1);
     cr_assert_eq(probe_writer_open_ex(out, NULL, PROBE_WRITER_APPEND, &w), PROBE_ESTATE);
 }
+
+/* TAPPED records (type 8, written by the preloaded shim when a tap is
+ * queued): a tapped path with no TENSOR or SKIP record is listed once among
+ * the skips as lost, after the SKIP records; tapped paths that were written
+ * or skipped are not; the count is probe_recovery_info.lost. */
+Test(crash, tapped_but_never_written_is_listed_as_lost)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/lost.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    size_t len;
+    unsigned char *jb = small_capture(out, &len);
+    static const char *const tapped[] = {"/t/0000/out", "/t/0003/out", "/t/0007/out", "/t/0005/out",
+                                         "/t/0007/out"};
+    size_t cap = len + 5 * 64;
+    unsigned char *buf = malloc(cap);
+    memcpy(buf, jb, len);
+    for (size_t i = 0; i < 5; i++) {
+        unsigned char payload[64];
+        size_t n = pstr(payload, tapped[i]);
+        len += mkrec(buf + len, 8, payload, n);
+    }
+    spit(j, buf, len);
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    const probe_recovery_info *ri = probe_file_recovery(f);
+    cr_assert_eq(ri->recovered, 1);
+    cr_assert_eq(ri->complete, 3);
+    cr_assert_eq(ri->lost, 2);
+    cr_assert_eq(probe_file_skip_count(f), 3);
+    cr_assert_str_eq(probe_file_skip(f, 0)->reason, "graph capture");
+    cr_assert_str_eq(probe_file_skip(f, 1)->path, "/t/0005/out");
+    cr_assert_str_eq(probe_file_skip(f, 2)->path, "/t/0007/out");
+    for (size_t i = 1; i < 3; i++)
+        cr_assert_str_eq(probe_file_skip(f, i)->reason,
+                         "lost: tapped, but the process ended before the writer wrote it");
+    probe_file_close(f);
+    free(buf);
+    free(jb);
+}
