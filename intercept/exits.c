@@ -184,14 +184,17 @@ static void *sig_drain_main(void *arg)
     return NULL;
 }
 
-/* Async-signal-safe: sigaction, raise. */
-static void die_by(int sig)
+/* Async-signal-safe: sigaction, raise. owner: this is the process that
+ * armed the handler (a vfork child shares its memory: it leaves ours[]
+ * alone). */
+static void die_by(int sig, int owner)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_DFL;
     sigemptyset(&sa.sa_mask);
-    atomic_store(&ours[sig], 0);
+    if (owner)
+        atomic_store(&ours[sig], 0);
     real_sigaction(sig, &sa, NULL);
     raise(sig); /* blocked while the handler runs: delivered as it returns */
 }
@@ -216,9 +219,9 @@ static void on_signal(int sig)
 {
     int saved = errno;
     long pid = atomic_load(&owner_pid);
-    if ((long)syscall(SYS_getpid) != pid || shim_is_foreign_process() ||
-        atomic_exchange(&sig_taken, sig) != 0) {
-        die_by(sig);
+    int owner = (long)syscall(SYS_getpid) == pid && !shim_is_foreign_process();
+    if (!owner || atomic_exchange(&sig_taken, sig) != 0) {
+        die_by(sig, owner);
         errno = saved;
         return;
     }
@@ -228,7 +231,7 @@ static void on_signal(int sig)
         struct timespec ts = {0, 5 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    die_by(sig);
+    die_by(sig, 1);
     errno = saved;
 }
 
@@ -377,6 +380,7 @@ static int findable(const char *file, int search)
 #define EXEC_ENV "PROBE_EXEC_CAPTURE"
 #define EXEC_PREV_ENV "PROBE_EXEC_PREVIOUS"
 #define EXEC_MARKER_VERSION 1
+#define EXEC_PREVIOUS_MAX 32768 /* bytes of PROBE_EXEC_PREVIOUS, well under MAX_ARG_STRLEN */
 
 struct comp_next {
     char name[SHIM_NAME_MAX];
@@ -649,6 +653,14 @@ static char *exec_marker(char **prev)
     }
     shim_json_printf(&p, "],\"tensors\":%llu}]",
                      (unsigned long long)atomic_load(&shim_stats.accepted));
+    if (!p.oom && p.len > EXEC_PREVIOUS_MAX) {
+        /* long command lines over many execs: keep the environment small */
+        shim_json_free(&p);
+        shim_json_init(&p);
+        shim_json_printf(&p, EXEC_PREV_ENV "=[{\"pid\":%ld,\"tensors\":%llu,\"truncated\":true}]",
+                         (long)syscall(SYS_getpid),
+                         (unsigned long long)atomic_load(&shim_stats.accepted));
+    }
     if (b.oom || p.oom) {
         shim_json_free(&b);
         shim_json_free(&p);
@@ -718,12 +730,18 @@ static void after_failed_exec(int drained, const char *file, int err, char **own
     errno = err;
 }
 
-/* execv and execvp are execve and execvpe with environ. */
+/* execv and execvp are execve and execvpe with environ. An exec refused
+ * for the size of the environment (E2BIG) is retried without the marker:
+ * the program's exec must not fail because of probe. */
 #define EXEC_VIA(real, file, search, fd, envp, call)                                         \
     int d_;                                                                                \
     char **o_, *m1_, *m2_;                                                                 \
     char *const *env_ = before_exec(file, search, fd, envp, &d_, &o_, &m1_, &m2_);         \
     int r_ = real ? (call) : (errno = ENOSYS, -1);                                         \
+    if (r_ < 0 && errno == E2BIG && o_ && real) {                                          \
+        env_ = envp;                                                                       \
+        r_ = (call);                                                                       \
+    }                                                                                      \
     after_failed_exec(d_, fd >= 0 ? "a file descriptor" : file, errno, o_, m1_, m2_);      \
     return r_
 
