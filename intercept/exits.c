@@ -36,7 +36,10 @@
  * other process keeps shim.c's rules (a file that holds a capture is never
  * claimed). The drain happens only when the target exists and is
  * executable; if the exec still fails, one line says that this image
- * captures nothing more. */
+ * captures nothing more.
+ *
+ * What cannot be drained (SIGKILL, a crash) is at least named: each
+ * accepted tap appends a TAPPED record to the journal (end of this file). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -87,9 +90,10 @@ static void resolve(void)
     real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
 }
 
-/* Resolved before anything can exit (the constructor runs before main). */
 static void read_exec_marker(void);
 
+/* The real calls are resolved before anything can exit (the constructor
+ * runs before main), and the exec marker is read and removed. */
 __attribute__((constructor)) static void exits_init(void)
 {
     resolve();
