@@ -9,6 +9,7 @@ build/bin/probe-run:
  (1) _exit, _Exit, quick_exit, abort, self-SIGTERM, SIGINT (default
      disposition), SIGHUP: the exit status / signal probe-run reports is the
      one the same program reports with the shim inactive (PROBE_OUT unset);
+     SIGTERM and SIGINT sent to probe-run's pid (forwarded) likewise;
      the file holds exactly the N tapped tensors, bit-exact, no journal, no
      `probe:` line, run_end "closed" with that status or signal;
  (2) exec into a second image of the same pid (which taps N more and
@@ -29,7 +30,9 @@ build/bin/probe-run:
      status, and either the file is complete or one `probe:` line says it may
      be incomplete and the journal recovers a bit-exact prefix, the rest
      named as lost; a malformed
-     PROBE_EXIT_TIMEOUT_S: one line; disk full during the drain (a tmpfs in a
+     PROBE_EXIT_TIMEOUT_S: one line; a PROBE_EXEC_CAPTURE that is garbage or
+     names another inode: the file is not continued (today's one line, the
+     file unchanged); disk full during the drain (a tmpfs in a
      private mount namespace, root only): one line naming ENOSPC, status
      kept, a readable bit-exact prefix, no journal;
  (5) the toy pipeline (scripts/example/toy_pipeline.py): os._exit after 200
@@ -152,6 +155,28 @@ def main():
                   and re_.get("exit_status") == (status if status >= 0 else None),
                   "(1) %s: run_end %r" % (how, re_))
 
+        # (1b) SIGTERM / SIGINT sent to probe-run's pid (kill, timeout): forwarded, drained
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            out = j("sent-%s.h5" % signal.Signals(sig).name)
+            sp = subprocess.Popen([probe_run, "--out", out, "--", prog, "wait", str(N), str(KB), "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base_env)
+            line = sp.stdout.readline()
+            sp.send_signal(sig)
+            try:
+                rc = sp.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                sp.kill()
+                rc = None
+            err = sp.stderr.read()
+            sp.stdout.close()
+            sp.stderr.close()
+            re_ = manifest(out).get("run_end", {}) if os.path.getsize(out) else {}
+            check(line == "tapped %d\n" % N and rc == -sig and probe_lines(err) == []
+                  and exact(tensors(out), want) and re_.get("capture") == "closed"
+                  and re_.get("signal") == signal.Signals(sig).name,
+                  "(1b) %s sent to probe-run: ends by it, all %d tensors in a closed file (%r, %r)"
+                  % (signal.Signals(sig).name, N, rc, re_))
+
         # (2) exec: the second image continues the capture
         out = j("exec.h5")
         p = run([probe_run, "--out", out, "--", prog, "exec", str(N), str(KB), "1"], env=base_env)
@@ -255,6 +280,21 @@ def main():
         lines = probe_lines(p.stderr)
         check(p.returncode == 7 and len(lines) == 1 and "PROBE_EXIT_TIMEOUT_S=soon" in lines[0]
               and len(tensors(out)) == 3, "(4) malformed PROBE_EXIT_TIMEOUT_S: one line (%r)" % lines)
+
+        # (4) a marker that does not name this very file is ignored: today's ownership rules
+        out = j("forged.h5")
+        run([probe_run, "--out", out, "--", prog, "exit", "3", "1", "1"], env=base_env)
+        before = open(out, "rb").read()
+        st = os.stat(out)
+        for marker in ("garbage", "1 %d %d %d %d %d 0 0 1 0" % (0, st.st_dev, st.st_ino + 1, st.st_size,
+                                                                st.st_mtime_ns)):
+            p = run(["sh", "-c", 'exec env PROBE_EXEC_CAPTURE="$(echo "$1" | sed "s/^1 0 /1 $$ /")" "$2" '
+                     'exit 2 1 1', "sh", marker, prog], env=dict(base_env, PROBE_OUT=out, LD_PRELOAD=shim))
+            lines = probe_lines(p.stderr)
+            check(p.returncode == 0 and len(lines) == 1 and "already holds a capture" in lines[0]
+                  and open(out, "rb").read() == before,
+                  "(4) marker %r (another inode): not continued, one line, the file unchanged (%r)"
+                  % (marker[:12], lines))
 
         disk_full(probe_run, prog, d, base_env)
         toy(probe_run, d, base_env)

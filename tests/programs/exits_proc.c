@@ -9,6 +9,7 @@
  *     abort       abort()
  *     term, int, hup              kill(getpid(), SIGTERM / SIGINT / SIGHUP)
  *     kill        kill(getpid(), SIGKILL)
+ *     wait        pause() until a signal ends the process (sent from outside)
  *     exec        execl(self, self, HOW2, N, KB, IMAGE + 1): the next image of
  *                 the same pid taps as many tensors and ends by HOW2, which
  *                 is $EXITS_NEXT (default _exit)
@@ -88,6 +89,10 @@ int main(int argc, char **argv)
         abort();
     if (!strcmp(how, "kill"))
         kill(getpid(), SIGKILL);
+    if (!strcmp(how, "wait")) {
+        for (;;)
+            pause();
+    }
     if (!strcmp(how, "term") || !strcmp(how, "int") || !strcmp(how, "hup")) {
         kill(getpid(), !strcmp(how, "term") ? SIGTERM : !strcmp(how, "int") ? SIGINT : SIGHUP);
         struct timespec ts = {30, 0};
