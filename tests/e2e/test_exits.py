@@ -55,6 +55,9 @@ import time
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import asan_runtime  # noqa: E402
+
 BUILD = os.environ.get("PROBE_BUILD_DIR")
 SRC = os.environ.get("PROBE_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -126,6 +129,8 @@ def main():
     compare = os.path.join(BUILD, "bin", "probe-compare")
     prog = os.path.join(BUILD, "tests", "exits_proc")
     shim = os.path.join(BUILD, "lib", "libprobe_intercept.so")
+    if asan_runtime():  # a sanitizer-built shim needs its runtime preloaded first
+        shim = asan_runtime() + ":" + shim
     d = tempfile.mkdtemp(prefix="probe-exits-")
     j = lambda *p: os.path.join(d, *p)  # noqa: E731
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("PROBE_")}
