@@ -507,7 +507,8 @@ static probe_status open_append(probe_writer *w, unsigned flags)
             .scope = t->scope, .seq = t->seq >= 0 ? (uint64_t)t->seq : 0, .dtype = t->dtype,
             .rank = t->rank, .shape = t->shape, .op = ops[i],
             .parent = t->parent[0] ? t->parent : NULL, .block = t->block,
-            .class_name = t->class_name[0] ? t->class_name : NULL};
+            .class_name = t->class_name[0] ? t->class_name : NULL,
+            .module = t->module[0] ? t->module : NULL};
         if (off == HADDR_UNDEF && nbytes > 0)
             continue; /* not contiguous storage the journal can point at: kept by HDF5 only */
         s = probe_journal_tensor(w->journal, &rec, off == HADDR_UNDEF ? PROBE_JOURNAL_NO_OFFSET

@@ -421,7 +421,7 @@ def toy(probe_run, d, env):
     a, b = tensors(twice), tensors(chain)
     check(p.returncode == 0 and len(a) > 0 and exact(b, a),
           "(5) os.execv into a second run: the tensors of two runs in one process (%d, %d)" % (len(b), len(a)))
-    for name in ("probe.seq", "probe.parent", "probe.call", "probe.step"):
+    for name in ("probe.seq", "probe.parent", "probe.call", "probe.step", "probe.module", "probe.class"):
         check(attrs(chain, name) == attrs(twice, name), "(5) os.execv: %s as in one process" % name)
 
 

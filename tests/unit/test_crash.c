@@ -994,7 +994,8 @@ static void clean_capture_for_append(const char *out, const float *a)
     probe_record r = {.path = "/dit.block/0000/out", .component = "dit.block", .slot = "out", .call = 0,
                       .step = 2, .cfg_branch = 1, .timestep = 0.75, .scope = "s", .seq = 0,
                       .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape, .op = "{\"op\":1}",
-                      .parent = "/dit.step/0000", .block = 0, .class_name = "m.Block"};
+                      .parent = "/dit.step/0000", .block = 0, .class_name = "m.Block",
+                      .module = "transformer.blocks.0"};
     cr_assert_eq(probe_writer_put(w, &r, a, 3 * sizeof *a), PROBE_OK, "%s", probe_last_error());
     probe_record s = {.path = "/x/0000/gone", .call = -1, .step = -1, .cfg_branch = -1, .timestep = NAN,
                       .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
@@ -1019,6 +1020,7 @@ static void check_appended(const char *out, const float *a, const float *b, int 
     cr_assert_str_eq(t->parent, "/dit.step/0000");
     cr_assert_eq(t->block, 0);
     cr_assert_str_eq(t->class_name, "m.Block");
+    cr_assert_str_eq(t->module, "transformer.blocks.0");
     cr_assert_eq(t->step, 2);
     cr_assert_eq(t->cfg_branch, 1);
     cr_assert_eq(t->timestep, 0.75);
