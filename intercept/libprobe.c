@@ -160,7 +160,8 @@ void shim_hdf5_fork_release(void)
 probe_status shim_w_open(const char *path, const char *manifest, probe_writer **out)
 {
     pthread_mutex_lock(&hdf5_lock);
-    probe_status st = shim_lp.writer_open(path, manifest, PROBE_WRITER_CALLER_LOCKED, out);
+    unsigned flags = PROBE_WRITER_CALLER_LOCKED | (shim_exec_continuing() ? PROBE_WRITER_APPEND : 0);
+    probe_status st = shim_lp.writer_open(path, manifest, flags, out);
     pthread_mutex_unlock(&hdf5_lock);
     return st;
 }

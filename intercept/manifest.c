@@ -543,6 +543,7 @@ char *shim_manifest_build(int final)
     if (!user_has("kernels"))
         shim_kernels_json(&b); /* kernels.c: "kernels" */
     shim_nccl_json(&b);  /* nccl.c: nccl, shard (shard.c), ranks (index capture, shim.c) */
+    shim_exec_json(&b);  /* exits.c: exec (an image continuing the capture after exec) */
     for (size_t i = 0; i < nkeys; ++i) {
         key(&b, keys[i].key);
         shim_json_raw(&b, keys[i].value);

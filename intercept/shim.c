@@ -170,6 +170,7 @@ static void remember_file_fds(void)
 
 static void finalize(void);
 static atomic_int cuda_alive_at_exit, cuda_exit_registered;
+static unsigned stop_timeout_ms = STOP_TIMEOUT_MS; /* the finalizer's bound on the drain */
 
 static void atexit_finalize(void)
 {
@@ -235,7 +236,7 @@ static void claim_locked(void)
         atomic_store(&claim_state, 2);
         return;
     }
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && !shim_exec_continues(&st)) {
         close(fd); /* releases the lock */
         snprintf(claim_why, sizeof claim_why,
                  "the capture file %s already holds a capture (written by an earlier process of "
@@ -292,6 +293,7 @@ probe_status shim_file_open(void)
                     /* Registered after HDF5 (and usually the CUDA runtime)
                      * registered theirs, so it runs before their teardown. */
                     atexit(atexit_finalize);
+                    shim_exits_arm(); /* exits.c */
                 }
             }
         }
@@ -334,9 +336,9 @@ static void finalize(void)
         return;
     if (atomic_load(&open_state) != 1)
         return;
-    if (!shim_queue_stop(STOP_TIMEOUT_MS)) {
-        shim_warn("capture file %s may be incomplete: the writer did not finish within %u s at exit",
-                  shim_cfg.out_path, STOP_TIMEOUT_MS / 1000);
+    if (!shim_queue_stop(stop_timeout_ms)) {
+        shim_warn("capture file %s may be incomplete: the writer did not finish within %.3g s at exit",
+                  shim_cfg.out_path, stop_timeout_ms / 1000.0);
         return; /* the writer thread still uses the file: leave it */
     }
     if (atomic_load(&cuda_alive_at_exit))
@@ -350,6 +352,14 @@ static void finalize(void)
     writer = NULL;
     if (st == PROBE_EIO && !atomic_load(&disabled))
         shim_fail_io(shim_libprobe_error());
+}
+
+void shim_finalize_now(unsigned timeout_ms)
+{
+    if (atomic_load(&cuda_exit_registered))
+        atomic_store(&cuda_alive_at_exit, 1); /* no exit handler has run: CUDA is intact */
+    stop_timeout_ms = timeout_ms;
+    finalize();
 }
 
 __attribute__((destructor)) static void shim_fini(void)

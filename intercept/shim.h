@@ -18,6 +18,7 @@
  *   inject.c    probe_inject_v1: reference file, inject globs, checks, manifest record
  *   stats.c     stats-only capture: summary + hash instead of the bytes
  *   scope.c     component scopes (adapter calls, NVTX ranges) of interposed calls
+ *   exits.c     _exit/_Exit/quick_exit, abort, exec and SIGTERM/SIGINT/SIGHUP: drain first
  */
 #ifndef PROBE_INTERCEPT_SHIM_H
 #define PROBE_INTERCEPT_SHIM_H
@@ -143,6 +144,44 @@ void shim_exit_after_cuda(void);
 /* 1 while the finalizer runs from that handler: only then may it, or the
  * writer draining for exit, call into CUDA. */
 int shim_cuda_alive_at_exit(void);
+
+/* Drain the queue and close the file now, as the finalizer does at exit,
+ * waiting at most timeout_ms for the writer (exits.c: _exit, abort, exec,
+ * a terminating signal). CUDA counts as alive when it was used: no exit
+ * handler has torn it down. Does nothing outside the owner or once the
+ * finalizer has started. */
+void shim_finalize_now(unsigned timeout_ms);
+
+/* ---- exits.c: abnormal ends of the capturing process -------------------- */
+
+/* Called once the capture file is open (shim_file_open): records the owner's
+ * pid, starts the signal drain thread and installs the SIGTERM/SIGINT/SIGHUP
+ * handlers where their disposition is the default. */
+void shim_exits_arm(void);
+
+/* Exec continuation (docs/file-format.md "Exec continuation"). st: the
+ * capture file as the claim found it, non-empty: 1 when it is the file the
+ * image before exec of this same pid closed (PROBE_EXEC_CAPTURE), which this
+ * image then continues; 0 otherwise. */
+struct stat;
+int shim_exec_continues(const struct stat *st);
+/* 1 once shim_exec_continues said so: the writer appends (PROBE_WRITER_APPEND). */
+int shim_exec_continuing(void);
+/* The tap as this image writes it: t itself, or (continuing) a copy in
+ * *copy whose call, and whose parent's call (in parent, parent_size bytes),
+ * follow the earlier images' calls of the same component. Records the
+ * highest call of each component for the next exec. */
+const probe_tap_tensor_v1 *shim_exec_call(const probe_tap_tensor_v1 *t, probe_tap_tensor_v1 *copy,
+                                          char *parent, size_t parent_size);
+/* probe.seq as written: this image's seq after the earlier images' (and
+ * recorded for the next exec). */
+uint64_t shim_exec_seq(uint64_t seq);
+/* Append a TAPPED record for path (a tensor about to be queued) to the
+ * capture's journal, so that a kill names it as lost (exits.c). */
+void shim_exits_note_tapped(const char *path);
+/* ,"exec":{...} in the manifest of a continuing image, else nothing. */
+struct shim_json;
+void shim_exec_json(struct shim_json *b);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t shim_now_ns(void);

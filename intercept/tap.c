@@ -436,7 +436,7 @@ static void fill_record(struct shim_job *j, const probe_tap_tensor_v1 *t, const 
     j->rank = t->rank;
     for (int k = 0; k < t->rank; ++k)
         j->shape[k] = t->shape[k];
-    j->seq = atomic_fetch_add(&next_seq, 1);
+    j->seq = shim_exec_seq(atomic_fetch_add(&next_seq, 1));
 }
 
 /* Capture one tensor (probe/tap.h). Returns PROBE_OK (0) when the tensor was
@@ -551,6 +551,9 @@ probe_status shim_tap_hash_device(const probe_tap_tensor_v1 *t, size_t slot)
         return probe_set_error(PROBE_ESTATE, "tap: capture is closed or disabled");
     if ((st = shim_file_open()) != PROBE_OK)
         return st;
+    probe_tap_tensor_v1 renumbered;
+    char parent[SHIM_PARENT_MAX];
+    t = shim_exec_call(t, &renumbered, parent, sizeof parent); /* exits.c */
     struct shim_job *j = calloc(1, sizeof *j);
     if (!j)
         return probe_set_error(PROBE_ENOMEM, "tap: out of memory");
@@ -590,6 +593,9 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
         return probe_set_error(PROBE_EIO, "tap: capture disabled after a write error");
     if ((st = shim_file_open()) != PROBE_OK)
         return st;
+    probe_tap_tensor_v1 renumbered;
+    char parent[SHIM_PARENT_MAX];
+    t = shim_exec_call(t, &renumbered, parent, sizeof parent); /* exits.c: exec continuation */
 
     char path[SHIM_PATH_MAX];
     snprintf(path, sizeof path, "/%s/%04lld/%s", t->component, (long long)t->call, t->slot);
@@ -609,6 +615,7 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
         return probe_set_error(PROBE_ENOMEM, "tap: out of memory");
     }
     fill_record(j, t, path);
+    shim_exits_note_tapped(path); /* exits.c: a kill now names it as lost */
     j->nbytes = ext.nbytes;
     if (op_json && !(j->op = strdup(op_json))) {
         st = probe_set_error(PROBE_ENOMEM, "tap: out of memory");
@@ -691,7 +698,7 @@ void shim_tap_skip_path(const char *path, const char *reason)
     j->cfg_branch = -1;
     j->timestep = NAN;
     j->block = -1;
-    j->seq = atomic_fetch_add(&next_seq, 1);
+    j->seq = shim_exec_seq(atomic_fetch_add(&next_seq, 1));
     snprintf(j->reason, sizeof j->reason, "%s", reason);
     if (shim_queue_push(j) != PROBE_OK) {
         free(j);

@@ -487,9 +487,53 @@ void probe_journal_data_free(probe_journal_data *d)
     memset(d, 0, sizeof *d);
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Append a skip for every tapped path that has neither a TENSOR nor a SKIP
+ * record (tapped is sorted here); 0, or -1 out of memory. */
+static int add_lost(probe_journal_data *d, char **tapped, size_t ntapped, size_t *scap)
+{
+    size_t nw = d->n + d->nskips;
+    const char **written = nw ? malloc(nw * sizeof *written) : NULL;
+    if (nw && written == NULL)
+        return -1;
+    for (size_t i = 0; i < d->n; i++)
+        written[i] = d->t[i].info.path;
+    for (size_t i = 0; i < d->nskips; i++)
+        written[d->n + i] = d->skips[i].path;
+    qsort(tapped, ntapped, sizeof *tapped, cmp_str);
+    if (nw)
+        qsort(written, nw, sizeof *written, cmp_str);
+    size_t k = 0;
+    int rc = 0;
+    for (size_t i = 0; i < ntapped && rc == 0; i++) {
+        if (i > 0 && strcmp(tapped[i], tapped[i - 1]) == 0)
+            continue;
+        while (k < nw && strcmp(written[k], tapped[i]) < 0)
+            k++;
+        if (k < nw && strcmp(written[k], tapped[i]) == 0)
+            continue;
+        if (grow((void **)&d->skips, scap, d->nskips, sizeof *d->skips) != 0) {
+            rc = -1;
+            break;
+        }
+        probe_skip_info *s = &d->skips[d->nskips++];
+        snprintf(s->path, sizeof s->path, "%s", tapped[i]);
+        snprintf(s->reason, sizeof s->reason, "%s", PROBE_JOURNAL_LOST_REASON);
+        d->lost++;
+    }
+    free(written);
+    return rc;
+}
+
 probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, size_t len,
                                   probe_journal_data *d)
 {
+    char **tapped = NULL;
+    size_t ntapped = 0, tapcap = 0;
     memset(d, 0, sizeof *d);
     if (len < 8 || memcmp(buf, PROBE_JOURNAL_MAGIC, 8) != 0)
         return probe_set_error(PROBE_EFORMAT, "%s: not a probe capture journal (%s)", jpath,
@@ -599,6 +643,13 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
                 snprintf(i->class_name, sizeof i->class_name, "%s", cls);
                 snprintf(i->module, sizeof i->module, "%s", mod);
             }
+        } else if (type == PROBE_JREC_TAPPED) {
+            char *path = get_str_dup(&r, &oom);
+            if (!r.bad && !oom && path != NULL && path[0] == '/' &&
+                grow((void **)&tapped, &tapcap, ntapped, sizeof *tapped) == 0)
+                tapped[ntapped++] = path;
+            else
+                free(path);
         } else if (type == PROBE_JREC_MANIFEST) {
             char *m = get_str_dup(&r, &oom);
             if (!r.bad && !oom) {
@@ -623,6 +674,11 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
     d->header = seen_header;
     if (s == PROBE_OK && !seen_header && !d->torn)
         s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: no header record", jpath);
+    if (s == PROBE_OK && ntapped > 0 && add_lost(d, tapped, ntapped, &scap) != 0)
+        s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
+    for (size_t i = 0; i < ntapped; i++)
+        free(tapped[i]);
+    free(tapped);
     if (s != PROBE_OK)
         probe_journal_data_free(d);
     return s;

@@ -37,8 +37,18 @@ enum {
      * parent, block (u64), class, module path (absent from records of
      * writers before it); written only for records with a parent, a class or
      * a module path; a reader without it skips it as an unknown type */
-    PROBE_JREC_CALL = 7
+    PROBE_JREC_CALL = 7,
+    /* a tensor queued for writing (the path), appended by the preloaded shim
+     * when the tap is accepted, on its own O_APPEND descriptor: a path with
+     * such a record and no TENSOR or SKIP record is lost (the parser lists
+     * it among the skips, PROBE_JOURNAL_LOST_REASON); a reader without it
+     * skips it as an unknown type */
+    PROBE_JREC_TAPPED = 8
 };
+
+#define PROBE_JOURNAL_LOST_REASON \
+    "lost: tapped, but the process ended before the writer wrote it"
+
 
 /* --- writing --- */
 typedef struct probe_journal probe_journal;
@@ -70,6 +80,10 @@ PROBE_JOURNAL_API void probe_journal_close(probe_journal *j, int remove);
  * (probe/writer.c). */
 PROBE_JOURNAL_API int probe_writer_owns_(uint64_t dev, uint64_t ino);
 
+/* probe_file_open without HDF5's file lock (probe/reader.c), for a writer
+ * of this process whose caller holds the file's flock. */
+PROBE_JOURNAL_API probe_status probe_file_open_unlocked_(const char *path, probe_file **out);
+
 /* --- reading --- */
 #define PROBE_JOURNAL_NO_OFFSET UINT64_MAX
 
@@ -86,8 +100,9 @@ typedef struct probe_journal_data {
     uint64_t token;
     probe_journal_tensor_rec *t; /* complete TENSOR records, journal order */
     size_t n;
-    probe_skip_info *skips;
+    probe_skip_info *skips; /* SKIP records, then one per lost TAPPED path */
     size_t nskips;
+    size_t lost;      /* TAPPED paths with no TENSOR or SKIP record (the last skips) */
     char *manifest;   /* last MANIFEST record's text, or NULL */
     char partial[512]; /* path of a put begun and not completed, "" if none/unknown */
     size_t ignored;    /* TENSOR records with a path too long to index */

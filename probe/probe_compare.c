@@ -924,15 +924,19 @@ static void note_recovered(const char *const paths[2])
             const probe_recovery_info *ri = probe_file_recovery(f);
             if (ri->recovered) {
                 fprintf(stderr, "probe-compare: %s was not closed by its writer (process killed?): "
-                        "%zu complete captures read from %s%s%s%s\n", probe_tesc(paths[k]),
+                        "%zu complete captures read from %s%s%s%s", probe_tesc(paths[k]),
                         ri->complete, probe_tesc(ri->journal),
                         ri->partial[0] ? "; partial capture " : "", probe_tesc(ri->partial),
                         ri->partial[0] ? " ignored" : "");
+                if (ri->lost)
+                    fprintf(stderr, "; %zu tapped tensor%s lost (listed as skipped)", ri->lost,
+                            ri->lost == 1 ? "" : "s");
+                fputc('\n', stderr);
                 json_decref(recovered_json[k]);
-                recovered_json[k] = json_pack("{s:s, s:I, s:o, s:s}", "journal", ri->journal,
+                recovered_json[k] = json_pack("{s:s, s:I, s:o, s:s, s:I}", "journal", ri->journal,
                                               "complete", (json_int_t)ri->complete, "partial",
                                               ri->partial[0] ? json_string(ri->partial) : json_null(),
-                                              "reason", ri->reason);
+                                              "reason", ri->reason, "lost", (json_int_t)ri->lost);
                 if (recovered_json[k] == NULL)
                     recovered_json[k] = json_null();
             }

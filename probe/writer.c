@@ -413,6 +413,125 @@ static probe_status check_manifest(const char *manifest_json, const char *path)
 
 /* --- open --- */
 
+/* PROBE_WRITER_APPEND (capture.h): open w->path, a cleanly closed capture,
+ * for writing. Its tensors are read with the reader first (attributes,
+ * probe.op, hash, skips), then the file is opened read-write and each full
+ * tensor's TENSOR record, with its bytes' offset, and each skip's SKIP
+ * record start the new journal. */
+static probe_status open_append(probe_writer *w, unsigned flags)
+{
+    const char *path = w->path;
+    size_t jn = strlen(path) + sizeof PROBE_JOURNAL_SUFFIX;
+    char *jpath = malloc(jn);
+    if (jpath == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    snprintf(jpath, jn, "%s%s", path, PROBE_JOURNAL_SUFFIX);
+    struct stat jst;
+    int has_journal = lstat(jpath, &jst) == 0;
+    free(jpath);
+    if (has_journal)
+        return probe_set_error(PROBE_ESTATE, "%s: cannot append: a journal is next to it (its writer "
+                               "did not close it; recover it first)", path);
+    probe_file *f = NULL;
+    probe_status s = (flags & PROBE_WRITER_CALLER_LOCKED) ? probe_file_open_unlocked_(path, &f)
+                                                          : probe_file_open(path, &f);
+    if (s != PROBE_OK)
+        return s;
+    size_t n = probe_file_count(f), ns = probe_file_skip_count(f);
+    probe_tensor_info *info = n ? calloc(n, sizeof *info) : NULL;
+    char **ops = n ? calloc(n, sizeof *ops) : NULL;
+    uint64_t *hashes = n ? calloc(n, sizeof *hashes) : NULL;
+    int stats = 0;
+    if (n && (info == NULL || ops == NULL || hashes == NULL))
+        s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    for (size_t i = 0; s == PROBE_OK && i < n; i++) {
+        info[i] = *probe_file_tensor(f, i);
+        stats |= info[i].stats_only;
+        if (probe_file_tensor_attr(f, i, "probe.op", &ops[i]) != PROBE_OK)
+            ops[i] = NULL;
+        if (probe_file_hash(f, i, &hashes[i]) != PROBE_OK)
+            hashes[i] = 0;
+    }
+    for (size_t i = 0; s == PROBE_OK && i < ns; i++) {
+        const probe_skip_info *k = probe_file_skip(f, i);
+        json_t *e = json_pack("{s:s, s:s}", "path", k->path, "reason", k->reason);
+        if (e == NULL || json_array_append_new(w->skips, e) != 0)
+            s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    }
+    probe_file_close(f);
+    if (s == PROBE_OK) {
+        char *text = json_dumps(w->skips, JSON_COMPACT);
+        w->skips_written = json_array_size(w->skips);
+        w->skips_bytes = text != NULL ? strlen(text) : 0;
+        free(text);
+    }
+    if (s == PROBE_OK && !stats && (s = probe_journal_create(path, &w->journal)) == PROBE_OK &&
+        w->manifest != NULL)
+        s = probe_journal_manifest(w->journal, w->manifest);
+    if (s == PROBE_OK) {
+        char reason[256] = "";
+        H5E_BEGIN_TRY {
+            hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if H5_VERSION_GE(1, 10, 7)
+            if (fapl >= 0)
+                H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
+#endif
+            w->file = H5Fopen(path, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
+            if (w->file < 0)
+                probe_h5_error_text(reason, sizeof reason);
+            if (fapl >= 0)
+                H5Pclose(fapl);
+            int *fdp = NULL;
+            if (w->file >= 0 && H5Fget_vfd_handle(w->file, H5P_DEFAULT, (void **)&fdp) >= 0 &&
+                fdp != NULL)
+                w->fd = *fdp;
+        } H5E_END_TRY;
+        if (w->file < 0)
+            s = probe_set_error(PROBE_EIO, "%s: cannot open the capture to append to it: %s", path,
+                                reason);
+    }
+    for (size_t i = 0; s == PROBE_OK && w->journal != NULL && i < n; i++) {
+        const probe_tensor_info *t = &info[i];
+        haddr_t off = HADDR_UNDEF;
+        H5E_BEGIN_TRY {
+            hid_t d = H5Dopen2(w->file, t->path, H5P_DEFAULT);
+            if (d >= 0) {
+                off = H5Dget_offset(d);
+                H5Dclose(d);
+            }
+        } H5E_END_TRY;
+        uint64_t nbytes = t->n * probe_dtype_size(t->dtype);
+        probe_record rec = {
+            .path = t->path, .component = t->component, .slot = t->slot, .call = t->call,
+            .step = t->step, .cfg_branch = t->cfg_branch, .timestep = t->timestep,
+            .scope = t->scope, .seq = t->seq >= 0 ? (uint64_t)t->seq : 0, .dtype = t->dtype,
+            .rank = t->rank, .shape = t->shape, .op = ops[i],
+            .parent = t->parent[0] ? t->parent : NULL, .block = t->block,
+            .class_name = t->class_name[0] ? t->class_name : NULL,
+            .module = t->module[0] ? t->module : NULL};
+        if (off == HADDR_UNDEF && nbytes > 0)
+            continue; /* not contiguous storage the journal can point at: kept by HDF5 only */
+        s = probe_journal_tensor(w->journal, &rec, off == HADDR_UNDEF ? PROBE_JOURNAL_NO_OFFSET
+                                                                      : (uint64_t)off,
+                                 nbytes, hashes[i]);
+    }
+    for (size_t i = 0; s == PROBE_OK && w->journal != NULL && i < json_array_size(w->skips); i++) {
+        json_t *e = json_array_get(w->skips, i);
+        s = probe_journal_skip(w->journal, json_string_value(json_object_get(e, "path")),
+                               json_string_value(json_object_get(e, "reason")));
+    }
+    for (size_t i = 0; ops != NULL && i < n; i++)
+        free(ops[i]);
+    free(ops);
+    free(info);
+    free(hashes);
+    if (s == PROBE_OK) {
+        w->manifest_dirty = w->manifest != NULL;
+        s = flush_file(w, 0);
+    }
+    return s;
+}
+
 probe_status probe_writer_open(const char *path, const char *manifest_json, probe_writer **out)
 {
     return probe_writer_open_ex(path, manifest_json, 0, out);
@@ -424,7 +543,7 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
     if (out == NULL)
         return probe_set_error(PROBE_EINVAL, "probe_writer_open: out is NULL");
     *out = NULL;
-    if (flags & ~PROBE_WRITER_CALLER_LOCKED)
+    if (flags & ~(PROBE_WRITER_CALLER_LOCKED | PROBE_WRITER_APPEND))
         return probe_set_error(PROBE_EINVAL, "probe_writer_open: unknown flags 0x%x", flags);
     if (path == NULL || path[0] == '\0')
         return probe_set_error(PROBE_EINVAL, "probe_writer_open: path is NULL or empty");
@@ -445,6 +564,27 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
     if (w->path == NULL || (manifest_json != NULL && w->manifest == NULL) || w->skips == NULL) {
         probe_writer_close(w);
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+    }
+
+    if (flags & PROBE_WRITER_APPEND) {
+        s = open_append(w, flags);
+        if (s != PROBE_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", probe_last_error());
+            probe_journal_close(w->journal, 1);
+            w->journal = NULL;
+            if (w->file >= 0) {
+                H5E_BEGIN_TRY {
+                    H5Fclose(w->file);
+                } H5E_END_TRY;
+                w->file = H5I_INVALID_HID;
+            }
+            probe_writer_close(w);
+            return probe_set_error(s, "%s", msg);
+        }
+        owned_set(w->fd, 1);
+        *out = w;
+        return PROBE_OK;
     }
 
     /* HDF5 1.10 cannot clean up after an H5Fcreate that runs out of space

@@ -87,6 +87,19 @@ probe_status probe_writer_open(const char *path, const char *manifest_json, prob
  * would conflict with it, is not taken (needs HDF5 >= 1.10.7). Unknown flag
  * bits: PROBE_EINVAL. Other errors as probe_writer_open. */
 #define PROBE_WRITER_CALLER_LOCKED 1u
+/* PROBE_WRITER_APPEND: path is an existing capture that a writer closed
+ * cleanly (no journal next to it): it is opened for writing rather than
+ * created, its tensors and probe.skips are kept, manifest_json replaces its
+ * manifest, and new puts add datasets (a path already in the file is
+ * PROBE_EINVAL, as within one writer). The journal is created anew and
+ * first lists every full tensor already in the file, so that a writer
+ * killed later leaves a file that recovers to all of them; a file holding
+ * stats-only records gets no journal (as after the writer's first summary).
+ * Errors: PROBE_ESTATE (a journal is next to it: recover it first),
+ * PROBE_ENOTFOUND, PROBE_EFORMAT (not a probe capture), PROBE_EIO. (the
+ * preloaded shim uses it for an exec'd image that continues the capture:
+ * docs/file-format.md "Exec continuation") */
+#define PROBE_WRITER_APPEND 2u
 probe_status probe_writer_open_ex(const char *path, const char *manifest_json, unsigned flags,
                                   probe_writer **out);
 
@@ -306,6 +319,10 @@ typedef struct probe_recovery_info {
     char partial[512];  /* path of the partial capture, "" if none or unknown */
     char journal[1024]; /* the journal's path, "" unless recovered */
     char reason[256];   /* why there is a partial capture, "" if none */
+    /* (additive) tensors the journal says were tapped (TAPPED records of the
+     * preloaded shim) but never written: listed among the skips with the
+     * reason "lost: tapped, but the process ended before the writer wrote it" */
+    size_t lost;
 } probe_recovery_info;
 
 /* The recovery state of an open file (all zero / "" for a clean file or

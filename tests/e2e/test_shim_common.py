@@ -29,6 +29,9 @@ EXPORTS = {
     # intercept/nccl.c
     "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclBcast",
     "ncclSend", "ncclRecv", "ncclAlltoAll", "ncclGroupStart", "ncclGroupEnd",
+    # intercept/exits.c
+    "_exit", "_Exit", "quick_exit", "abort", "execve", "execv", "execvp", "execvpe", "execl",
+    "execle", "execlp", "fexecve", "sigaction", "signal",
     "probe_scope_exit_v1",
     # CUDA graph calls interposed to record replays of graphs with skipped taps (graphs.c)
     "cudaStreamEndCapture",

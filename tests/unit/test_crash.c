@@ -984,3 +984,145 @@ Test(crash, stats_only_record_drops_the_journal)
     cr_assert_eq(probe_file_recovery(f)->recovered, 0);
     probe_file_close(f);
 }
+
+/* A clean capture of one tensor (with op, parent, class, step) and one skip. */
+static void clean_capture_for_append(const char *out, const float *a)
+{
+    static int64_t shape[1] = {3};
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(out, "{\"image\": 1}", &w), PROBE_OK, "%s", probe_last_error());
+    probe_record r = {.path = "/dit.block/0000/out", .component = "dit.block", .slot = "out", .call = 0,
+                      .step = 2, .cfg_branch = 1, .timestep = 0.75, .scope = "s", .seq = 0,
+                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape, .op = "{\"op\":1}",
+                      .parent = "/dit.step/0000", .block = 0, .class_name = "m.Block",
+                      .module = "transformer.blocks.0"};
+    cr_assert_eq(probe_writer_put(w, &r, a, 3 * sizeof *a), PROBE_OK, "%s", probe_last_error());
+    probe_record s = {.path = "/x/0000/gone", .call = -1, .step = -1, .cfg_branch = -1, .timestep = NAN,
+                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+    cr_assert_eq(probe_writer_skip(w, &s, "graph capture"), PROBE_OK);
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+}
+
+/* Both tensors of an appended capture, with the first one's attributes, the
+ * skip and the second image's manifest. */
+static void check_appended(const char *out, const float *a, const float *b, int recovered)
+{
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_recovery(f)->recovered, recovered);
+    cr_assert_eq(probe_file_count(f), 2);
+    size_t i;
+    float got[3];
+    cr_assert_eq(probe_file_find(f, "/dit.block/0000/out", &i), PROBE_OK);
+    cr_assert_eq(probe_file_read_raw(f, i, got, sizeof got), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(memcmp(got, a, sizeof got), 0);
+    const probe_tensor_info *t = probe_file_tensor(f, i);
+    cr_assert_str_eq(t->parent, "/dit.step/0000");
+    cr_assert_eq(t->block, 0);
+    cr_assert_str_eq(t->class_name, "m.Block");
+    cr_assert_str_eq(t->module, "transformer.blocks.0");
+    cr_assert_eq(t->step, 2);
+    cr_assert_eq(t->cfg_branch, 1);
+    cr_assert_eq(t->timestep, 0.75);
+    char *op = NULL;
+    cr_assert_eq(probe_file_tensor_attr(f, i, "probe.op", &op), PROBE_OK, "%s", probe_last_error());
+    cr_assert_str_eq(op, "{\"op\":1}");
+    free(op);
+    cr_assert_eq(probe_file_find(f, "/dit.step/0001/out", &i), PROBE_OK);
+    cr_assert_eq(probe_file_read_raw(f, i, got, sizeof got), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(memcmp(got, b, sizeof got), 0);
+    cr_assert_eq(probe_file_skip_count(f), 1);
+    cr_assert_str_eq(probe_file_skip(f, 0)->reason, "graph capture");
+    cr_assert_str_eq(probe_file_manifest(f), "{\"image\": 2}");
+    probe_file_close(f);
+}
+
+/* PROBE_WRITER_APPEND: a clean capture reopened for writing keeps its
+ * tensors (bytes, attributes, probe.op) and skips, takes the new manifest,
+ * refuses a path it already holds and a file with a journal; a writer
+ * killed while appending leaves a journal that recovers the old tensor with
+ * the new one. */
+Test(crash, append_keeps_the_file_and_journals_it_again)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/app.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    static int64_t shape[1] = {3};
+    const float a[3] = {1.5f, -2.0f, 3.25f}, b[3] = {4.0f, 5.0f, 6.5f};
+    probe_record old = {.path = "/dit.block/0000/out", .call = 0, .step = -1, .cfg_branch = -1,
+                        .timestep = NAN, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+    probe_record r2 = {.path = "/dit.step/0001/out", .call = 1, .step = -1, .cfg_branch = -1,
+                       .timestep = NAN, .seq = 1, .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = shape};
+
+    /* closed cleanly */
+    clean_capture_for_append(out, a);
+    cr_assert_eq(access(j, F_OK), -1);
+    probe_writer *w;
+    spit(j, "x", 1);
+    cr_assert_eq(probe_writer_open_ex(out, NULL, PROBE_WRITER_APPEND, &w), PROBE_ESTATE);
+    cr_assert(strstr(probe_last_error(), "recover it first") != NULL, "%s", probe_last_error());
+    unlink(j);
+    cr_assert_eq(probe_writer_open_ex(out, "{\"image\": 2}", PROBE_WRITER_APPEND, &w), PROBE_OK, "%s",
+                 probe_last_error());
+    cr_assert_eq(probe_writer_put(w, &old, b, sizeof b), PROBE_EINVAL, "a path already in the file");
+    cr_assert_eq(probe_writer_put(w, &r2, b, sizeof b), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(access(j, F_OK), -1, "a clean close removes the new journal");
+    check_appended(out, a, b, 0);
+
+    /* killed while appending: a child appends and ends without closing */
+    unlink(out);
+    clean_capture_for_append(out, a);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (probe_writer_open_ex(out, "{\"image\": 2}", PROBE_WRITER_APPEND, &w) != PROBE_OK)
+            _exit(1);
+        _exit(probe_writer_put(w, &r2, b, sizeof b) == PROBE_OK ? 0 : 2);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+    cr_assert_eq(access(j, F_OK), 0, "the killed appending writer left its journal");
+    check_appended(out, a, b, 1);
+    cr_assert_eq(probe_writer_open_ex(out, NULL, PROBE_WRITER_APPEND, &w), PROBE_ESTATE);
+}
+
+/* TAPPED records (type 8, written by the preloaded shim when a tap is
+ * queued): a tapped path with no TENSOR or SKIP record is listed once among
+ * the skips as lost, after the SKIP records; tapped paths that were written
+ * or skipped are not; the count is probe_recovery_info.lost. */
+Test(crash, tapped_but_never_written_is_listed_as_lost)
+{
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/lost.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    size_t len;
+    unsigned char *jb = small_capture(out, &len);
+    static const char *const tapped[] = {"/t/0000/out", "/t/0003/out", "/t/0007/out", "/t/0005/out",
+                                         "/t/0007/out"};
+    size_t cap = len + 5 * 64;
+    unsigned char *buf = malloc(cap);
+    memcpy(buf, jb, len);
+    for (size_t i = 0; i < 5; i++) {
+        unsigned char payload[64];
+        size_t n = pstr(payload, tapped[i]);
+        len += mkrec(buf + len, 8, payload, n);
+    }
+    spit(j, buf, len);
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    const probe_recovery_info *ri = probe_file_recovery(f);
+    cr_assert_eq(ri->recovered, 1);
+    cr_assert_eq(ri->complete, 3);
+    cr_assert_eq(ri->lost, 2);
+    cr_assert_eq(probe_file_skip_count(f), 3);
+    cr_assert_str_eq(probe_file_skip(f, 0)->reason, "graph capture");
+    cr_assert_str_eq(probe_file_skip(f, 1)->path, "/t/0005/out");
+    cr_assert_str_eq(probe_file_skip(f, 2)->path, "/t/0007/out");
+    for (size_t i = 1; i < 3; i++)
+        cr_assert_str_eq(probe_file_skip(f, i)->reason,
+                         "lost: tapped, but the process ended before the writer wrote it");
+    probe_file_close(f);
+    free(buf);
+    free(jb);
+}
