@@ -552,9 +552,12 @@ static probe_status check_contained(hid_t d, const char *fpath, const char *dpat
         printable(shown, sizeof shown, name);
         s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: external storage (%s%s): %s", fpath, dpath,
                             shown, next > 1 ? ", ..." : "", inside);
-    } else if (lay == H5D_VIRTUAL || lay < 0) {
+    } else if (lay < 0) {
+        s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: storage layout unreadable: %s", fpath, dpath,
+                            inside);
+    } else if (lay == H5D_VIRTUAL) {
         size_t count = 0;
-        if (lay == H5D_VIRTUAL && H5Pget_virtual_count(dcpl, &count) >= 0 && count > 0 &&
+        if (H5Pget_virtual_count(dcpl, &count) >= 0 && count > 0 &&
             H5Pget_virtual_filename(dcpl, 0, name, sizeof name) >= 0 &&
             H5Pget_virtual_dsetname(dcpl, 0, src, sizeof src) >= 0) {
             char both[2 * NAME + 2];
@@ -562,7 +565,7 @@ static probe_status check_contained(hid_t d, const char *fpath, const char *dpat
             snprintf(both, sizeof both, "%s:%s", name, src);
             printable(shown, sizeof shown, both);
         } else {
-            snprintf(shown, sizeof shown, lay == H5D_VIRTUAL ? "sources unreadable" : "layout unreadable");
+            snprintf(shown, sizeof shown, "sources unreadable");
         }
         s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: virtual dataset source (%s%s): %s", fpath,
                             dpath, shown, count > 1 ? ", ..." : "", inside);
@@ -745,7 +748,8 @@ static herr_t extent_cb(hid_t group, const char *name, const H5L_info_t *info, v
     hid_t o = H5Oopen(group, name, H5P_DEFAULT);
     if (o < 0)
         return 0;
-    if (H5Iget_type(o) == H5I_DATASET) {
+    int dataset = H5Iget_type(o) == H5I_DATASET;
+    if (dataset) {
         char dpath[1024];
         snprintf(dpath, sizeof dpath, "/%s", name);
         if ((l->refused = check_contained(o, l->fpath, dpath)) != PROBE_OK) {
@@ -753,7 +757,7 @@ static herr_t extent_cb(hid_t group, const char *name, const H5L_info_t *info, v
             return 1;
         }
     }
-    if (H5Iget_type(o) == H5I_DATASET && !l->incomplete) {
+    if (dataset && !l->incomplete) {
         hid_t dcpl = H5Dget_create_plist(o);
         H5D_layout_t lay = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
         if (lay == H5D_CONTIGUOUS) {
@@ -1170,8 +1174,8 @@ static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *d
                    (uint64_t)H5Sget_simple_extent_npoints(sp) != t->n) {
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
                                 f->path, t->path);
-        } else if ((s = check_contained(d, f->path, t->path)) != PROBE_OK) {
-        } else if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
+        } else if ((s = check_contained(d, f->path, t->path)) == PROBE_OK &&
+                   H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
             probe_h5_error_text(text, sizeof text);
             s = probe_set_error(PROBE_EIO, "%s: %s: cannot read dataset (%s)", f->path, t->path, text);
         }
