@@ -1,7 +1,7 @@
 """Datasets whose elements HDF5 would read from outside the capture file
 (docs/hardening.md, "Hardening table"): external storage (a FIFO with no
 writer, /etc/passwd, a raw file next to the capture), a virtual dataset whose
-source is another file (or a FIFO), a filter that is not built into libhdf5
+source is another file (or a FIFO, or the file itself), a filter that is not built into libhdf5
 (HDF5 would dlopen plugins from HDF5_PLUGIN_PATH). Every entry point that
 opens captures refuses such a file before any element is read, with one line
 naming the file, the dataset and the target:
@@ -144,6 +144,13 @@ cases = [  # (name, file, the expected text after "FILE: ")
      hostile("vds_other", vds(other)), "%s: virtual dataset source (%s:/x): %s" % (D, other, INSIDE)),
     ("virtual dataset whose source is a FIFO",
      hostile("vds_fifo", vds(fifo)), "%s: virtual dataset source (%s:/x): %s" % (D, fifo, INSIDE)),
+    ("external storage whose file name holds a newline and an escape",
+     hostile("ext_newline", lambda f: f.create_dataset(D, shape=(4,), dtype="f4",
+                                                       external=[("a\nprobe: b\x1b[2J", 0, 16), ("c", 0, 16)])),
+     "%s: external storage (a?probe: b?[2J, ...): %s" % (D, INSIDE)),
+    ("virtual dataset whose source is the file itself ('.')",
+     hostile("vds_self", lambda f: (f.create_dataset("/x", data=x), vds(".")(f))),
+     "%s: virtual dataset source (.:/x): %s" % (D, INSIDE)),
     ("a filter that is not built into HDF5 (lzf, a plugin)",
      hostile("filter_lzf", lambda f: f.create_dataset(D, data=np.zeros((64, 64), np.float32), chunks=(32, 32),
                                                        compression="lzf")),
