@@ -50,6 +50,7 @@ struct probe_file {
 };
 
 static probe_status open_journaled(const char *path, probe_file **out);
+static probe_status check_contained(hid_t d, const char *fpath, const char *dpath);
 static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint64_t count, void *dst);
 
 /* --- attributes (call inside H5E_BEGIN_TRY); an attribute of an unexpected
@@ -377,6 +378,12 @@ static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, vo
     }
     char path[sizeof f->t->path + 1];
     int len = snprintf(path, sizeof path, "/%s", name);
+    probe_status c = check_contained(o, f->path, len < 0 || (size_t)len >= sizeof path ? name : path);
+    if (c != PROBE_OK) {
+        H5Oclose(o);
+        v->status = c;
+        return -1;
+    }
     int r = len < 0 || (size_t)len >= sizeof path ? 0 : describe(o, path, &f->t[f->n]);
     H5Oclose(o);
     if (r < 0) {
@@ -478,6 +485,113 @@ static probe_status read_root(probe_file *f)
 }
 
 /* --- open/close --- */
+
+/* --- storage outside the capture file ---
+ * HDF5 reads some datasets' elements from elsewhere: external storage (raw
+ * files named in the dataset's creation properties, opened by name at
+ * H5Dread: a FIFO blocks it forever, /etc/passwd reads as floats), virtual
+ * datasets (source datasets in other files, or reached through links), and
+ * filters that are not built into libhdf5 (H5Dread then dlopens every shared
+ * object in HDF5_PLUGIN_PATH, or the default plugin folder, to find one).
+ * probe reads only data inside the capture file: a dataset with any of these
+ * is refused, checked from its creation properties (object header only)
+ * before anything reads an attribute or an element. External links are never
+ * followed (only hard links index datasets: visit_cb). */
+
+static void printable(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] != '\0' && i + 1 < cap; i++)
+        dst[i] = (unsigned char)src[i] < 0x20 || src[i] == 0x7f ? '?' : src[i];
+    dst[i] = '\0';
+}
+
+static int builtin_filter(H5Z_filter_t id)
+{
+    switch (id) {
+#ifdef H5_HAVE_FILTER_DEFLATE
+    case H5Z_FILTER_DEFLATE:
+#endif
+#ifdef H5_HAVE_FILTER_SZIP
+    case H5Z_FILTER_SZIP:
+#endif
+    case H5Z_FILTER_SHUFFLE:
+    case H5Z_FILTER_FLETCHER32:
+    case H5Z_FILTER_NBIT:
+    case H5Z_FILTER_SCALEOFFSET:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* PROBE_OK if every element of dataset d (at dpath in file fpath) is stored
+ * inside the file and decoded by libhdf5's built-in filters; otherwise
+ * PROBE_EUNSUPPORTED with one line naming the dataset and the target. Call
+ * inside H5E_BEGIN_TRY. A dataset whose creation properties cannot be read
+ * is refused too (its storage is unknown). */
+static probe_status check_contained(hid_t d, const char *fpath, const char *dpath)
+{
+    enum { NAME = 512 };
+    char name[NAME] = "", src[NAME] = "", shown[2 * NAME + 2];
+    static const char inside[] = "refused, probe reads only data inside the capture file";
+    probe_status s = PROBE_OK;
+    hid_t dcpl = H5Dget_create_plist(d);
+    if (dcpl < 0)
+        return probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: storage properties unreadable: %s", fpath,
+                               dpath, inside);
+    int next = H5Pget_external_count(dcpl);
+    H5D_layout_t lay = H5Pget_layout(dcpl);
+    int nfilters = H5Pget_nfilters(dcpl);
+    if (next != 0) {
+        off_t off = 0;
+        hsize_t size = 0;
+        if (next < 0 || H5Pget_external(dcpl, 0, sizeof name, name, &off, &size) < 0)
+            snprintf(name, sizeof name, "unreadable file name");
+        name[sizeof name - 1] = '\0';
+        printable(shown, sizeof shown, name);
+        s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: external storage (%s%s): %s", fpath, dpath,
+                            shown, next > 1 ? ", ..." : "", inside);
+    } else if (lay < 0) {
+        s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: storage layout unreadable: %s", fpath, dpath,
+                            inside);
+    } else if (lay == H5D_VIRTUAL) {
+        size_t count = 0;
+        if (H5Pget_virtual_count(dcpl, &count) >= 0 && count > 0 &&
+            H5Pget_virtual_filename(dcpl, 0, name, sizeof name) >= 0 &&
+            H5Pget_virtual_dsetname(dcpl, 0, src, sizeof src) >= 0) {
+            char both[2 * NAME + 2];
+            name[sizeof name - 1] = src[sizeof src - 1] = '\0';
+            snprintf(both, sizeof both, "%s:%s", name, src);
+            printable(shown, sizeof shown, both);
+        } else {
+            snprintf(shown, sizeof shown, "sources unreadable");
+        }
+        s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: virtual dataset source (%s%s): %s", fpath,
+                            dpath, shown, count > 1 ? ", ..." : "", inside);
+    } else if (nfilters < 0) {
+        s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: filter pipeline unreadable: %s", fpath, dpath,
+                            inside);
+    } else {
+        for (int i = 0; i < nfilters; i++) {
+            unsigned flags = 0;
+            size_t ncd = 0;
+            /* no filter_config: that would look the filter up in libhdf5 */
+            H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, NULL, sizeof name, name, NULL);
+            if (id >= 0 && builtin_filter(id))
+                continue;
+            name[sizeof name - 1] = '\0';
+            printable(shown, sizeof shown, name);
+            s = probe_set_error(PROBE_EUNSUPPORTED,
+                                "%s: %s: filter %d%s%s%s is not built into HDF5 (a plugin): refused, "
+                                "probe loads no filter plugins", fpath, dpath, (int)id,
+                                shown[0] ? " (" : "", shown, shown[0] ? ")" : "");
+            break;
+        }
+    }
+    H5Pclose(dcpl);
+    return s;
+}
 
 /* --- global heap collections, checked before HDF5 reads them ---
  * Variable-length strings (the probe.* attributes that probe's writer and
@@ -595,6 +709,8 @@ typedef struct {
     extent *e;
     size_t n, cap;
     int incomplete; /* too many chunks to list: scan everything */
+    const char *fpath;
+    probe_status refused; /* a dataset stored outside the file (check_contained) */
 } extent_list;
 
 static int cmp_extent(const void *a, const void *b)
@@ -621,17 +737,27 @@ static void extent_add(extent_list *l, uint64_t start, uint64_t size)
 }
 
 /* H5Lvisit callback: the raw-data extents of every dataset reachable by a
- * hard link (contiguous storage, or every allocated chunk). Reads object
- * headers and chunk indexes only, no attribute and no global heap. */
+ * hard link (contiguous storage, or every allocated chunk), and the first
+ * dataset stored outside the file (stops the visit). Reads object headers
+ * and chunk indexes only, no attribute and no global heap. */
 static herr_t extent_cb(hid_t group, const char *name, const H5L_info_t *info, void *data)
 {
     extent_list *l = data;
-    if (info->type != H5L_TYPE_HARD || l->incomplete)
+    if (info->type != H5L_TYPE_HARD)
         return 0;
     hid_t o = H5Oopen(group, name, H5P_DEFAULT);
     if (o < 0)
         return 0;
-    if (H5Iget_type(o) == H5I_DATASET) {
+    int dataset = H5Iget_type(o) == H5I_DATASET;
+    if (dataset) {
+        char dpath[1024];
+        snprintf(dpath, sizeof dpath, "/%s", name);
+        if ((l->refused = check_contained(o, l->fpath, dpath)) != PROBE_OK) {
+            H5Oclose(o);
+            return 1;
+        }
+    }
+    if (dataset && !l->incomplete) {
         hid_t dcpl = H5Dget_create_plist(o);
         H5D_layout_t lay = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
         if (lay == H5D_CONTIGUOUS) {
@@ -763,8 +889,12 @@ static probe_status check_heaps_of(probe_file *f)
     struct stat st;
     if (stat(f->path, &st) != 0)
         return probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
-    extent_list l = {0};
+    extent_list l = {.fpath = f->path, .refused = PROBE_OK};
     H5Lvisit(f->file, H5_INDEX_NAME, H5_ITER_INC, extent_cb, &l);
+    if (l.refused != PROBE_OK) {
+        free(l.e);
+        return l.refused;
+    }
     if (l.n > 1)
         qsort(l.e, l.n, sizeof *l.e, cmp_extent);
     probe_status s = check_global_heaps(f->path, &st, &l);
@@ -1058,7 +1188,8 @@ static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *d
                    (uint64_t)H5Sget_simple_extent_npoints(sp) != t->n) {
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
                                 f->path, t->path);
-        } else if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
+        } else if ((s = check_contained(d, f->path, t->path)) == PROBE_OK &&
+                   H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
             probe_h5_error_text(text, sizeof text);
             s = probe_set_error(PROBE_EIO, "%s: %s: cannot read dataset (%s)", f->path, t->path, text);
         }
@@ -1200,7 +1331,7 @@ static probe_status range_open(probe_file *f, size_t i)
                    (uint64_t)H5Sget_simple_extent_npoints(f->cur.fsp) != t->n) {
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
                                 f->path, t->path);
-        } else {
+        } else if ((s = check_contained(f->cur.d, f->path, t->path)) == PROBE_OK) {
             hid_t dcpl = H5Dget_create_plist(f->cur.d);
             haddr_t addr = H5Dget_offset(f->cur.d);
             int direct = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
@@ -1352,6 +1483,9 @@ static probe_status read_summary_record(probe_file *f, const probe_tensor_info *
         hid_t d = H5Dopen2(f->file, t->path, H5P_DEFAULT);
         hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(probe_summary));
         herr_t r = d >= 0 && mt >= 0 ? 0 : -1;
+        probe_status c = d >= 0 ? check_contained(d, f->path, t->path) : PROBE_OK;
+        if (c != PROBE_OK)
+            r = -1;
         static const char *const u64[] = {"n", "n_finite", "nan", "inf"};
         static const char *const f64[] = {"min", "max", "abs_max", "sum", "sum_sq"};
         const size_t off_u64[] = {offsetof(probe_summary, n), offsetof(probe_summary, n_finite),
@@ -1371,7 +1505,9 @@ static probe_status read_summary_record(probe_file *f, const probe_tensor_info *
                 r = -1;
         if (ft >= 0)
             H5Tclose(ft);
-        if (r < 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+        if (c != PROBE_OK) {
+            s = c;
+        } else if (r < 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
             probe_h5_error_text(text, sizeof text);
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: cannot read the stats-only record (%s)",
                                 f->path, t->path, text);

@@ -218,7 +218,10 @@ typedef struct probe_skip_info {
  * their allocated storage are not tensors; their count is given by
  * probe_file_ignored_count(). Errors: PROBE_ENOTFOUND (no such file),
  * PROBE_EFORMAT (not a regular file, not an HDF5 file, truncated, a malformed
- * global heap collection, a probe.skips attribute above 16 MiB), PROBE_EIO.
+ * global heap collection, a probe.skips attribute above 16 MiB),
+ * PROBE_EUNSUPPORTED (a dataset whose elements HDF5 would read from outside
+ * the file: external storage, a virtual dataset, a filter that is not built
+ * into libhdf5; refused before anything is read, docs/hardening.md), PROBE_EIO.
  * The message names the file. HDF5 itself can crash on crafted files: this
  * call runs it in the calling process (docs/hardening.md). */
 probe_status probe_file_open(const char *path, probe_file **out);

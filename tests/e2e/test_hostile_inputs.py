@@ -3,7 +3,8 @@ must end with a clear error (exit 2, the first stderr line
 "probe-compare: FILE: reason") or a documented skip (a dataset counted in
 "ignored_datasets"), in bounded memory and time, never a crash or a hang.
 Also the fuzzers' regression inputs (tests/fuzz/regressions/): files that
-crashed or hung libhdf5 1.10.8 or probe."""
+crashed or hung libhdf5 1.10.8 or probe; and the seeds whose dataset is
+stored outside the file (refused: tests/e2e/test_hostile_storage.py)."""
 import json
 import os
 import resource
@@ -189,6 +190,19 @@ for name in sorted(os.listdir(reg)) if os.path.isdir(reg) else []:
     first = mine[-1] if mine else (err.splitlines()[0] if err.strip() else "")
     check(rc in (1, 2) and (rc == 1 or (first.startswith("probe-compare: ") and name in first)),
           "fuzz regression %s: rc=%s in %.1fs: %s" % (name, rc, dt, first[:200]))
+
+# 9. the fuzz seeds whose dataset is stored outside the file (external
+# storage, a virtual dataset, a plugin filter: tests/e2e/test_hostile_storage.py
+# covers every entry point): refused at open, exit 2, one line
+corpus = os.path.join(SRC, "tests", "fuzz", "corpus", "reader")
+outside = sorted(n for n in os.listdir(corpus) if n.startswith("h5py_outside_")) if os.path.isdir(corpus) else []
+check(len(outside) == 4, "four outside-storage fuzz seeds (%r)" % outside)
+for name in outside:
+    p = os.path.join(corpus, name)
+    rc, out, err, dt = run(ref, p)
+    check(rc == 2 and err.count("\n") == 1 and err.startswith("probe-compare: %s: /dit.step/0000/out: " % p)
+          and ": refused, probe " in err and dt < 30,
+          "fuzz seed %s refused: rc=%s in %.1fs: %s" % (name, rc, dt, err.strip()[:200]))
 
 peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
 check(peak < 4608, "regressions: the largest probe-compare run peaked at %d MiB (< 4.5 GiB)" % peak)

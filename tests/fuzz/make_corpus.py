@@ -75,9 +75,33 @@ def layouts(f):
     f["/text_encoder/0000/out"].attrs["probe.hash"] = "0123456789abcdef"
 
 
+def outside(kind):
+    """The reference's paths plus one dataset stored outside the file, which
+    the reader refuses (docs/hardening.md, "Hardening table"): external
+    storage (/etc/passwd, a FIFO's name next to the file), a virtual dataset
+    whose source is another file, a plugin filter (lzf)."""
+    def fill(f):
+        f["/text_encoder/0000/out"] = np.arange(48, dtype=np.float64).reshape(2, 3, 8)
+        f["/vae.decode/0000/out"] = np.arange(12, dtype=np.uint8).reshape(3, 4)
+        d = "/dit.step/0000/out"
+        if kind == "passwd":
+            f.create_dataset(d, shape=(4, 4), dtype=np.float16, external=[("/etc/passwd", 0, 32)])
+        elif kind == "fifo":
+            f.create_dataset(d, shape=(4, 4), dtype=np.float16, external=[("fifo", 0, 16), ("side.bin", 0, 16)])
+        elif kind == "virtual":
+            lay = h5py.VirtualLayout(shape=(4, 4), dtype=np.float16)
+            lay[:] = h5py.VirtualSource("other.h5", "/x", shape=(4, 4))
+            f.create_virtual_dataset(d, lay)
+        else:
+            f.create_dataset(d, data=np.zeros((64, 64), np.float16), chunks=(32, 32), compression="lzf")
+    return fill
+
+
 h5py_file("h5py_same_paths.h5", same_paths)
 h5py_file("h5py_same_paths_v0.h5", same_paths)
 h5py_file("h5py_layouts.h5", layouts)
+for kind in ("passwd", "fifo", "virtual", "lzf"):
+    h5py_file("h5py_outside_%s.h5" % kind, outside(kind))
 
 for p in h5:
     for k in ("reader", "compare"):
