@@ -17,6 +17,15 @@ Rules (docs/components.md):
     calls of the same component inside that parent call (-1 and no parent
     when not nested); every call carries the class ("module.Qualname") of
     the object whose method was wrapped;
+  * threads: the main thread's calls are counted as above; a call made on
+    another thread is the component "<component>@<thread>" (<thread> its
+    threading name, sanitized), with its own call, step and CFG-branch
+    counters, so concurrent threads never interleave one another's indices;
+  * processes: a multiprocessing child whose first call is not one of the
+    pipeline's own (a root input, dit.step, scheduler.step) is a worker and
+    writes its own file, <stem>.proc<identity><ext> (probe_tap_sidecar_v1);
+    a child forked after its parent opened the capture file cannot capture
+    and names what it did not capture in one line at its exit;
   * timestep = the value of an argument named `timestep` or `t` when it is a
     Python number or a CPU tensor whose elements are all equal; NaN
     otherwise (a CUDA tensor is never read: that would synchronize).
@@ -44,6 +53,7 @@ import json
 import math
 import numbers
 import os
+import re
 import sys
 import threading
 import types
@@ -64,6 +74,29 @@ _DIST_FIELDS = ("mean", "logvar")  # taken from *Distribution outputs (diffusers
 
 
 _DYNAMO_EVAL_FRAME = "torch._dynamo.eval_frame"
+_PIPELINE_OWN = ("dit.step", "scheduler.step", "dit.block")  # with the table's root rows
+_THREAD_TAG_MAX = 48
+
+
+def _thread_tag(name):
+    """The path form of a thread name: runs of characters other than
+    [A-Za-z0-9_.-] become '_', at most 48 characters; "thread" if empty."""
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:_THREAD_TAG_MAX]
+    return tag if tag.strip(".") else "thread"
+
+
+def _mp_child():
+    """The multiprocessing identity of this process when it is a
+    multiprocessing child ((1,), (1, 2), ...), else None."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return None
+    try:
+        if mp.parent_process() is None:
+            return None
+        return tuple(mp.current_process()._identity) or ()
+    except Exception:
+        return None
 
 
 class _PostImportHook:
@@ -166,6 +199,12 @@ class Runtime:
         self._class_names = {}  # class -> "module.Qualname", cut to 255 bytes
         self._steps_done = 0
         self._dit_in_step = 0
+        self._threads = {}  # thread tag -> {"name", "calls", "steps", "dit"}
+        self._pipeline_own = set(_PIPELINE_OWN) | {n for n, r in table.rows.items() if r.get("root")}
+        self._role_done = False  # this process's first call decided worker or not
+        self._missed = None      # forked after the parent opened the file: component -> calls
+        self._exited = False
+        self._child_exit = False
         self._noted = set()
         self._torch = None
         self._dtype_codes = None
@@ -273,8 +312,18 @@ class Runtime:
 
     # -- exit --------------------------------------------------------------
     def at_exit(self):
+        if self._exited:
+            return
         if not self.enabled or not self.lib.enabled():
             return  # nothing to flush, or the library already reported why
+        self._exited = True
+        try:
+            self.manifest_threads()
+        except Exception:
+            pass
+        if self.lib.sidecar is not None and self._child_exit and self._role_done == "worker":
+            self._flush_at_exit()
+            return  # a worker: the run's main process reports unmatched patterns
         # A --tap or --scope that wrapped nothing is almost always a class name
         # that does not exist in this program (a typo, another version).
         try:
@@ -293,6 +342,9 @@ class Runtime:
                              % (comp, ", ".join(pats), comp))
         except Exception:
             pass
+        self._flush_at_exit()
+
+    def _flush_at_exit(self):
         try:
             self.manifest_libraries()
             self.manifest_dtypes()
@@ -313,11 +365,100 @@ class Runtime:
         atexit.register(self.at_exit)
 
     def after_fork_in_child(self):
+        was = self.enabled
         try:
             self.enabled = bool(self.lib.enabled())
         except Exception:
             self.enabled = False
-        self.pid = os.getpid()
+        parent, self.pid = self.pid, os.getpid()
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        if self.enabled:
+            # The parent had not opened the capture file: this child is a
+            # fresh process of the run, counting its own calls from 0.
+            self._calls = {name: 0 for name in self.table.names}
+            self._steps_done = self._dit_in_step = 0
+            self._threads = {}
+            self._dtypes = {}
+            self._role_done = False
+            self._exited = False
+            self._child_exit = False
+        elif was:
+            self._missed = {}
+            self._fork_parent = parent
+
+    def _miss(self, component):
+        """Count a call this forked child cannot capture; the first one
+        arranges the one line at exit."""
+        with self._lock:
+            first = not self._missed
+            self._missed[component] = self._missed.get(component, 0) + 1
+        if first:
+            atexit.register(self._report_missed)
+            self._at_mp_exit(self._report_missed)
+
+    def _report_missed(self):
+        missed, self._missed = self._missed, None
+        if not missed:
+            return
+        what = ", ".join("%s (%d call%s)" % (c, n, "" if n == 1 else "s")
+                         for c, n in sorted(missed.items()))
+        _note_stderr("pid %d did not capture %s: it was forked from pid %d after that process "
+                     "opened the capture file, and such a child never captures (start it with "
+                     "the spawn start method, or before the first capture)"
+                     % (os.getpid(), what, self._fork_parent))
+
+    @staticmethod
+    def _at_mp_exit(fn):
+        """Run fn when this multiprocessing child leaves its target: a forked
+        child ends with os._exit, which runs no atexit handler."""
+        if _mp_child() is None:
+            return
+        try:
+            import multiprocessing.util as mpu
+            mpu.Finalize(None, fn, exitpriority=-1000)
+        except Exception:
+            pass
+
+    def _close_at_child_exit(self):
+        self.at_exit()
+        close = self.lib.close
+        if close is not None:
+            rc = close()
+            if rc not in (0, 3):
+                _note_stderr("probe_tap_close_v1 failed with status %d: the capture file may be "
+                             "incomplete" % rc)
+
+    def _first_call(self, component):
+        """This process's first component call: a multiprocessing child
+        whose first call is not one of the pipeline's own is a worker and
+        writes its own file; any multiprocessing child closes its file when
+        it leaves its target."""
+        ident = _mp_child()
+        if ident is None:
+            self._role_done = "main"
+            return
+        role = "main"
+        if component not in self._pipeline_own and self.lib.sidecar is not None:
+            name = "proc" + ("-".join(str(i) for i in ident) if ident else "-pid%d" % os.getpid())
+            rc = self.lib.sidecar(name.encode())
+            if rc == 0:
+                role = "worker"
+            else:
+                self.note("sidecar", "probe_tap_sidecar_v1(%s) failed with status %d: this worker "
+                          "writes to the run's capture file if it is free" % (name, rc))
+        self._role_done = role
+        self._child_exit = True
+        self._at_mp_exit(self._close_at_child_exit)
+
+    def manifest_threads(self):
+        """Manifest "threads": for each thread other than the main one that
+        called components, its name and its calls per component."""
+        with self._lock:
+            d = {tag: {"name": t["name"], "calls": {c: n for c, n in sorted(t["calls"].items()) if n}}
+                 for tag, t in sorted(self._threads.items())}
+        if d:
+            self.manifest("threads", d)
 
     # -- torch -------------------------------------------------------------
     def _get_torch(self):
@@ -391,6 +532,8 @@ class Runtime:
         @functools.wraps(func)
         def probe_wrapper(*args, **kwargs):
             if not rt.enabled:
+                if rt._missed is not None:
+                    rt._miss(component)
                 return func(*args, **kwargs)
             if scope_only:
                 try:
@@ -500,16 +643,29 @@ class Runtime:
         branch, and, inside the call `parent` (the enclosing tapped call on
         this thread), the parent's path and this call's block index; a nested
         call whose step or branch is unknown takes the parent's."""
+        if not self._role_done:
+            self._first_call(component)
+        tag, base = self._thread_state(), component
         with self._lock:
-            call = self._calls.get(component, 0)
-            self._calls[component] = call + 1
+            st = self._threads[tag] if tag is not None else None
+            calls = st["calls"] if st is not None else self._calls
+            call = calls.get(component, 0)
+            calls[component] = call + 1
+            steps = st["steps"] if st is not None else self._steps_done
             if component == "dit.step":
-                step, cfg = self._steps_done, self._dit_in_step
-                self._dit_in_step += 1
+                if st is not None:
+                    cfg = st["dit"]
+                    st["dit"] += 1
+                else:
+                    cfg = self._dit_in_step
+                    self._dit_in_step += 1
+                step = steps
             elif component == "scheduler.step":
-                step, cfg = self._steps_done, -1
+                step, cfg = steps, -1
             else:
                 step, cfg = -1, -1
+        if tag is not None:
+            component = "%s@%s" % (component, tag)
         parent_path, block = None, -1
         if parent is not None:
             if step < 0:
@@ -522,7 +678,25 @@ class Runtime:
             parent_path = "/%s/%04d" % (parent["component"], parent["call"])
         return {"component": component, "call": call, "step": step, "cfg": cfg,
                 "timestep": math.nan, "parent": parent_path, "block": block, "class": cls,
-                "children": {}}
+                "children": {}, "base": base}
+
+    def _thread_state(self):
+        """None on the main thread; otherwise this thread's tag, its counters
+        created at its first call."""
+        tls = self._tls
+        tag = getattr(tls, "tag", False)
+        if tag is not False:
+            return tag
+        cur = threading.current_thread()
+        if cur is threading.main_thread():
+            tag = None
+        else:
+            tag = _thread_tag(cur.name)
+            with self._lock:
+                if tag not in self._threads:
+                    self._threads[tag] = {"name": cur.name, "calls": {}, "steps": 0, "dit": 0}
+        tls.tag = tag
+        return tag
 
     def _scope_enter(self, ctx):
         """Announce the component call to the shim (probe_scope_enter_v1), so
@@ -557,9 +731,14 @@ class Runtime:
 
     def _end(self, component):
         if component == "scheduler.step":
+            tag = self._thread_state()
             with self._lock:
-                self._steps_done += 1
-                self._dit_in_step = 0
+                if tag is None:
+                    self._steps_done += 1
+                    self._dit_in_step = 0
+                else:
+                    self._threads[tag]["steps"] += 1
+                    self._threads[tag]["dit"] = 0
 
     # -- tapping -------------------------------------------------------------
     def _first_sight_of_torch(self):
@@ -736,14 +915,15 @@ class Runtime:
                 for key2, value2 in self._children(value, Tensor):
                     if isinstance(value2, Tensor):
                         outs.append(("%s.%s" % (slot, _slot_part(key2)), value2))
-        attrs = self._out_attrs.get(ctx["component"])
+        base = ctx.get("base", ctx["component"])
+        attrs = self._out_attrs.get(base)
         if attrs and obj is not None:
             # set_timesteps & co return nothing: what they set is the output
             for a in attrs:
                 v = getattr(obj, a, None)
                 if isinstance(v, Tensor):
                     outs.append(("out." + _slot_part(a), v))
-            if ctx["component"] == "timesteps":
+            if base == "timesteps":
                 self.manifest_scheduler(obj)
         for slot, t in outs:
             self._inject_output(ctx, slot, t)
@@ -840,8 +1020,9 @@ class Runtime:
         torch = self._torch
         component = ctx["component"]
         device = desc.device
-        if slot.startswith("out") and component not in self._dtypes:
-            self._dtypes[component] = str(t.dtype).replace("torch.", "")
+        base = ctx.get("base", component)
+        if slot.startswith("out") and base not in self._dtypes:
+            self._dtypes[base] = str(t.dtype).replace("torch.", "")
         rc = self.lib.tap(ctypes.byref(desc))
         if rc != 0:
             if not self.lib.enabled():

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Programs of test_procs_capture.py: the toy pipeline's modules
+(scripts/example/) run in several processes and threads.
+
+    procs_program.py mp fork|spawn SAVE      the toy pipeline inside one
+                                             multiprocessing.Process; the
+                                             parent taps nothing
+    procs_program.py loader fork|spawn SAVE  DataLoader workers (2) run the
+                                             text encoder on 4 prompts; the
+                                             main process runs the DiT on each
+                                             batch of embeddings
+    procs_program.py late-fork SAVE          as loader fork, but the main
+                                             process runs the DiT once before
+                                             the workers are forked
+    procs_program.py threads SAVE            4 threads x 3 calls of one text
+                                             encoder, each thread its prompts
+
+SAVE: a directory where the program writes, with numpy, what each component
+returned (independently of probe): <who>.<component>.<k>.npy.
+"""
+import os
+import sys
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts", "example"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import toy_modules as tm  # noqa: E402
+
+PROMPTS = ["a red fox", "a blue bird", "green hills at dawn", "snow on pines"]
+
+
+def save(d, name, t):
+    np.save(os.path.join(d, name + ".npy"), t.detach().cpu().numpy())
+
+
+def text_encoder():
+    torch.manual_seed(0)
+    return tm.ToyTextEncoder(dim=32, heads=4, layers=2, max_length=16).eval()
+
+
+def denoiser():
+    torch.manual_seed(1)
+    return tm.ToyDiTDenoiser(in_channels=4, dim=64, heads=4, blocks=2, text_dim=32, patch=2).eval()
+
+
+def run_pipeline(d):
+    import toy_pipeline
+    torch.set_num_threads(1)
+    rc = toy_pipeline.main(["--steps", "2", "--frames", "2", "--height", "32", "--width", "32",
+                            "--save", d])
+    if rc:
+        raise SystemExit(rc)
+
+
+class Prompts(torch.utils.data.Dataset):
+    def __init__(self, d):
+        self.d = d
+        self.enc = text_encoder()
+
+    def __len__(self):
+        return len(PROMPTS)
+
+    def __getitem__(self, i):
+        ids, mask = tm.byte_tokenize([PROMPTS[i]], 16)
+        with torch.no_grad():
+            e = self.enc(ids, mask).last_hidden_state[0]
+        save(self.d, "worker.text_encoder.%d" % i, e)
+        return e
+
+
+def run_dit(dit, emb, k, d):
+    torch.manual_seed(100 + k)
+    x = torch.randn(emb.shape[0], 4, 1, 8, 8)
+    t = torch.full((emb.shape[0],), 500.0)
+    with torch.no_grad():
+        out = dit(x, t, emb).sample
+    save(d, "main.dit.%d" % k, out)
+
+
+def loader(method, d, late):
+    torch.set_num_threads(1)
+    dit = denoiser()
+    k = 0
+    if late:
+        run_dit(dit, torch.zeros(1, 16, 32), k, d)
+        k += 1
+    dl = torch.utils.data.DataLoader(Prompts(d), batch_size=2, num_workers=2,
+                                     multiprocessing_context=method)
+    for emb in dl:
+        run_dit(dit, emb, k, d)
+        k += 1
+    print("loader: %d DiT calls" % k)
+
+
+def threads(d):
+    torch.set_num_threads(1)
+    enc = text_encoder()
+
+    def work(j):
+        for i in range(3):
+            ids, mask = tm.byte_tokenize([PROMPTS[j] + " #%d" % i], 16)
+            with torch.no_grad():
+                e = enc(ids, mask).last_hidden_state
+            save(d, "thread%d.text_encoder.%d" % (j, i), e)
+
+    ts = [threading.Thread(target=work, args=(j,), name="enc-%d" % j) for j in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print("threads: done")
+
+
+def main():
+    mode, d = sys.argv[1], sys.argv[-1]
+    if mode == "mp":
+        import multiprocessing as mp
+        p = mp.get_context(sys.argv[2]).Process(target=run_pipeline, args=(d,))
+        p.start()
+        p.join()
+        print("mp: child exit %s" % p.exitcode)
+        return p.exitcode
+    if mode == "loader":
+        loader(sys.argv[2], d, False)
+    elif mode == "late-fork":
+        loader("fork", d, True)
+    elif mode == "threads":
+        threads(d)
+    else:
+        print("unknown mode %s" % mode, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
