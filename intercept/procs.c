@@ -82,6 +82,9 @@ SHIM_EXPORT int probe_tap_sidecar_v1(const char *name)
                                SIDECAR_NAME_MAX);
     if (shim_cfg.mode != SHIM_OWNER || !shim_cfg.out_path)
         return PROBE_OK; /* not capturing: nothing to redirect */
+    if (shim_cfg.root)
+        return probe_set_error(PROBE_ESTATE, "probe_tap_sidecar_v1: the run's first process writes "
+                                             "the run's capture file, never a per-process one");
     if (sidecar)
         return strcmp(sidecar, name) == 0 ? PROBE_OK
                                             : probe_set_error(PROBE_ESTATE,

@@ -410,6 +410,7 @@ static void atfork_child(void)
         pthread_mutex_init(&open_lock, NULL);
         atomic_store(&claim_state, 0);
         claim_why[0] = '\0';
+        shim_cfg.root = 0; /* the root is PROBE_ROOT_PID (PROBE_RANK_ROOT_PID), not this child */
         atomic_store(&shim_stats.filtered, 0);
         return;
     }

@@ -344,6 +344,63 @@ static void run_end_summary(const char *text, char *buf, size_t cap)
     json_decref(re);
 }
 
+/* Per-process files and threads (docs/probe-run.md "Processes and threads"):
+ * the workers' files that each run's manifest lists ("processes"), which are
+ * compared on their own, and the components called on threads other than the
+ * main one ("threads"), whose paths carry the thread. */
+static void print_procs(FILE *out, const probe_compare_result *r)
+{
+    static const char *const side[2] = {"reference", "candidate"};
+    json_t *m[2] = {r->manifest_reference ? json_loads(r->manifest_reference, 0, NULL) : NULL,
+                    r->manifest_candidate ? json_loads(r->manifest_candidate, 0, NULL) : NULL};
+    for (int k = 0; k < 2; ++k) {
+        json_t *p = m[k] ? json_object_get(m[k], "processes") : NULL;
+        if (!json_is_array(p) || json_array_size(p) == 0)
+            continue;
+        fprintf(out, "processes: the %s's run also wrote %zu per-process file%s (", side[k],
+                json_array_size(p), json_array_size(p) == 1 ? "" : "s");
+        size_t i;
+        json_t *v;
+        json_array_foreach(p, i, v) fprintf(out, "%s%s", i ? ", " : "", json_is_string(v) ? json_string_value(v) : "?");
+        fprintf(out, "), not compared here: compare each with its counterpart "
+                     "(probe-compare REF.procN.h5 CAND.procN.h5)\n");
+    }
+    json_t *t[2] = {m[0] ? json_object_get(m[0], "threads") : NULL,
+                    m[1] ? json_object_get(m[1], "threads") : NULL};
+    for (int k = 0; k < 2; ++k) {
+        if (!json_is_object(t[k]) || (k == 1 && t[0] && json_equal(t[0], t[1])))
+            continue;
+        /* component -> the thread tags that called it */
+        json_t *by = json_object();
+        const char *tag;
+        json_t *th;
+        json_object_foreach(t[k], tag, th) {
+            json_t *calls = json_object_get(th, "calls");
+            const char *c;
+            json_t *n;
+            json_object_foreach(calls, c, n) {
+                json_t *l = json_object_get(by, c);
+                if (!l)
+                    json_object_set_new(by, c, l = json_array());
+                json_array_append_new(l, json_string(tag));
+            }
+        }
+        const char *c;
+        json_t *l;
+        json_object_foreach(by, c, l) {
+            size_t n = json_array_size(l), i;
+            json_t *v;
+            fprintf(out, "threads: %s was called on %zu thread%s besides the main one in the %s (", c,
+                    n, n == 1 ? "" : "s", side[k]);
+            json_array_foreach(l, i, v) fprintf(out, "%s%s", i ? ", " : "", json_string_value(v));
+            fprintf(out, "): their calls are /%s@<thread>/<call>, paired by thread name\n", c);
+        }
+        json_decref(by);
+    }
+    json_decref(m[0]);
+    json_decref(m[1]);
+}
+
 static void print_runs(FILE *out, const probe_compare_result *r)
 {
     json_t *m[2] = {r->manifest_reference ? json_loads(r->manifest_reference, 0, NULL) : NULL,
@@ -1478,6 +1535,7 @@ int main(int argc, char **argv)
     if (!quiet) {
         print_runs(human, res);
         print_rank_sets(human, res);
+        print_procs(human, res);
         print_table(human, res, gate);
         print_roots(human, res);
         print_isolation(human, res);

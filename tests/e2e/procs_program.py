@@ -14,6 +14,10 @@
                                              the workers are forked
     procs_program.py threads SAVE            4 threads x 3 calls of one text
                                              encoder, each thread its prompts
+    procs_program.py pipe-threads SAVE       2 threads, each running the whole
+                                             toy pipeline (SAVE/pipe-<j>/)
+    procs_program.py abi SAVE                the tap ABI's per-process calls
+                                             with bad and good input (ctypes)
 
 SAVE: a directory where the program writes, with numpy, what each component
 returned (independently of probe): <who>.<component>.<k>.npy.
@@ -115,6 +119,46 @@ def threads(d):
     print("threads: done")
 
 
+def pipe_threads(d):
+    ts = []
+    for j in range(2):
+        sub = os.path.join(d, "pipe-%d" % j)
+        os.makedirs(sub, exist_ok=True)
+        ts.append(threading.Thread(target=run_pipeline, args=(sub,), name="pipe-%d" % j))
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print("pipe-threads: done")
+
+
+def abi():
+    import ctypes
+    lib = ctypes.CDLL(None)
+    side, close, tap = lib.probe_tap_sidecar_v1, lib.probe_tap_close_v1, lib.probe_tap_v1
+    side.argtypes, side.restype = [ctypes.c_char_p], ctypes.c_int
+    for name in (None, b"", b"x1", b"proc/1", b"proc 1", b"proc" + b"a" * 61, b"rank0"):
+        print("sidecar %r = %d" % (name, side(name)))
+    print("sidecar %r = %d" % (b"procA_1-x", side(b"procA_1-x")))
+    print("sidecar again same = %d" % side(b"procA_1-x"))
+    print("sidecar again other = %d" % side(b"procB"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "components", "python"))
+    from probe_adapter import _abi
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    shape = (ctypes.c_int64 * 2)(2, 3)
+    desc = _abi.ProbeTapTensorV1(struct_size=ctypes.sizeof(_abi.ProbeTapTensorV1), abi_version=1,
+                                 component=b"abi", slot=b"out", call=0, step=-1, cfg_branch=-1,
+                                 device=-1, dtype=12, rank=2, shape=shape, strides=None,
+                                 data=t.data_ptr(), stream=None, timestep=float("nan"))
+    tap.argtypes = [ctypes.POINTER(_abi.ProbeTapTensorV1)]
+    print("tap = %d" % tap(ctypes.byref(desc)))
+    print("sidecar after tap = %d" % side(b"procC"))
+    print("close = %d" % close())
+    desc.call = 1
+    print("tap after close = %d" % tap(ctypes.byref(desc)))
+    print("close again = %d" % close())
+
+
 def main():
     mode, d = sys.argv[1], sys.argv[-1]
     if mode == "mp":
@@ -130,6 +174,10 @@ def main():
         loader("fork", d, True)
     elif mode == "threads":
         threads(d)
+    elif mode == "pipe-threads":
+        pipe_threads(d)
+    elif mode == "abi":
+        abi()
     else:
         print("unknown mode %s" % mode, file=sys.stderr)
         return 2

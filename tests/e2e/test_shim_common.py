@@ -23,6 +23,8 @@ EXPORTS = {
     "probe_tap_manifest_v1",
     "probe_tap_stream_v1",
     "probe_tap_flush_v1",
+    "probe_tap_sidecar_v1",
+    "probe_tap_close_v1",
     "InitializeInjectionNvtx2",
     "probe_inject_v1",
     "probe_scope_enter_v1",

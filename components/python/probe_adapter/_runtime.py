@@ -336,6 +336,10 @@ class Runtime:
         except Exception:
             pass
         try:
+            self._note_unmatched()
+        except Exception:
+            pass
+        try:
             for comp, pats in self.table.unused_enabled_rows():
                 _note_stderr("opt-in component %s (probe-run --blocks) matched no method in this "
                              "run: no class matched %s; name the class with --tap %s=Class.forward"
@@ -343,6 +347,39 @@ class Runtime:
         except Exception:
             pass
         self._flush_at_exit()
+
+    def _note_unmatched(self):
+        """At exit: classes that match the table but were never wrapped (made
+        by type(), which the class hook does not see), or, in a process that
+        imported torch, no class of the table at all; one line."""
+        escaped = set()
+        for mod in list(sys.modules.values()):
+            mname = getattr(mod, "__name__", None)
+            d = getattr(mod, "__dict__", None)
+            if not isinstance(d, dict):
+                continue
+            for value in list(d.values()):
+                # type(value), not isinstance: some module attributes warn on __class__
+                if not issubclass(type(value), type) or value.__dict__.get("__module__") != mname:
+                    continue
+                try:
+                    found = self.table.match(value)
+                except Exception:
+                    continue
+                for method, component in found:
+                    f = getattr(value, method, None)
+                    if f is not None and getattr(f, "__probe_component__", None) is None:
+                        escaped.add("%s.%s.%s -> %s" % (mname, value.__qualname__, method,
+                                                           component))
+        if escaped:
+            names = sorted(escaped)
+            _note_stderr("classes created without a class statement (type()) match the component "
+                         "table but were never wrapped, so their calls were not captured: %s"
+                         % ", ".join(names[:8] + (["..."] if len(names) > 8 else [])))
+        elif not self.wrapped and "torch" in sys.modules:
+            _note_stderr("pid %d imported torch but no class matched the component table "
+                         "(%s): nothing of this process was captured; name the classes with "
+                         "--tap COMPONENT=Class.method" % (os.getpid(), self.table.path))
 
     def _flush_at_exit(self):
         try:

@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""End-to-end: every process and every thread of a run is captured or named
+(docs/probe-run.md "Processes and threads"), with the toy pipeline's modules
+(scripts/example/) in real processes and threads (tests/e2e/procs_program.py,
+which saves with numpy what each component returned).
+
+  mp       the toy pipeline inside multiprocessing.Process (fork and spawn),
+           the parent tapping nothing: the file holds exactly the paths the
+           pipeline saved, bit-identical, no probe: line;
+  loader   DataLoader workers (fork and spawn, 2 workers) run the text encoder,
+           the main process the DiT: the main file holds the DiT calls only,
+           equal to what the main process computed; each worker wrote
+           <stem>.proc<N>.h5 (manifest "process"), listed in the main file's
+           manifest ("processes"), holding its two text-encoder calls, equal to
+           the worker's own results; fork and spawn runs compare identical, and
+           probe-compare names the per-process files;
+  late     workers forked after the main process opened the file: one exact
+           probe: line per worker naming its text_encoder calls, no file;
+  threads  4 threads x 3 text-encoder calls, two runs: every call at
+           /text_encoder@enc-<j>/<call>, equal to that thread's result;
+           probe-compare --expect-identical exits 0 with nothing unpaired and
+           names the threads; two threads each running the pipeline keep their
+           own step and CFG-branch counters;
+  lines    python -I / -E (no adapter), a class made by type(), a torch
+           program with no class of the table: one exact probe: line each;
+  bad      the ABI with bad names (EINVAL), a second name or a name after the
+           first tap (ESTATE), taps after probe_tap_close_v1 refused; probe-run
+           refuses stale per-process files (exit 2) and removes them with --force.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_shim_common import BUILD, check, clean_env, finish, need_build, probe_lines, reexec_in_venv, tmpdir  # noqa: E402
+
+PY = reexec_in_venv()
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "procs_program.py")
+
+
+def run(cmd, **kw):
+    print("$ " + " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+                       env=clean_env(), **kw)
+    if r.stderr.strip():
+        print("  stderr: " + r.stderr.strip().replace("\n", "\n  stderr: ")[:3000])
+    return r
+
+
+def probe_run(out, cmd, *opts):
+    return run([os.path.join(BUILD, "bin", "probe-run"), "--out", out, *opts, "--", *cmd])
+
+
+def compare(*args):
+    return run([os.path.join(BUILD, "bin", "probe-compare"), *args])
+
+
+def datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__("/" + n, (o[()], dict(o.attrs)))
+                     if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def manifest(path):
+    with h5py.File(path, "r") as f:
+        return json.loads(f.attrs["probe.manifest"])
+
+
+def same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def saved_index(d):
+    with open(os.path.join(d, "index.json")) as fh:
+        return {e["path"]: np.load(os.path.join(d, e["file"])) for e in json.load(fh)["tensors"]}
+
+
+def test_mp(d):
+    for method in ("fork", "spawn"):
+        save = os.path.join(d, "mp-" + method)
+        os.makedirs(save)
+        out = os.path.join(d, "mp-%s.h5" % method)
+        r = probe_run(out, [PY, PROG, "mp", method, save])
+        check(r.returncode == 0 and "mp: child exit 0" in r.stdout, "mp %s: runs, the child exits 0" % method)
+        check(probe_lines(r.stderr) == [], "mp %s: no probe: line (%s)" % (method, probe_lines(r.stderr)))
+        got, want = datasets(out), saved_index(save)
+        check(set(got) == set(want) and len(want) > 30,
+              "mp %s: the file holds exactly the %d paths the pipeline saved (%d; only in file: %s, "
+              "only saved: %s)" % (method, len(want), len(got), sorted(set(got) - set(want))[:3],
+                                   sorted(set(want) - set(got))[:3]))
+        check(all(same(got[p][0], want[p]) for p in want if p in got),
+              "mp %s: every tensor is bit-identical to the pipeline's own copy" % method)
+
+
+def worker_values(save):
+    return {i: np.load(os.path.join(save, "worker.text_encoder.%d.npy" % i)) for i in range(4)}
+
+
+def test_loader(d):
+    outs = {}
+    for method in ("fork", "spawn"):
+        save = os.path.join(d, "ld-" + method)
+        os.makedirs(save)
+        out = os.path.join(d, "ld-%s.h5" % method)
+        outs[method] = out
+        r = probe_run(out, [PY, PROG, "loader", method, save])
+        check(r.returncode == 0 and "loader: 2 DiT calls" in r.stdout, "loader %s: runs" % method)
+        check(probe_lines(r.stderr) == [], "loader %s: no probe: line (%s)" % (method, probe_lines(r.stderr)))
+        got = datasets(out)
+        want = {"/dit.step/%04d/%s" % (k, s) for k in range(2)
+                for s in ("in.hidden_states", "in.timestep", "in.encoder_hidden_states", "out.sample")}
+        check(set(got) == want, "loader %s: the main file holds the DiT's 2 calls only (%s)" % (method, sorted(got)))
+        check(all(same(got["/dit.step/%04d/out.sample" % k][0],
+                       np.load(os.path.join(save, "main.dit.%d.npy" % k))) for k in range(2)),
+              "loader %s: the DiT outputs equal the main process's own" % method)
+        stem = os.path.basename(out)[:-3]
+        side = ["%s.proc1.h5" % stem, "%s.proc2.h5" % stem]
+        check(manifest(out).get("processes") == side,
+              "loader %s: the main manifest lists the per-process files %s (%s)"
+              % (method, side, manifest(out).get("processes")))
+        wv = worker_values(save)
+        for w, name in enumerate(side):
+            path = os.path.join(d, name)
+            if not check(os.path.exists(path), "loader %s: %s exists" % (method, name)):
+                continue
+            m = manifest(path)
+            check(m.get("process", {}).get("name") == "proc%d" % (w + 1)
+                  and m["process"].get("main") == os.path.basename(out),
+                  "loader %s: %s's manifest names it and its main file (%s)" % (method, name, m.get("process")))
+            got = datasets(path)
+            want = {"/text_encoder/%04d/%s" % (k, s) for k in range(2)
+                    for s in ("in.input_ids", "in.attention_mask", "out.last_hidden_state")}
+            check(set(got) == want, "loader %s: %s holds its 2 text-encoder calls (%s)" % (method, name, sorted(got)))
+            # worker w gets batch w (items 2w, 2w+1), one text-encoder call per item
+            check(all(same(got["/text_encoder/%04d/out.last_hidden_state" % k][0][0], wv[2 * w + k])
+                      for k in range(2) if "/text_encoder/%04d/out.last_hidden_state" % k in got),
+                  "loader %s: %s's outputs equal the worker's own results" % (method, name))
+    r = compare("--expect-identical", outs["fork"], outs["spawn"])
+    lines = [l for l in r.stdout.splitlines() if l.startswith("processes:")]
+    want = ["processes: the %s's run also wrote 2 per-process files (ld-%s.proc1.h5, ld-%s.proc2.h5), not "
+            "compared here: compare each with its counterpart (probe-compare REF.procN.h5 CAND.procN.h5)"
+            % (s, m, m) for s, m in (("reference", "fork"), ("candidate", "spawn"))]
+    check(r.returncode == 0 and lines == want, "loader: fork vs spawn compare identical and name the "
+          "per-process files (rc %d, %s)" % (r.returncode, lines))
+    for k in (1, 2):
+        r = compare("--expect-identical", os.path.join(d, "ld-fork.proc%d.h5" % k),
+                    os.path.join(d, "ld-spawn.proc%d.h5" % k))
+        check(r.returncode == 0, "loader: worker %d's files of the fork and spawn runs compare identical" % k)
+
+
+def test_late(d):
+    save = os.path.join(d, "late")
+    os.makedirs(save)
+    out = os.path.join(d, "late.h5")
+    r = probe_run(out, [PY, PROG, "late-fork", save])
+    check(r.returncode == 0 and "loader: 3 DiT calls" in r.stdout, "late: runs")
+    pat = (r"probe: pid (\d+) did not capture text_encoder \(2 calls\): it was forked from pid (\d+) after "
+           r"that process opened the capture file, and such a child never captures \(start it with the "
+           r"spawn start method, or before the first capture\)$")
+    lines = probe_lines(r.stderr)
+    ms = [re.match(pat, l) for l in lines]
+    check(len(lines) == 2 and all(ms) and ms[0].group(2) == ms[1].group(2) and ms[0].group(1) != ms[1].group(1),
+          "late: one exact line per forked worker (%s)" % lines)
+    check(set(datasets(out)) == {"/dit.step/%04d/%s" % (k, s) for k in range(3) for s in
+                                  ("in.hidden_states", "in.timestep", "in.encoder_hidden_states", "out.sample")},
+          "late: the main file holds the 3 DiT calls")
+    check("processes" not in manifest(out) and not [f for f in os.listdir(d) if f.startswith("late.proc")],
+          "late: no per-process file")
+
+
+def test_threads(d):
+    outs = []
+    for k in ("a", "b"):
+        save = os.path.join(d, "th-" + k)
+        os.makedirs(save)
+        out = os.path.join(d, "th-%s.h5" % k)
+        outs.append(out)
+        r = probe_run(out, [PY, PROG, "threads", save])
+        check(r.returncode == 0 and probe_lines(r.stderr) == [], "threads %s: runs, no probe: line" % k)
+        got = datasets(out)
+        want = {"/text_encoder@enc-%d/%04d/%s" % (j, i, s) for j in range(4) for i in range(3)
+                for s in ("in.input_ids", "in.attention_mask", "out.last_hidden_state")}
+        check(set(got) == want, "threads %s: 4 threads x 3 calls at /text_encoder@enc-<j>/<call> (%d paths)"
+              % (k, len(got)))
+        check(all(same(got["/text_encoder@enc-%d/%04d/out.last_hidden_state" % (j, i)][0],
+                       np.load(os.path.join(save, "thread%d.text_encoder.%d.npy" % (j, i))))
+                  for j in range(4) for i in range(3)),
+              "threads %s: every call's output equals its thread's own result" % k)
+        check(all(int(a["probe.call"]) == int(p.split("/")[2]) for p, (_, a) in got.items()),
+              "threads %s: probe.call is the per-thread index" % k)
+        th = manifest(out).get("threads")
+        check(th == {"enc-%d" % j: {"name": "enc-%d" % j, "calls": {"text_encoder": 3}} for j in range(4)},
+              "threads %s: manifest threads (%s)" % (k, th))
+    r = compare("--expect-identical", *outs)
+    check(r.returncode == 0 and "36 tensors compared, 36 pass, 0 fail, 0 missing in candidate, 0 missing in "
+          "reference" in r.stdout, "threads: the two runs pair exactly (rc %d)" % r.returncode)
+    want = ("threads: text_encoder was called on 4 threads besides the main one in the reference (enc-0, enc-1, "
+            "enc-2, enc-3): their calls are /text_encoder@<thread>/<call>, paired by thread name")
+    check([l for l in r.stdout.splitlines() if l.startswith("threads:")] == [want], "threads: probe-compare says so")
+
+    save = os.path.join(d, "pt")
+    os.makedirs(save)
+    out = os.path.join(d, "pt.h5")
+    r = probe_run(out, [PY, PROG, "pipe-threads", save])
+    check(r.returncode == 0, "pipe-threads: runs")
+    got = datasets(out)
+    for j in range(2):
+        want = saved_index(os.path.join(save, "pipe-%d" % j))
+        tagged = {"/%s@pipe-%d/%s" % (p.split("/")[1], j, "/".join(p.split("/")[2:])): v for p, v in want.items()}
+        check(all(p in got and same(got[p][0], v) for p, v in tagged.items()),
+              "pipe-threads: thread %d's %d tensors at /<component>@pipe-%d/..., equal to its own" % (j, len(want), j))
+        dit = sorted(p for p in got if p.startswith("/dit.step@pipe-%d/" % j) and p.endswith("/out.sample"))
+        sc = [(int(got[p][1]["probe.step"]), int(got[p][1]["probe.cfg_branch"])) for p in dit]
+        check(sc == [(0, 0), (0, 1), (1, 0), (1, 1)], "pipe-threads: thread %d's step and CFG branch (%s)" % (j, sc))
+
+
+def test_lines(d):
+    out = os.path.join(d, "iso.h5")
+    for flag in ("-I", "-E"):
+        r = probe_run(out, [PY, flag, "-c", "print(7)"], "--force")
+        lines = probe_lines(r.stderr)
+        check(r.returncode == 0 and r.stdout == "7\n" and len(lines) == 1 and re.match(
+            r"probe: pid \d+ \(python[0-9.]*\) ran without probe's Python adapter: Python did not import "
+            r"probe's sitecustomize \(python -I, -E or -S\), so no Python component of this process was "
+            r"captured$", lines[0]), "python %s: one exact line (%s)" % (flag, lines))
+    r = probe_run(out, [PY, "-c", "print(7)"], "--force")
+    check(probe_lines(r.stderr) == [], "plain python: no line")
+    script = os.path.join(d, "ty.py")
+    with open(script, "w") as fh:
+        fh.write("import torch\nToyTextEncoder = type('ToyTextEncoder', (torch.nn.Module,), "
+                 "{'forward': lambda self, x: x * 2})\nprint(ToyTextEncoder()(torch.ones(2)).sum().item())\n")
+    r = probe_run(out, [PY, script], "--force")
+    check(r.stdout == "4.0\n" and probe_lines(r.stderr) == [
+        "probe: classes created without a class statement (type()) match the component table but were never "
+        "wrapped, so their calls were not captured: __main__.ToyTextEncoder.forward -> text_encoder"],
+        "type(): one exact line (%s)" % probe_lines(r.stderr))
+    with open(script, "w") as fh:
+        fh.write("import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n"
+                 "print(Net()(torch.ones(2)).sum().item())\n")
+    r = probe_run(out, [PY, script], "--force")
+    lines = probe_lines(r.stderr)
+    check(r.stdout == "4.0\n" and len(lines) == 1 and re.match(
+        r"probe: pid \d+ imported torch but no class matched the component table \(.*components\.json\): "
+        r"nothing of this process was captured; name the classes with --tap COMPONENT=Class\.method$",
+        lines[0]), "no class of the table: one exact line (%s)" % lines)
+
+
+def test_bad(d):
+    out = os.path.join(d, "abi.h5")
+    r = probe_run(out, [PY, PROG, "abi", d])
+    check(r.returncode == 0 and r.stdout.splitlines()[7] == "sidecar b'procA_1-x' = 8",
+          "abi: the run's first process never writes a per-process file (%s)" % r.stdout.splitlines()[7:8])
+    os.remove(out)
+    # bash is the run's first process; the program, its child, may name itself
+    r = probe_run(out, ["bash", "-c", '"$0" "$@"; true', PY, PROG, "abi", d])
+    want = ["sidecar %r = 1" % n for n in (None, b"", b"x1", b"proc/1", b"proc 1", b"proc" + b"a" * 61, b"rank0")]
+    want += ["sidecar b'procA_1-x' = 0", "sidecar again same = 0", "sidecar again other = 8", "tap = 0",
+             "sidecar after tap = 8", "close = 0", "tap after close = 8", "close again = 0"]
+    check(r.returncode == 0 and r.stdout.splitlines() == want, "abi: return codes (%s)" % r.stdout.splitlines())
+    side = os.path.join(d, "abi.procA_1-x.h5")
+    check(os.path.exists(side) and list(datasets(side)) == ["/abi/0000/out"]
+          and same(datasets(side)["/abi/0000/out"][0], np.arange(6, dtype=np.float32).reshape(2, 3)),
+          "abi: the per-process file holds the one tap made before close")
+    check(datasets(out) == {} and manifest(out).get("processes") == ["abi.procA_1-x.h5"],
+          "abi: the main file is empty and lists it")
+    os.remove(out)
+    r = probe_run(out, [PY, "-c", "print(1)"])
+    check(r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(
+        "per-process capture files of an earlier run exist ('%s/abi.proc<N>.h5'); pass --force to remove them"
+        % d), "probe-run: stale per-process files refused, exit 2")
+    check(os.path.exists(side), "probe-run: the refused run removed nothing")
+    r = probe_run(out, [PY, "-c", "print(1)"], "--force")
+    check(r.returncode == 0 and not os.path.exists(side), "probe-run --force removes them")
+
+
+def main():
+    need_build()
+    d = tmpdir("probe-procs-")
+    for t in (test_mp, test_loader, test_late, test_threads, test_lines, test_bad):
+        sub = os.path.join(d, t.__name__)
+        os.makedirs(sub)
+        t(sub)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
