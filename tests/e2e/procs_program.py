@@ -9,6 +9,8 @@
                                              text encoder on 4 prompts; the
                                              main process runs the DiT on each
                                              batch of embeddings
+    procs_program.py loader-encode SAVE      as loader fork, the workers calling
+                                             the toy pipeline's encode_prompt
     procs_program.py late-fork SAVE          as loader fork, but the main
                                              process runs the DiT once before
                                              the workers are forked
@@ -61,9 +63,13 @@ def run_pipeline(d):
 
 
 class Prompts(torch.utils.data.Dataset):
-    def __init__(self, d):
+    def __init__(self, d, via_pipeline=False):
         self.d = d
         self.enc = text_encoder()
+        self.pipe = None
+        if via_pipeline:
+            import toy_pipeline
+            self.pipe = toy_pipeline.ToyVideoPipeline(weight_seed=0)
 
     def __len__(self):
         return len(PROMPTS)
@@ -71,7 +77,10 @@ class Prompts(torch.utils.data.Dataset):
     def __getitem__(self, i):
         ids, mask = tm.byte_tokenize([PROMPTS[i]], 16)
         with torch.no_grad():
-            e = self.enc(ids, mask).last_hidden_state[0]
+            if self.pipe is not None:
+                e = self.pipe.encode_prompt(PROMPTS[i])[0]
+            else:
+                e = self.enc(ids, mask).last_hidden_state[0]
         save(self.d, "worker.text_encoder.%d" % i, e)
         return e
 
@@ -85,14 +94,14 @@ def run_dit(dit, emb, k, d):
     save(d, "main.dit.%d" % k, out)
 
 
-def loader(method, d, late):
+def loader(method, d, late, via_pipeline=False):
     torch.set_num_threads(1)
     dit = denoiser()
     k = 0
     if late:
         run_dit(dit, torch.zeros(1, 16, 32), k, d)
         k += 1
-    dl = torch.utils.data.DataLoader(Prompts(d), batch_size=2, num_workers=2,
+    dl = torch.utils.data.DataLoader(Prompts(d, via_pipeline), batch_size=2, num_workers=2,
                                      multiprocessing_context=method)
     for emb in dl:
         run_dit(dit, emb, k, d)
@@ -170,6 +179,8 @@ def main():
         return p.exitcode
     if mode == "loader":
         loader(sys.argv[2], d, False)
+    elif mode == "loader-encode":
+        loader("fork", d, False, True)
     elif mode == "late-fork":
         loader("fork", d, True)
     elif mode == "threads":

@@ -14,6 +14,8 @@ which saves with numpy what each component returned).
            manifest ("processes"), holding its two text-encoder calls, equal to
            the worker's own results; fork and spawn runs compare identical, and
            probe-compare names the per-process files;
+           Workers calling the pipeline's encode_prompt write their own
+           files too (a DataLoader worker is always a worker);
   late     workers forked after the main process opened the file: one exact
            probe: line per worker naming its text_encoder calls, no file;
   threads  4 threads x 3 text-encoder calls, two runs: every call at
@@ -157,6 +159,22 @@ def test_loader(d):
         check(r.returncode == 0, "loader: worker %d's files of the fork and spawn runs compare identical" % k)
 
 
+def test_loader_encode(d):
+    save = os.path.join(d, "le")
+    os.makedirs(save)
+    out = os.path.join(d, "le.h5")
+    r = probe_run(out, [PY, PROG, "loader-encode", save])
+    check(r.returncode == 0 and probe_lines(r.stderr) == [], "loader-encode: runs, no probe: line")
+    check({p.split("/")[1] for p in datasets(out)} == {"dit.step"},
+          "loader-encode: workers calling the pipeline's encode_prompt leave the main file to the DiT")
+    wv = worker_values(save)
+    for w in range(2):
+        got = datasets(os.path.join(d, "le.proc%d.h5" % (w + 1)))
+        check(sorted({p.split("/")[1] for p in got}) == ["prompt_embeds", "text_encoder"]
+              and all(same(got["/prompt_embeds/%04d/out" % k][0][0], wv[2 * w + k]) for k in range(2)),
+              "loader-encode: worker %d's file holds its prompt_embeds and text_encoder calls" % w)
+
+
 def test_late(d):
     save = os.path.join(d, "late")
     os.makedirs(save)
@@ -285,7 +303,7 @@ def test_bad(d):
 def main():
     need_build()
     d = tmpdir("probe-procs-")
-    for t in (test_mp, test_loader, test_late, test_threads, test_lines, test_bad):
+    for t in (test_mp, test_loader, test_loader_encode, test_late, test_threads, test_lines, test_bad):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)

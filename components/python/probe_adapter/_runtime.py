@@ -21,8 +21,9 @@ Rules (docs/components.md):
     another thread is the component "<component>@<thread>" (<thread> its
     threading name, sanitized), with its own call, step and CFG-branch
     counters, so concurrent threads never interleave one another's indices;
-  * processes: a multiprocessing child whose first call is not one of the
-    pipeline's own (a root input, dit.step, scheduler.step) is a worker and
+  * processes: a multiprocessing child that is a DataLoader worker, or whose
+    first call is not one of the pipeline's own (a root input, dit.step,
+    scheduler.step), is a worker and
     writes its own file, <stem>.proc<identity><ext> (probe_tap_sidecar_v1);
     a child forked after its parent opened the capture file cannot capture
     and names what it did not capture in one line at its exit;
@@ -83,6 +84,15 @@ def _thread_tag(name):
     [A-Za-z0-9_.-] become '_', at most 48 characters; "thread" if empty."""
     tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:_THREAD_TAG_MAX]
     return tag if tag.strip(".") else "thread"
+
+
+def _dataloader_worker():
+    """True in a torch DataLoader worker process (whatever it calls)."""
+    data = sys.modules.get("torch.utils.data")
+    try:
+        return data is not None and data.get_worker_info() is not None
+    except Exception:
+        return False
 
 
 def _mp_child():
@@ -467,16 +477,16 @@ class Runtime:
                              "incomplete" % rc)
 
     def _first_call(self, component):
-        """This process's first component call: a multiprocessing child
-        whose first call is not one of the pipeline's own is a worker and
-        writes its own file; any multiprocessing child closes its file when
-        it leaves its target."""
+        """This process's first component call: a multiprocessing child that
+        is a DataLoader worker, or whose first call is not one of the
+        pipeline's own, is a worker and writes its own file; any
+        multiprocessing child closes its file when it leaves its target."""
         ident = _mp_child()
         if ident is None:
             self._role_done = "main"
             return
         role = "main"
-        if component not in self._pipeline_own and self.lib.sidecar is not None:
+        if (component not in self._pipeline_own or _dataloader_worker()) and self.lib.sidecar is not None:
             name = "proc" + ("-".join(str(i) for i in ident) if ident else "-pid%d" % os.getpid())
             rc = self.lib.sidecar(name.encode())
             if rc == 0:
