@@ -86,6 +86,30 @@ def _thread_tag(name):
     return tag if tag.strip(".") else "thread"
 
 
+def _run_wrote_something():
+    """True when another process of the run has written a capture: PROBE_OUT,
+    or a per-rank or per-process file next to it, is not empty (a launcher
+    such as torchrun's agent imports torch and matches no class itself)."""
+    out = os.environ.get("PROBE_OUT")
+    if not out:
+        return False
+    import glob
+    head, base = os.path.split(out)
+    dot = base.rfind(".")
+    stem, ext = (base[:dot], base[dot:]) if dot > 0 else (base, "")
+    names = [out]
+    for kind in ("rank", "proc"):
+        names += glob.glob(os.path.join(glob.escape(head), glob.escape(stem) + "." + kind + "*"
+                                        + glob.escape(ext)))
+    for n in names:
+        try:
+            if os.path.getsize(n) > 0:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def _dataloader_worker():
     """True in a torch DataLoader worker process (whatever it calls)."""
     data = sys.modules.get("torch.utils.data")
@@ -361,7 +385,8 @@ class Runtime:
     def _note_unmatched(self):
         """At exit: classes that match the table but were never wrapped (made
         by type(), which the class hook does not see), or, in a process that
-        imported torch, no class of the table at all; one line."""
+        imported torch while no process of the run wrote a capture, no class
+        of the table at all; one line."""
         escaped = set()
         for mod in list(sys.modules.values()):
             mname = getattr(mod, "__name__", None)
@@ -386,7 +411,7 @@ class Runtime:
             _note_stderr("classes created without a class statement (type()) match the component "
                          "table but were never wrapped, so their calls were not captured: %s"
                          % ", ".join(names[:8] + (["..."] if len(names) > 8 else [])))
-        elif not self.wrapped and "torch" in sys.modules:
+        elif not self.wrapped and "torch" in sys.modules and not _run_wrote_something():
             _note_stderr("pid %d imported torch but no class matched the component table "
                          "(%s): nothing of this process was captured; name the classes with "
                          "--tap COMPONENT=Class.method" % (os.getpid(), self.table.path))
