@@ -148,15 +148,31 @@ def test_loader(d):
                   "loader %s: %s's outputs equal the worker's own results" % (method, name))
     r = compare("--expect-identical", outs["fork"], outs["spawn"])
     lines = [l for l in r.stdout.splitlines() if l.startswith("processes:")]
-    want = ["processes: the %s's run also wrote 2 per-process files (ld-%s.proc1.h5, ld-%s.proc2.h5), not "
-            "compared here: compare each with its counterpart (probe-compare REF.procN.h5 CAND.procN.h5)"
-            % (s, m, m) for s, m in (("reference", "fork"), ("candidate", "spawn"))]
-    check(r.returncode == 0 and lines == want, "loader: fork vs spawn compare identical and name the "
-          "per-process files (rc %d, %s)" % (r.returncode, lines))
+    want = ["processes: proc%d (%s/ld-fork.proc%d.h5 vs %s/ld-spawn.proc%d.h5): PASS: 6 tensors compared, 0 fail, "
+            "0 missing in candidate, 0 missing in reference" % (k, d, k, d, k) for k in (1, 2)]
+    check(r.returncode == 0 and lines == want, "loader: fork vs spawn compare identical, their per-process "
+          "files pair by pair (rc %d, %s)" % (r.returncode, lines))
     for k in (1, 2):
         r = compare("--expect-identical", os.path.join(d, "ld-fork.proc%d.h5" % k),
                     os.path.join(d, "ld-spawn.proc%d.h5" % k))
         check(r.returncode == 0, "loader: worker %d's files of the fork and spawn runs compare identical" % k)
+    # a worker file that differs (worker 2's file of the fork run in place of worker 1's)
+    p1 = os.path.join(d, "ld-spawn.proc1.h5")
+    os.rename(p1, p1 + ".keep")
+    os.link(os.path.join(d, "ld-fork.proc2.h5"), p1)
+    a, b = datasets(os.path.join(d, "ld-fork.proc1.h5")), datasets(p1)
+    ndiff = sum(not same(a[k][0], b[k][0]) for k in a)
+    r = compare("--expect-identical", outs["fork"], outs["spawn"])
+    lines = [l for l in r.stdout.splitlines() if l.startswith("processes: proc1")]
+    check(ndiff > 0 and r.returncode == 1 and len(lines) == 1
+          and ": FAIL: 6 tensors compared, %d fail," % ndiff in lines[0]
+          and "FAIL: the run's own files pass, but a per-process file fails or has no counterpart "
+          "(processes: above)" in r.stdout, "loader: a worker whose tensors differ fails the comparison (%s)" % lines)
+    os.remove(p1)
+    r = compare(outs["fork"], outs["spawn"])
+    check(r.returncode == 2 and r.stderr.startswith("probe-compare: per-process file proc1: ")
+          and len(r.stderr.splitlines()) == 1, "loader: a listed per-process file that is gone: exit 2, one line")
+    os.rename(p1 + ".keep", p1)
 
 
 def test_loader_encode(d):
