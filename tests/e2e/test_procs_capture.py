@@ -255,6 +255,11 @@ def test_threads(d):
         dit = sorted(p for p in got if p.startswith("/dit.step@pipe-%d/" % j) and p.endswith("/out.sample"))
         sc = [(int(got[p][1]["probe.step"]), int(got[p][1]["probe.cfg_branch"])) for p in dit]
         check(sc == [(0, 0), (0, 1), (1, 0), (1, 1)], "pipe-threads: thread %d's step and CFG branch (%s)" % (j, sc))
+    roots = [p for p in got if p.split("/")[1].split("@")[0] in ("latents.init", "timesteps", "prompt_embeds")]
+    r = compare("--expect-identical", out, out)
+    n = len(roots) + 1  # and the scheduler's configuration (manifest "scheduler")
+    check(r.returncode == 0 and len(roots) == 10 and "root inputs: %d checked, %d identical, 0 differ" % (n, n)
+          in r.stdout, "pipe-threads: the threads' root inputs are root inputs to probe-compare")
 
 
 def test_lines(d):
