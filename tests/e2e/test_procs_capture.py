@@ -23,7 +23,7 @@ which saves with numpy what each component returned).
            probe-compare --expect-identical exits 0 with nothing unpaired and
            names the threads; two threads each running the pipeline keep their
            own step and CFG-branch counters;
-  lines    python -I / -E (no adapter), a class made by type(), a torch
+  lines    python -I / -E / -S (no adapter), a class made by type(), a torch
            program with no class of the table: one exact probe: line each;
   bad      the ABI with bad names (EINVAL), a second name or a name after the
            first tap (ESTATE), taps after probe_tap_close_v1 refused; probe-run
@@ -264,7 +264,7 @@ def test_threads(d):
 
 def test_lines(d):
     out = os.path.join(d, "iso.h5")
-    for flag in ("-I", "-E"):
+    for flag in ("-I", "-E", "-S"):
         r = probe_run(out, [PY, flag, "-c", "print(7)"], "--force")
         lines = probe_lines(r.stderr)
         check(r.returncode == 0 and r.stdout == "7\n" and len(lines) == 1 and re.match(
