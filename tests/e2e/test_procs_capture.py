@@ -6,7 +6,8 @@ which saves with numpy what each component returned).
 
   mp       the toy pipeline inside multiprocessing.Process (fork and spawn),
            the parent tapping nothing: the file holds exactly the paths the
-           pipeline saved, bit-identical, no probe: line;
+           pipeline saved, bit-identical, no probe: line; an unmatched --tap
+           is one line (the child's; the parent called no component);
   loader   DataLoader workers (fork and spawn, 2 workers) run the text encoder,
            the main process the DiT: the main file holds the DiT calls only,
            equal to what the main process computed; each worker wrote
@@ -101,6 +102,16 @@ def test_mp(d):
                                    sorted(set(want) - set(got))[:3]))
         check(all(same(got[p][0], want[p]) for p in want if p in got),
               "mp %s: every tensor is bit-identical to the pipeline's own copy" % method)
+        # a --tap that matches nothing: said once, by the child that ran the
+        # pipeline, not by the parent that called no component
+        save2 = save + "-tap"
+        os.makedirs(save2)
+        r = probe_run(os.path.join(d, "mp-%s-tap.h5" % method), [PY, PROG, "mp", method, save2],
+                      "--tap", "text_encoder=NoSuchEncoder.forward")
+        lines = probe_lines(r.stderr)
+        check(r.returncode == 0 and len(lines) == 1 and lines[0].startswith(
+            "probe: --tap text_encoder=NoSuchEncoder.forward matched no method in this run"),
+            "mp %s: an unmatched --tap is one line (%s)" % (method, lines))
 
 
 def worker_values(save):

@@ -358,6 +358,11 @@ class Runtime:
         if self.lib.sidecar is not None and self._child_exit and self._role_done == "worker":
             self._flush_at_exit()
             return  # a worker: the run's main process reports unmatched patterns
+        if not self._role_done and _run_wrote_something():
+            # This process called no component while another process of the run
+            # captured (a multiprocessing parent): that one reports patterns.
+            self._flush_at_exit()
+            return
         # A --tap or --scope that wrapped nothing is almost always a class name
         # that does not exist in this program (a typo, another version).
         try:
