@@ -9,6 +9,9 @@
  *                      "process" {"name", "main", "ppid"}; the owner's
  *                      manifest lists the per-process files next to it
  *                      ("processes", names sorted in version order);
+ *                      probe_tap_sidecar_if_taken_v1(NAME): the same, only
+ *                      when the run's file is already taken when this
+ *                      process first taps (a pool of pipeline processes);
  *   closing early      probe_tap_close_v1: drain and close now (a process
  *                      that leaves with _exit, as a forked multiprocessing
  *                      child does, runs no atexit handler);
@@ -29,6 +32,7 @@
 #define SIDECAR_NAME_MAX 64
 
 static char *sidecar;   /* this process's NAME, or NULL */
+static char *fallback;  /* probe_tap_sidecar_if_taken_v1's NAME, or NULL */
 static char *main_base; /* basename of the file this one is a per-process file of */
 static atomic_int abi_used;
 static atomic_int exit_checked;
@@ -107,6 +111,47 @@ SHIM_EXPORT int probe_tap_sidecar_v1(const char *name)
     sidecar = nm;
     main_base = mb;
     return PROBE_OK;
+}
+
+SHIM_EXPORT int probe_tap_sidecar_if_taken_v1(const char *name)
+{
+    shim_procs_abi_used();
+    if (!name || !name_ok(name))
+        return probe_set_error(PROBE_EINVAL,
+                               "probe_tap_sidecar_if_taken_v1: the name must be 'proc' followed by "
+                               "[A-Za-z0-9_-], at most %d characters",
+                               SIDECAR_NAME_MAX);
+    if (shim_cfg.mode != SHIM_OWNER || !shim_cfg.out_path)
+        return PROBE_OK;
+    if (sidecar || shim_cfg.root)
+        return probe_set_error(PROBE_ESTATE, "probe_tap_sidecar_if_taken_v1: %s",
+                               sidecar ? "this process already writes its own file"
+                                       : "the run's first process writes the run's capture file");
+    char *nm = strdup(name);
+    if (!nm)
+        return probe_set_error(PROBE_ENOMEM, "probe_tap_sidecar_if_taken_v1: out of memory");
+    free(fallback);
+    fallback = nm;
+    return PROBE_OK;
+}
+
+int shim_procs_take_fallback(void)
+{
+    if (!fallback || sidecar)
+        return 0;
+    const char *path = shim_cfg.out_path, *ext = ext_of(path);
+    size_t n = strlen(path) + strlen(fallback) + 2;
+    char *p = malloc(n), *mb = strdup(base_of(path));
+    if (!p || !mb) {
+        free(p), free(mb);
+        return 0;
+    }
+    snprintf(p, n, "%.*s.%s%s", (int)(ext - path), path, fallback, ext);
+    shim_cfg.out_path = p; /* the previous string stays valid: never freed */
+    sidecar = fallback;
+    fallback = NULL;
+    main_base = mb;
+    return 1;
 }
 
 SHIM_EXPORT int probe_tap_close_v1(void)

@@ -209,6 +209,7 @@ static void claim_locked(void)
 {
     if (atomic_load(&claim_state) != 0)
         return;
+retry:;
     /* Never through a symbolic link (O_NOFOLLOW: ELOOP), never opening a
      * device or FIFO (O_NONBLOCK; checked to be a regular file before any
      * use); created with the process's umask applied to 0666. */
@@ -235,6 +236,8 @@ static void claim_locked(void)
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
         close(fd);
+        if (shim_procs_take_fallback()) /* procs.c: this process's own file instead */
+            goto retry;
         snprintf(claim_why, sizeof claim_why,
                  "the capture file %s is being written by another process", shim_cfg.out_path);
         atomic_store(&claim_state, 2);
@@ -242,6 +245,8 @@ static void claim_locked(void)
     }
     if (fstat(fd, &st) == 0 && st.st_size > 0) {
         close(fd); /* releases the lock */
+        if (shim_procs_take_fallback())
+            goto retry;
         snprintf(claim_why, sizeof claim_why,
                  "the capture file %s already holds a capture (written by an earlier process of "
                  "this run, or an older capture: probe-run empties it at start)",

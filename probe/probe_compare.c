@@ -7,6 +7,7 @@
  *           any difference into the failure)
  *   exit 2  bad arguments, or a file that cannot be opened/read
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -388,12 +389,23 @@ static void print_threads(FILE *out, const probe_compare_result *r)
     json_decref(m[1]);
 }
 
-/* The per-process files a run's manifest lists ("processes"), as names
- * (<stem>.<NAME><ext> of the run's file: NAME) and paths next to main. */
+static char *file_manifest(const char *path);
+
+
+/* The per-process files of a run (docs/probe-run.md "Processes and threads"),
+ * as names (<stem>.<NAME><ext> of the run's file: NAME) and paths next to
+ * main: those its manifest lists ("processes"), and those next to it whose
+ * manifest names it as their main file ("process": {"main"}), written after
+ * the run's file was closed. */
 struct proc_file {
     char name[128];
     char path[PATH_MAX];
 };
+
+static int cmp_proc_file(const void *a, const void *b)
+{
+    return strverscmp(((const struct proc_file *)a)->name, ((const struct proc_file *)b)->name);
+}
 
 static size_t proc_files(const char *manifest, const char *main, struct proc_file **out)
 {
@@ -420,6 +432,45 @@ static size_t proc_files(const char *manifest, const char *main, struct proc_fil
         ++k;
     }
     json_decref(m);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - main) + 1 : 1, slash ? main : ".");
+    DIR *dd = opendir(dir);
+    struct dirent *de;
+    while (dd && (de = readdir(dd))) {
+        const char *e = de->d_name;
+        size_t len = strlen(e), el = strlen(ext);
+        if (len <= stem + 5 + el || strncmp(e, base, stem) != 0 || strncmp(e + stem, ".proc", 5) != 0 ||
+            strcmp(e + len - el, ext) != 0 || len - stem - 1 - el >= sizeof v[0].name)
+            continue;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(len - stem - 1 - el), e + stem + 1);
+        int seen = 0;
+        for (size_t i = 0; i < k && !seen; ++i)
+            seen = strcmp(v[i].name, name) == 0;
+        char path[PATH_MAX];
+        if (seen || (size_t)snprintf(path, sizeof path, "%.*s%s", slash ? (int)(slash - main) + 1 : 0,
+                                     main, e) >= sizeof path)
+            continue;
+        char *pm = file_manifest(path);
+        json_t *j = pm ? json_loads(pm, 0, NULL) : NULL;
+        const char *mb = json_string_value(json_object_get(json_object_get(j, "process"), "main"));
+        int mine = mb && strcmp(mb, base) == 0;
+        json_decref(j);
+        free(pm);
+        if (!mine)
+            continue;
+        struct proc_file *nv = realloc(v, (k + 1) * sizeof *nv);
+        if (!nv)
+            break;
+        v = nv;
+        snprintf(v[k].name, sizeof v[k].name, "%s", name);
+        snprintf(v[k].path, sizeof v[k].path, "%s", path);
+        ++k;
+    }
+    if (dd)
+        closedir(dd);
+    if (k > 1)
+        qsort(v, k, sizeof *v, cmp_proc_file);
     *out = v;
     return k;
 }

@@ -107,6 +107,12 @@ int probe_tap_flush_v1(void);
  * per-process files next to it ("processes"). */
 int probe_tap_sidecar_v1(const char *name);
 
+/* As probe_tap_sidecar_v1, but only if the run's capture file is already
+ * taken (held by another process, or holding a capture) when this process
+ * first taps: a pool of processes that each run the pipeline; the first to
+ * tap writes the run's file. Returns as probe_tap_sidecar_v1. */
+int probe_tap_sidecar_if_taken_v1(const char *name);
+
 /* Drain and close this process's capture file now, as at exit (for a
  * process that will leave with _exit, which runs no atexit handler); later
  * taps return PROBE_ESTATE. PROBE_OK (also when this process does not

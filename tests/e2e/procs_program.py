@@ -5,6 +5,9 @@
     procs_program.py mp fork|spawn SAVE      the toy pipeline inside one
                                              multiprocessing.Process; the
                                              parent taps nothing
+    procs_program.py pool fork|spawn SAVE    a multiprocessing pool of 2, each
+                                             task (one per process) running the
+                                             toy pipeline (SAVE/task-<k>/)
     procs_program.py loader fork|spawn SAVE  DataLoader workers (2) run the
                                              text encoder on 4 prompts; the
                                              main process runs the DiT on each
@@ -146,6 +149,10 @@ def abi():
     lib = ctypes.CDLL(None)
     side, close, tap = lib.probe_tap_sidecar_v1, lib.probe_tap_close_v1, lib.probe_tap_v1
     side.argtypes, side.restype = [ctypes.c_char_p], ctypes.c_int
+    taken = lib.probe_tap_sidecar_if_taken_v1
+    taken.argtypes, taken.restype = [ctypes.c_char_p], ctypes.c_int
+    print("if_taken %r = %d" % (b"bad/", taken(b"bad/")))
+    print("if_taken %r = %d" % (b"procZ", taken(b"procZ")))
     for name in (None, b"", b"x1", b"proc/1", b"proc 1", b"proc" + b"a" * 61, b"rank0"):
         print("sidecar %r = %d" % (name, side(name)))
     print("sidecar %r = %d" % (b"procA_1-x", side(b"procA_1-x")))
@@ -177,6 +184,17 @@ def main():
         p.join()
         print("mp: child exit %s" % p.exitcode)
         return p.exitcode
+    if mode == "pool":
+        import multiprocessing as mp
+        subs = [os.path.join(d, "task-%d" % k) for k in range(2)]
+        for s in subs:
+            os.makedirs(s, exist_ok=True)
+        pool = mp.get_context(sys.argv[2]).Pool(2, maxtasksperchild=1)
+        pool.map(run_pipeline, subs, chunksize=1)
+        pool.close()
+        pool.join()
+        print("pool: done")
+        return 0
     if mode == "loader":
         loader(sys.argv[2], d, False)
     elif mode == "loader-encode":

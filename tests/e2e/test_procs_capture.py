@@ -8,6 +8,9 @@ which saves with numpy what each component returned).
            the parent tapping nothing: the file holds exactly the paths the
            pipeline saved, bit-identical, no probe: line; an unmatched --tap
            is one line (the child's; the parent called no component);
+  pool     a multiprocessing pool (fork and spawn) whose 2 processes each run
+           the pipeline: the first to tap writes the run's file, the other
+           its own per-process file, each holding a full run;
   loader   DataLoader workers (fork and spawn, 2 workers) run the text encoder,
            the main process the DiT: the main file holds the DiT calls only,
            equal to what the main process computed; each worker wrote
@@ -112,6 +115,37 @@ def test_mp(d):
         check(r.returncode == 0 and len(lines) == 1 and lines[0].startswith(
             "probe: --tap text_encoder=NoSuchEncoder.forward matched no method in this run"),
             "mp %s: an unmatched --tap is one line (%s)" % (method, lines))
+
+
+def test_pool(d):
+    for method in ("fork", "spawn"):
+        save = os.path.join(d, "pool-" + method)
+        os.makedirs(save)
+        out = os.path.join(d, "pool-%s.h5" % method)
+        r = probe_run(out, [PY, PROG, "pool", method, save])
+        check(r.returncode == 0 and "pool: done" in r.stdout and probe_lines(r.stderr) == [],
+              "pool %s: runs, no probe: line (%s)" % (method, probe_lines(r.stderr)))
+        # which of the two claims the run's file first is a race: the other one
+        # writes its own, maybe after the run's file was closed (so it may be
+        # missing from "processes"; probe-compare finds it next to the file)
+        side = sorted(f for f in os.listdir(d) if f.startswith("pool-%s.proc" % method))
+        check(len(side) == 1 and re.match(r"pool-%s\.proc[12]\.h5$" % method, side[0])
+              and set(manifest(out).get("processes") or side) == set(side)
+              and manifest(os.path.join(d, side[0]))["process"]["main"] == os.path.basename(out),
+              "pool %s: the first pipeline process writes the run's file, the other its own (%s)"
+              % (method, side))
+        files = [datasets(out)] + [datasets(os.path.join(d, s)) for s in side]
+        want = [saved_index(os.path.join(save, "task-%d" % k)) for k in range(2)]
+        # the two tasks ran the same pipeline: each file holds one task's tensors, bit-identical
+        check(len(files) == 2 and all(set(f) == set(want[0]) and all(same(f[p][0], want[0][p]) for p in f)
+                                      for f in files) and all(set(w) == set(want[0]) for w in want),
+              "pool %s: each file holds one pipeline run, %d tensors, equal to the task's own" % (method, len(want[0])))
+        r = compare("--expect-identical", out, out)
+        name = side[0][len("pool-%s." % method):-3] if side else "?"
+        check(r.returncode == 0 and [l for l in r.stdout.splitlines() if l.startswith("processes:")] == [
+            "processes: %s (%s vs %s): PASS: %d tensors compared, 0 fail, 0 missing in candidate, 0 missing in "
+            "reference" % (name, os.path.join(d, side[0]) if side else "", os.path.join(d, side[0]) if side else "",
+                           len(want[0]))], "pool %s: probe-compare finds and compares the per-process file" % method)
 
 
 def worker_values(save):
@@ -307,12 +341,14 @@ def test_lines(d):
 def test_bad(d):
     out = os.path.join(d, "abi.h5")
     r = probe_run(out, [PY, PROG, "abi", d])
-    check(r.returncode == 0 and r.stdout.splitlines()[7] == "sidecar b'procA_1-x' = 8",
-          "abi: the run's first process never writes a per-process file (%s)" % r.stdout.splitlines()[7:8])
+    check(r.returncode == 0 and r.stdout.splitlines()[1] == "if_taken b'procZ' = 8"
+          and r.stdout.splitlines()[9] == "sidecar b'procA_1-x' = 8",
+          "abi: the run's first process never writes a per-process file (%s)" % r.stdout.splitlines()[:10])
     os.remove(out)
     # bash is the run's first process; the program, its child, may name itself
     r = probe_run(out, ["bash", "-c", '"$0" "$@"; true', PY, PROG, "abi", d])
-    want = ["sidecar %r = 1" % n for n in (None, b"", b"x1", b"proc/1", b"proc 1", b"proc" + b"a" * 61, b"rank0")]
+    want = ["if_taken b'bad/' = 1", "if_taken b'procZ' = 0"]
+    want += ["sidecar %r = 1" % n for n in (None, b"", b"x1", b"proc/1", b"proc 1", b"proc" + b"a" * 61, b"rank0")]
     want += ["sidecar b'procA_1-x' = 0", "sidecar again same = 0", "sidecar again other = 8", "tap = 0",
              "sidecar after tap = 8", "close = 0", "tap after close = 8", "close again = 0"]
     check(r.returncode == 0 and r.stdout.splitlines() == want, "abi: return codes (%s)" % r.stdout.splitlines())
@@ -335,7 +371,7 @@ def test_bad(d):
 def main():
     need_build()
     d = tmpdir("probe-procs-")
-    for t in (test_mp, test_loader, test_loader_encode, test_late, test_threads, test_lines, test_bad):
+    for t in (test_mp, test_pool, test_loader, test_loader_encode, test_late, test_threads, test_lines, test_bad):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)

@@ -24,6 +24,7 @@ EXPORTS = {
     "probe_tap_stream_v1",
     "probe_tap_flush_v1",
     "probe_tap_sidecar_v1",
+    "probe_tap_sidecar_if_taken_v1",
     "probe_tap_close_v1",
     "InitializeInjectionNvtx2",
     "probe_inject_v1",

@@ -90,11 +90,14 @@ class TapLibrary:
             self.sidecar = handle.probe_tap_sidecar_v1
             self.sidecar.argtypes = [ctypes.c_char_p]
             self.sidecar.restype = ctypes.c_int
+            self.sidecar_if_taken = handle.probe_tap_sidecar_if_taken_v1
+            self.sidecar_if_taken.argtypes = [ctypes.c_char_p]
+            self.sidecar_if_taken.restype = ctypes.c_int
             self.close = handle.probe_tap_close_v1
             self.close.argtypes = []
             self.close.restype = ctypes.c_int
         except AttributeError:
-            self.sidecar = self.close = None
+            self.sidecar = self.sidecar_if_taken = self.close = None
         try:
             self.scope_enter = handle.probe_scope_enter_v1
             self.scope_enter.argtypes = [ctypes.POINTER(ProbeScopeV1)]

@@ -516,14 +516,21 @@ class Runtime:
             self._role_done = "main"
             return
         role = "main"
+        name = "proc" + ("-".join(str(i) for i in ident) if ident else "-pid%d" % os.getpid())
         if (component not in self._pipeline_own or _dataloader_worker()) and self.lib.sidecar is not None:
-            name = "proc" + ("-".join(str(i) for i in ident) if ident else "-pid%d" % os.getpid())
             rc = self.lib.sidecar(name.encode())
             if rc == 0:
                 role = "worker"
             else:
                 self.note("sidecar", "probe_tap_sidecar_v1(%s) failed with status %d: this worker "
                           "writes to the run's capture file if it is free" % (name, rc))
+        elif self.lib.sidecar is not None:
+            # a child running the pipeline: the run's file if it is free (the
+            # first of a pool of pipeline processes), else its own
+            rc = self.lib.sidecar_if_taken(name.encode())
+            if rc != 0:
+                self.note("sidecar", "probe_tap_sidecar_if_taken_v1(%s) failed with status %d"
+                          % (name, rc))
         self._role_done = role
         self._child_exit = True
         self._at_mp_exit(self._close_at_child_exit)
