@@ -17,6 +17,9 @@
     procs_program.py late-fork SAVE          as loader fork, but the main
                                              process runs the DiT once before
                                              the workers are forked
+    procs_program.py osfork SAVE             the main process runs the DiT, then
+                                             os.fork(): the child runs the text
+                                             encoder 3 times and exits normally
     procs_program.py threads SAVE            4 threads x 3 calls of one text
                                              encoder, each thread its prompts
     procs_program.py pipe-threads SAVE       2 threads, each running the whole
@@ -199,6 +202,19 @@ def main():
         loader(sys.argv[2], d, False)
     elif mode == "loader-encode":
         loader("fork", d, False, True)
+    elif mode == "osfork":
+        torch.set_num_threads(1)
+        run_dit(denoiser(), torch.zeros(1, 16, 32), 0, d)
+        pid = os.fork()
+        if pid == 0:
+            enc = text_encoder()
+            ids, mask = tm.byte_tokenize(PROMPTS[:1], 16)
+            with torch.no_grad():
+                for _ in range(3):
+                    enc(ids, mask)
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("osfork: child status %d" % status)
     elif mode == "late-fork":
         loader("fork", d, True)
     elif mode == "threads":

@@ -22,6 +22,8 @@ which saves with numpy what each component returned).
            files too (a DataLoader worker is always a worker);
   late     workers forked after the main process opened the file: one exact
            probe: line per worker naming its text_encoder calls, no file;
+  osfork   os.fork() after the capture began, the child exiting normally:
+           the same line;
   threads  4 threads x 3 text-encoder calls, two runs: every call at
            /text_encoder@enc-<j>/<call>, equal to that thread's result;
            probe-compare --expect-identical exits 0 with nothing unpaired and
@@ -256,6 +258,17 @@ def test_late(d):
           "late: no per-process file")
 
 
+def test_osfork(d):
+    out = os.path.join(d, "osfork.h5")
+    r = probe_run(out, [PY, PROG, "osfork", d])
+    lines = probe_lines(r.stderr)
+    m = re.match(r"probe: pid (\d+) did not capture text_encoder \(3 calls\): it was forked from pid (\d+) after "
+                 r"that process opened the capture file", lines[0]) if len(lines) == 1 else None
+    check(r.returncode == 0 and "osfork: child status 0" in r.stdout and m is not None,
+          "os.fork after the capture began: the child names what it did not capture (%s)" % lines)
+    check({p.split("/")[1] for p in datasets(out)} == {"dit.step"}, "os.fork: the parent's file is intact")
+
+
 def test_threads(d):
     outs = []
     for k in ("a", "b"):
@@ -371,7 +384,7 @@ def test_bad(d):
 def main():
     need_build()
     d = tmpdir("probe-procs-")
-    for t in (test_mp, test_pool, test_loader, test_loader_encode, test_late, test_threads, test_lines, test_bad):
+    for t in (test_mp, test_pool, test_loader, test_loader_encode, test_late, test_osfork, test_threads, test_lines, test_bad):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)
