@@ -749,7 +749,9 @@ class Runtime:
             else:
                 step, cfg = -1, -1
         if tag is not None:
-            component = "%s@%s" % (component, tag)
+            # a component name is at most 127 bytes (tap.h): the tag gives way
+            room = 126 - len(component.encode("utf-8"))
+            component = "%s@%s" % (component, tag[:max(room, 1)])
         parent_path, block = None, -1
         if parent is not None:
             if step < 0:
