@@ -379,6 +379,17 @@ def test_bad(d):
     check(os.path.exists(side), "probe-run: the refused run removed nothing")
     r = probe_run(out, [PY, "-c", "print(1)"], "--force")
     check(r.returncode == 0 and not os.path.exists(side), "probe-run --force removes them")
+    # a rank's worker file (<stem>.rank<R>.proc<N><ext>) of an earlier run; other names stay
+    os.remove(out)
+    keep = [os.path.join(d, n) for n in ("abi.rank0.procX.y.h5", "abi.rankA.proc1.h5", "abi.proc1.h5.txt")]
+    for n in ["abi.rank0.proc1.h5"] + [os.path.basename(k) for k in keep]:
+        open(os.path.join(d, n), "w").write("x")
+    r = probe_run(out, [PY, "-c", "print(1)"])
+    check(r.returncode == 2 and "per-process capture files of an earlier run exist" in r.stderr,
+          "probe-run: a stale per-rank worker file is refused, exit 2")
+    r = probe_run(out, [PY, "-c", "print(1)"], "--force")
+    check(r.returncode == 0 and not os.path.exists(os.path.join(d, "abi.rank0.proc1.h5"))
+          and all(os.path.exists(k) for k in keep), "probe-run --force removes it and nothing else")
 
 
 def main():
