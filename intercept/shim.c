@@ -9,8 +9,11 @@
  * that taps claims the capture file: an exclusive flock(2) on it, held until
  * it exits, on a file that must be empty (probe-run empties it at start).
  * Every other process that taps finds the lock held or the file written and
- * does not capture (one `probe:` line). Forked children never capture. The
- * first process that loaded the shim (the root: PROBE_ROOT_PID) still
+ * does not capture (one `probe:` line). A process that the adapter names a
+ * worker (probe_tap_sidecar_v1, procs.c) claims its own per-process file
+ * instead. A child forked after its parent claimed the file never captures;
+ * one forked before is a fresh process of the run (it claims as any other).
+ * The first process that loaded the shim (the root: PROBE_ROOT_PID) still
  * creates an empty capture at exit if no process of the run tapped. */
 #include <errno.h>
 #include <fcntl.h>
@@ -205,6 +208,7 @@ static void claim_locked(void)
 {
     if (atomic_load(&claim_state) != 0)
         return;
+retry:;
     /* Never through a symbolic link (O_NOFOLLOW: ELOOP), never opening a
      * device or FIFO (O_NONBLOCK; checked to be a regular file before any
      * use); created with the process's umask applied to 0666. */
@@ -231,6 +235,8 @@ static void claim_locked(void)
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
         close(fd);
+        if (shim_procs_take_fallback()) /* procs.c: this process's own file instead */
+            goto retry;
         snprintf(claim_why, sizeof claim_why,
                  "the capture file %s is being written by another process", shim_cfg.out_path);
         atomic_store(&claim_state, 2);
@@ -238,6 +244,8 @@ static void claim_locked(void)
     }
     if (fstat(fd, &st) == 0 && st.st_size > 0 && !shim_exec_continues(&st)) {
         close(fd); /* releases the lock */
+        if (shim_procs_take_fallback())
+            goto retry;
         snprintf(claim_why, sizeof claim_why,
                  "the capture file %s already holds a capture (written by an earlier process of "
                  "this run, or an older capture: probe-run empties it at start)",
@@ -310,6 +318,20 @@ probe_status shim_file_open(void)
     return PROBE_OK;
 }
 
+/* Point this process at another capture file (a per-process file, procs.c)
+ * before it claimed any: 0, or -1 when it already claimed, opened or is a
+ * forked child that never captures. Takes ownership of path on success. */
+int shim_set_out_path(char *path)
+{
+    pthread_mutex_lock(&open_lock);
+    int ok = atomic_load(&claim_state) == 0 && atomic_load(&open_state) == 0 &&
+             !atomic_load(&forked_child) && !atomic_load(&closed);
+    if (ok)
+        shim_cfg.out_path = path; /* the previous string stays valid: never freed */
+    pthread_mutex_unlock(&open_lock);
+    return ok ? 0 : -1;
+}
+
 /* ---- exit ---------------------------------------------------------------- */
 
 /* Drain and close. Runs once, in the owner only, from the latest-registered
@@ -323,11 +345,12 @@ probe_status shim_file_open(void)
  * recorded as skipped. */
 static void finalize(void)
 {
+    shim_procs_exit_check(); /* procs.c */
     if (shim_is_foreign_process())
         return;
     if (atomic_exchange(&closed, 1))
         return;
-    if (atomic_load(&claim_state) == 0 && !shim_cfg.root)
+    if (atomic_load(&claim_state) == 0 && (!shim_cfg.root || shim_procs_sidecar()))
         return; /* never tapped, not the root: another process writes the file, or the root */
     if (atomic_load(&claim_state) == 0 && rank_self < 0)
         index_mode = 1; /* the run's root wrote no tensors: list the rank files, if any */
@@ -362,6 +385,11 @@ void shim_finalize_now(unsigned timeout_ms)
     finalize();
 }
 
+void shim_close_now(void)
+{
+    finalize();
+}
+
 __attribute__((destructor)) static void shim_fini(void)
 {
     if (shim_cfg.mode == SHIM_OWNER)
@@ -380,13 +408,25 @@ static void atfork_parent(void)
     shim_hdf5_fork_release();
 }
 
-/* Child side of fork(): no capture, no CUDA, no HDF5. Only async-signal-safe
- * calls: the capture file's descriptors are redirected to /dev/null, so
- * whatever the child's copy of HDF5 writes at its exit (HDF5 closes open
- * files from an atexit handler) never reaches the parent's file. */
+/* Child side of fork(). A parent that had neither claimed nor opened a
+ * capture file has no writer thread and no file in HDF5: the child is a
+ * fresh process of the run and claims at its first tap like any other (a
+ * lost claim of the parent is forgotten; the child tries again). Otherwise:
+ * no capture, no CUDA, no HDF5, and only async-signal-safe calls: the
+ * capture file's descriptors are redirected to /dev/null, so whatever the
+ * child's copy of HDF5 writes at its exit (HDF5 closes open files from an
+ * atexit handler) never reaches the parent's file. */
 static void atfork_child(void)
 {
     shim_hdf5_fork_release();
+    if (atomic_load(&claim_state) != 1 && atomic_load(&open_state) == 0) {
+        pthread_mutex_init(&open_lock, NULL);
+        atomic_store(&claim_state, 0);
+        claim_why[0] = '\0';
+        shim_cfg.root = 0; /* the root is PROBE_ROOT_PID (PROBE_RANK_ROOT_PID), not this child */
+        atomic_store(&shim_stats.filtered, 0);
+        return;
+    }
     atomic_store(&forked_child, 1);
     int n = atomic_load(&nfile_fds);
     if (n <= 0)
@@ -500,6 +540,7 @@ void shim_ranks_json(struct shim_json *b)
     }
     if (rank_self >= 0)
         shim_json_raw(b, ",\"rank_source\":"), shim_json_string(b, rank_source);
+    shim_procs_json(b); /* procs.c: "process" or "processes" */
     if (!index_mode || !shim_cfg.out_path)
         return;
     const char *path = shim_cfg.out_path, *slash = strrchr(path, '/');

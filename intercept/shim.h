@@ -19,6 +19,7 @@
  *   stats.c     stats-only capture: summary + hash instead of the bytes
  *   scope.c     component scopes (adapter calls, NVTX ranges) of interposed calls
  *   exits.c     _exit/_Exit/quick_exit, abort, exec and SIGTERM/SIGINT/SIGHUP: drain first
+ *   procs.c     per-process files of workers, early close, the missing-adapter line
  */
 #ifndef PROBE_INTERCEPT_SHIM_H
 #define PROBE_INTERCEPT_SHIM_H
@@ -113,6 +114,11 @@ int shim_capturing(void);
 int shim_is_foreign_process(void);
 /* Claim the capture file at this process's first tap (idempotent). */
 void shim_claim(void);
+/* Point this process at another capture file before it claimed one (0), -1
+ * when too late; takes ownership of path on success (procs.c). */
+int shim_set_out_path(char *path);
+/* Drain and close the capture file now, as at exit (procs.c). */
+void shim_close_now(void);
 /* Why the claim was lost ("" if it was not). */
 const char *shim_claim_lost_reason(void);
 /* 1 after an I/O error disabled capture. */
@@ -723,6 +729,22 @@ void shim_shard_json(struct shim_json *b);
  * <stem>.rank<R><ext> exist next to PROBE_OUT, append ,"ranks":[basenames
  * sorted by rank]. */
 void shim_ranks_json(struct shim_json *b);
+
+/* ---- procs.c ------------------------------------------------------------------ */
+
+/* 1 when this process writes a per-process file (probe_tap_sidecar_v1). */
+int shim_procs_sidecar(void);
+/* The claim of the run's file was lost: switch shim_cfg.out_path to the
+ * per-process file named by probe_tap_sidecar_if_taken_v1 (1), or 0 when
+ * none was named or it was taken already. Runs under the open lock. */
+int shim_procs_take_fallback(void);
+/* A tap ABI function was called: the adapter (or another caller) is here. */
+void shim_procs_abi_used(void);
+/* Append ,"process":{...} (a per-process file) or ,"processes":[...] (the
+ * per-process files next to this one) to the manifest being built. */
+void shim_procs_json(struct shim_json *b);
+/* At exit: the one line of a Python process that never loaded the adapter. */
+void shim_procs_exit_check(void);
 
 /* getenv on the environment array itself (shim.c): a shell such as bash
  * defines its own getenv, which knows nothing before bash initialized its

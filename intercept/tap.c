@@ -449,6 +449,7 @@ static void fill_record(struct shim_job *j, const probe_tap_tensor_v1 *t, const 
  * returning; device data is copied asynchronously (cuda.c). */
 SHIM_EXPORT int probe_tap_v1(const probe_tap_tensor_v1 *t)
 {
+    shim_procs_abi_used();
     return shim_tap_capture(t, NULL, 1);
 }
 
@@ -710,6 +711,7 @@ void shim_tap_skip_path(const char *path, const char *reason)
 /* 1 if this process is capturing (probe/tap.h), else 0. */
 SHIM_EXPORT int probe_tap_enabled_v1(void)
 {
+    shim_procs_abi_used();
     return shim_capturing() && !shim_is_foreign_process();
 }
 

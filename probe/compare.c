@@ -54,16 +54,31 @@ static void offset_to_index(uint64_t off, int rank, const int64_t *shape, int64_
     }
 }
 
+/* The table name of a tapped component: a call on a thread other than the
+ * main one is "<component>@<thread>" (docs/components.md, threads), judged as
+ * <component>. */
+static const char *table_component(const char *component, char *buf, size_t n)
+{
+    const char *at = strchr(component, '@');
+    if (!at)
+        return component;
+    snprintf(buf, n, "%.*s", (int)(at - component), component);
+    return buf;
+}
+
 /* Effective gate for one tensor: the requested gate, T2 thresholds looked up
  * per component/path, then the user's atol/rtol overrides. Returns 0 and fills
  * a failing verdict reason if T2 has no thresholds for it. */
 static int tensor_gate(const probe_compare_opts *o, const probe_tensor_info *ti, probe_gate *g,
                        probe_gate_verdict *v)
 {
+    char base[sizeof ti->component];
     *g = o->gate;
     if (o->gate.kind == PROBE_GATE_T2) {
         if (!o->calibration ||
-            probe_calibration_gate(o->calibration, ti->component, ti->path, g) != PROBE_OK) {
+            probe_calibration_gate(o->calibration,
+                                   table_component(ti->component, base, sizeof base), ti->path,
+                                   g) != PROBE_OK) {
             add_reason(v, "no T2 thresholds for component '%s'%s in the calibration file",
                        ti->component, "");
             return 0;
@@ -207,9 +222,11 @@ static void channel_axis_of(const probe_compare_opts *o, const probe_tensor_info
         axis = o->channel_axis;
         from = "option";
     } else {
+        char base[sizeof ti->component];
+        const char *comp = table_component(ti->component, base, sizeof base);
         for (size_t i = 0; o->class_axes && i < o->n_class_axes && ti->class_name[0]; i++) {
             const probe_class_axis *ca = &o->class_axes[i];
-            if (ca->rank == ti->rank && strcmp(ca->component, ti->component) == 0 &&
+            if (ca->rank == ti->rank && strcmp(ca->component, comp) == 0 &&
                 fnmatch(ca->class_glob, ti->class_name, 0) == 0) {
                 axis = ca->axis;
                 from = "table";
@@ -217,7 +234,7 @@ static void channel_axis_of(const probe_compare_opts *o, const probe_tensor_info
             }
         }
         for (size_t i = 0; !from && o->axis_components && o->axis_components[i]; i++)
-            if (strcmp(o->axis_components[i], ti->component) == 0) {
+            if (strcmp(o->axis_components[i], comp) == 0) {
                 if (o->axis_values[i] != PROBE_NO_CHANNEL_AXIS && o->axis_ranks[i] == ti->rank) {
                     axis = o->axis_values[i];
                     from = "table";

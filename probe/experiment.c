@@ -10,10 +10,14 @@
 
 static const char *const default_roots[] = {"latents.init", "timesteps", "prompt_embeds", NULL};
 
+/* A call on a thread other than the main one is "<component>@<thread>"
+ * (docs/components.md, threads): a root input too. */
 static int is_root(const char *component, const char *const *roots)
 {
+    const char *at = strchr(component, '@');
+    size_t n = at ? (size_t)(at - component) : strlen(component);
     for (size_t i = 0; roots[i]; i++)
-        if (strcmp(roots[i], component) == 0)
+        if (strlen(roots[i]) == n && strncmp(roots[i], component, n) == 0)
             return 1;
     return 0;
 }

@@ -7,6 +7,7 @@
  *           any difference into the failure)
  *   exit 2  bad arguments, or a file that cannot be opened/read
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -413,6 +414,197 @@ static void run_end_summary(const char *text, char *buf, size_t cap)
                                                                             : "incomplete");
     }
     json_decref(re);
+}
+
+/* Threads (docs/probe-run.md "Processes and threads"): the components called
+ * on threads other than the main one (manifest "threads"), whose paths carry
+ * the thread. */
+static void print_threads(FILE *out, const probe_compare_result *r)
+{
+    static const char *const side[2] = {"reference", "candidate"};
+    json_t *m[2] = {r->manifest_reference ? json_loads(r->manifest_reference, 0, NULL) : NULL,
+                    r->manifest_candidate ? json_loads(r->manifest_candidate, 0, NULL) : NULL};
+    json_t *t[2] = {m[0] ? json_object_get(m[0], "threads") : NULL,
+                    m[1] ? json_object_get(m[1], "threads") : NULL};
+    for (int k = 0; k < 2; ++k) {
+        if (!json_is_object(t[k]) || (k == 1 && t[0] && json_equal(t[0], t[1])))
+            continue;
+        /* component -> the thread tags that called it */
+        json_t *by = json_object();
+        const char *tag;
+        json_t *th;
+        json_object_foreach(t[k], tag, th) {
+            json_t *calls = json_object_get(th, "calls");
+            const char *c;
+            json_t *n;
+            json_object_foreach(calls, c, n) {
+                json_t *l = json_object_get(by, c);
+                if (!l)
+                    json_object_set_new(by, c, l = json_array());
+                json_array_append_new(l, json_string(tag));
+            }
+        }
+        const char *c;
+        json_t *l;
+        json_object_foreach(by, c, l) {
+            size_t n = json_array_size(l), i;
+            json_t *v;
+            fprintf(out, "threads: %s was called on %zu thread%s besides the main one in the %s (", c,
+                    n, n == 1 ? "" : "s", side[k]);
+            json_array_foreach(l, i, v) fprintf(out, "%s%s", i ? ", " : "", json_string_value(v));
+            fprintf(out, "): their calls are /%s@<thread>/<call>, paired by thread name\n", c);
+        }
+        json_decref(by);
+    }
+    json_decref(m[0]);
+    json_decref(m[1]);
+}
+
+static char *file_manifest(const char *path);
+
+
+/* The per-process files of a run (docs/probe-run.md "Processes and threads"),
+ * as names (<stem>.<NAME><ext> of the run's file: NAME) and paths next to
+ * main: those its manifest lists ("processes"), and those next to it whose
+ * manifest names it as their main file ("process": {"main"}), written after
+ * the run's file was closed. */
+struct proc_file {
+    char name[128];
+    char path[PATH_MAX];
+};
+
+static int cmp_proc_file(const void *a, const void *b)
+{
+    return strverscmp(((const struct proc_file *)a)->name, ((const struct proc_file *)b)->name);
+}
+
+static size_t proc_files(const char *manifest, const char *main, struct proc_file **out)
+{
+    *out = NULL;
+    json_t *m = manifest ? json_loads(manifest, 0, NULL) : NULL;
+    json_t *p = m ? json_object_get(m, "processes") : NULL;
+    size_t n = json_is_array(p) ? json_array_size(p) : 0, k = 0;
+    struct proc_file *v = n ? calloc(n, sizeof *v) : NULL;
+    const char *slash = strrchr(main, '/'), *base = slash ? slash + 1 : main;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+    const char *ext = base + stem;
+    for (size_t i = 0; v && i < n; ++i) {
+        const char *e = json_string_value(json_array_get(p, i));
+        if (!e || !*e || strchr(e, '/') || strlen(e) >= sizeof v[k].name)
+            continue;
+        size_t len = strlen(e), el = strlen(ext);
+        if (len > stem + 1 + el && strncmp(e, base, stem) == 0 && e[stem] == '.' &&
+            strcmp(e + len - el, ext) == 0)
+            snprintf(v[k].name, sizeof v[k].name, "%.*s", (int)(len - stem - 1 - el), e + stem + 1);
+        else
+            snprintf(v[k].name, sizeof v[k].name, "%s", e);
+        snprintf(v[k].path, sizeof v[k].path, "%.*s%s", slash ? (int)(slash - main) + 1 : 0, main, e);
+        ++k;
+    }
+    json_decref(m);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - main) + 1 : 1, slash ? main : ".");
+    DIR *dd = opendir(dir);
+    struct dirent *de;
+    while (dd && (de = readdir(dd))) {
+        const char *e = de->d_name;
+        size_t len = strlen(e), el = strlen(ext);
+        if (len <= stem + 5 + el || strncmp(e, base, stem) != 0 || strncmp(e + stem, ".proc", 5) != 0 ||
+            strcmp(e + len - el, ext) != 0 || len - stem - 1 - el >= sizeof v[0].name)
+            continue;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(len - stem - 1 - el), e + stem + 1);
+        int seen = 0;
+        for (size_t i = 0; i < k && !seen; ++i)
+            seen = strcmp(v[i].name, name) == 0;
+        char path[PATH_MAX];
+        if (seen || (size_t)snprintf(path, sizeof path, "%.*s%s", slash ? (int)(slash - main) + 1 : 0,
+                                     main, e) >= sizeof path)
+            continue;
+        char *pm = file_manifest(path);
+        json_t *j = pm ? json_loads(pm, 0, NULL) : NULL;
+        const char *mb = json_string_value(json_object_get(json_object_get(j, "process"), "main"));
+        int mine = mb && strcmp(mb, base) == 0;
+        json_decref(j);
+        free(pm);
+        if (!mine)
+            continue;
+        struct proc_file *nv = realloc(v, (k + 1) * sizeof *nv);
+        if (!nv)
+            break;
+        v = nv;
+        snprintf(v[k].name, sizeof v[k].name, "%s", name);
+        snprintf(v[k].path, sizeof v[k].path, "%s", path);
+        ++k;
+    }
+    if (dd)
+        closedir(dd);
+    if (k > 1)
+        qsort(v, k, sizeof *v, cmp_proc_file);
+    *out = v;
+    return k;
+}
+
+/* Compare the per-process files the two runs wrote (docs/probe-run.md
+ * "Processes and threads"), paired by name: one line each. A pair fails when a
+ * tensor fails its gate or is missing on one side (identical workers pass: the
+ * feature is judged on the run's own files); a file without a counterpart
+ * fails. Returns 1 when something failed, 2 when a file cannot be read, else 0. */
+static int compare_procs(FILE *out, const probe_compare_result *r, const char *ref, const char *cand,
+                         const probe_compare_opts *opts, int quiet)
+{
+    struct proc_file *f[2];
+    size_t n[2] = {proc_files(r->manifest_reference, ref, &f[0]),
+                   proc_files(r->manifest_candidate, cand, &f[1])};
+    int rc = 0;
+    probe_compare_opts o = *opts;
+    o.isolated = NULL;
+    o.oracle = NULL;
+    o.check_roots = 0;
+    o.progress = NULL;
+    for (int k = 0; k < 2; ++k)
+        for (size_t i = 0; i < n[k]; ++i) {
+            size_t j = 0;
+            while (j < n[!k] && strcmp(f[k][i].name, f[!k][j].name) != 0)
+                ++j;
+            if (j < n[!k]) {
+                if (k == 1)
+                    continue; /* compared from the reference's side */
+                probe_compare_result *pr = NULL;
+                if (probe_compare_files(f[0][i].path, f[1][j].path, &o, &pr) != PROBE_OK) {
+                    fprintf(stderr, "probe-compare: per-process file %s: %s\n", f[0][i].name,
+                            probe_last_error());
+                    rc = 2;
+                    continue;
+                }
+                size_t nfail = 0;
+                for (size_t t = 0; t < pr->ntensors; ++t)
+                    nfail += !pr->tensors[t].verdict.pass;
+                int ok = !nfail && !pr->nmissing_cand && !pr->nmissing_ref && !pr->nothing_compared &&
+                         (!pr->expect_identical || pr->pass);
+                if (!quiet)
+                    fprintf(out, "processes: %s (%s vs %s): %s: %zu tensors compared, %zu fail, %zu "
+                                 "missing in candidate, %zu missing in reference\n",
+                            f[0][i].name, f[0][i].path, f[1][j].path, ok ? "PASS" : "FAIL",
+                            pr->ntensors, nfail, pr->nmissing_cand, pr->nmissing_ref);
+                if (!ok && rc == 0)
+                    rc = 1;
+                probe_compare_result_free(pr);
+                continue;
+            }
+            if (!quiet)
+                fprintf(out, "processes: %s (%s): FAIL: only the %s's run wrote this per-process "
+                             "file\n", f[k][i].name, f[k][i].path, k ? "candidate" : "reference");
+            if (rc == 0)
+                rc = 1;
+        }
+    if (rc == 1 && r->pass && !quiet)
+        fprintf(out, "FAIL: the run's own files pass, but a per-process file fails or has no "
+                     "counterpart (processes: above)\n");
+    free(f[0]);
+    free(f[1]);
+    return rc;
 }
 
 static void print_runs(FILE *out, const probe_compare_result *r)
@@ -1594,6 +1786,7 @@ int main(int argc, char **argv)
     if (!quiet) {
         print_runs(human, res);
         print_rank_sets(human, res);
+        print_threads(human, res);
         print_table(human, res, gate);
         print_roots(human, res);
         print_isolation(human, res);
@@ -1601,6 +1794,10 @@ int main(int argc, char **argv)
     }
     print_verdict(human, res, gate);
     int rc = res->pass ? 0 : 1;
+    if (nrefs == 1 && ncands == 1) {
+        int prc = compare_procs(human, res, refs[0], cands[0], &opts, quiet);
+        rc = prc > rc ? prc : rc;
+    }
     if (json_path && write_to(json_path, res, 0))
         rc = 2;
     if (html_path && write_to(html_path, res, 1))

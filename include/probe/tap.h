@@ -96,6 +96,35 @@ void *probe_tap_stream_v1(int32_t device);
  * stream; adapters call it at interpreter exit. */
 int probe_tap_flush_v1(void);
 
+/* ---- processes (appended in 0.x; ABI version 1) --------------------------
+ *
+ * Write this process's captures to its own per-process file,
+ * <stem>.<name><ext> next to the run's capture file (PROBE_OUT run.h5,
+ * name "proc1": run.proc1.h5), instead of claiming the run's file: for a
+ * worker process (a DataLoader worker running the text encoder) that must
+ * not take the run's file from the process running the pipeline. name:
+ * "proc" followed by [A-Za-z0-9_-], at most 64 characters. Call it before
+ * the process's first tap. PROBE_OK (also when this process does not
+ * capture, and again with the same name); PROBE_EINVAL for a bad name;
+ * PROBE_ESTATE after the process claimed a file, with another name, or in
+ * the run's first process (which writes the run's file). The file's
+ * manifest has "process": {"name", "main", "ppid"}; the run's file lists the
+ * per-process files next to it ("processes"). */
+int probe_tap_sidecar_v1(const char *name);
+
+/* As probe_tap_sidecar_v1, but only if the run's capture file is already
+ * taken (held by another process, or holding a capture) when this process
+ * first taps: a pool of processes that each run the pipeline; the first to
+ * tap writes the run's file. Returns as probe_tap_sidecar_v1. */
+int probe_tap_sidecar_if_taken_v1(const char *name);
+
+/* Drain and close this process's capture file now, as at exit (for a
+ * process that will leave with _exit, which runs no atexit handler); later
+ * taps return PROBE_ESTATE. PROBE_OK (also when this process does not
+ * capture or already closed), PROBE_EIO when capture was disabled by a
+ * write error. */
+int probe_tap_close_v1(void);
+
 /* ---- injection (appended in 0.x; same descriptor, ABI version 1) ------
  *
  * Injection replaces a tensor of the running (candidate) process with the

@@ -63,8 +63,8 @@ PROBE_INJECT_ERROR = -1
 
 
 class TapLibrary:
-    """The tap ABI functions, bound with their C signatures (inject is None
-    when the preloaded shim predates probe_inject_v1)."""
+    """The tap ABI functions, bound with their C signatures (inject, sidecar
+    and close are None when the preloaded shim predates them)."""
 
     def __init__(self, handle):
         self.tap = handle.probe_tap_v1
@@ -88,6 +88,18 @@ class TapLibrary:
             self.inject.restype = ctypes.c_int
         except AttributeError:
             self.inject = None
+        try:
+            self.sidecar = handle.probe_tap_sidecar_v1
+            self.sidecar.argtypes = [ctypes.c_char_p]
+            self.sidecar.restype = ctypes.c_int
+            self.sidecar_if_taken = handle.probe_tap_sidecar_if_taken_v1
+            self.sidecar_if_taken.argtypes = [ctypes.c_char_p]
+            self.sidecar_if_taken.restype = ctypes.c_int
+            self.close = handle.probe_tap_close_v1
+            self.close.argtypes = []
+            self.close.restype = ctypes.c_int
+        except AttributeError:
+            self.sidecar = self.sidecar_if_taken = self.close = None
         try:
             self.scope_enter = handle.probe_scope_enter_v1
             self.scope_enter.argtypes = [ctypes.POINTER(ProbeScopeV1)]

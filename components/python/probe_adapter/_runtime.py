@@ -20,6 +20,16 @@ Rules (docs/components.md):
     when not nested); every call carries the class ("module.Qualname") of
     the object whose method was wrapped, and its module path when it can be
     found (_module_path);
+  * threads: the main thread's calls are counted as above; a call made on
+    another thread is the component "<component>@<thread>" (<thread> its
+    threading name, sanitized), with its own call, step and CFG-branch
+    counters, so concurrent threads never interleave one another's indices;
+  * processes: a multiprocessing child that is a DataLoader worker, or whose
+    first call is not one of the pipeline's own (a root input, dit.step,
+    scheduler.step), is a worker and
+    writes its own file, <stem>.proc<identity><ext> (probe_tap_sidecar_v1);
+    a child forked after its parent opened the capture file cannot capture
+    and names what it did not capture in one line at its exit;
   * timestep = the value of an argument named `timestep` or `t` when it is a
     Python number or a CPU tensor whose elements are all equal; NaN
     otherwise (a CUDA tensor is never read: that would synchronize).
@@ -47,6 +57,7 @@ import json
 import math
 import numbers
 import os
+import re
 import sys
 import threading
 import types
@@ -68,6 +79,62 @@ _DIST_FIELDS = ("mean", "logvar")  # taken from *Distribution outputs (diffusers
 
 
 _DYNAMO_EVAL_FRAME = "torch._dynamo.eval_frame"
+_PIPELINE_OWN = ("dit.step", "scheduler.step", "dit.block")  # with the table's root rows
+_THREAD_TAG_MAX = 48
+
+
+def _thread_tag(name):
+    """The path form of a thread name: runs of characters other than
+    [A-Za-z0-9_.-] become '_', at most 48 characters; "thread" if empty."""
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:_THREAD_TAG_MAX]
+    return tag if tag.strip(".") else "thread"
+
+
+def _run_wrote_something():
+    """True when another process of the run has written a capture: PROBE_OUT,
+    or a per-rank or per-process file next to it, is not empty (a launcher
+    such as torchrun's agent imports torch and matches no class itself)."""
+    out = os.environ.get("PROBE_OUT")
+    if not out:
+        return False
+    import glob
+    head, base = os.path.split(out)
+    dot = base.rfind(".")
+    stem, ext = (base[:dot], base[dot:]) if dot > 0 else (base, "")
+    names = [out]
+    for kind in ("rank", "proc"):
+        names += glob.glob(os.path.join(glob.escape(head), glob.escape(stem) + "." + kind + "*"
+                                        + glob.escape(ext)))
+    for n in names:
+        try:
+            if os.path.getsize(n) > 0:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _dataloader_worker():
+    """True in a torch DataLoader worker process (whatever it calls)."""
+    data = sys.modules.get("torch.utils.data")
+    try:
+        return data is not None and data.get_worker_info() is not None
+    except Exception:
+        return False
+
+
+def _mp_child():
+    """The multiprocessing identity of this process when it is a
+    multiprocessing child ((1,), (1, 2), ...), else None."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return None
+    try:
+        if mp.parent_process() is None:
+            return None
+        return tuple(mp.current_process()._identity) or ()
+    except Exception:
+        return None
 
 
 class _PostImportHook:
@@ -177,6 +244,12 @@ class Runtime:
         self._latent_batch = None  # batch of the last latents.init output
         self._cfg_batched = []  # dit.step calls with both CFG branches batched (manifest cfg_batch)
         self.nvtx = _cfg.NvtxSteps(self._scheduler_range_end)
+        self._threads = {}  # thread tag -> {"name", "calls", "steps", "dit"}
+        self._pipeline_own = set(_PIPELINE_OWN) | {n for n, r in table.rows.items() if r.get("root")}
+        self._role_done = False  # this process's first call decided worker or not
+        self._missed = None      # forked after the parent opened the file: component -> calls
+        self._exited = False
+        self._child_exit = False
         self._noted = set()
         self._torch = None
         self._dtype_codes = None
@@ -287,8 +360,23 @@ class Runtime:
 
     # -- exit --------------------------------------------------------------
     def at_exit(self):
+        if self._exited:
+            return
         if not self.enabled or not self.lib.enabled():
             return  # nothing to flush, or the library already reported why
+        self._exited = True
+        try:
+            self.manifest_threads()
+        except Exception:
+            pass
+        if self.lib.sidecar is not None and self._child_exit and self._role_done == "worker":
+            self._flush_at_exit()
+            return  # a worker: the run's main process reports unmatched patterns
+        if not self._role_done and _run_wrote_something():
+            # This process called no component while another process of the run
+            # captured (a multiprocessing parent): that one reports patterns.
+            self._flush_at_exit()
+            return
         # A --tap or --scope that wrapped nothing is almost always a class name
         # that does not exist in this program (a typo, another version).
         try:
@@ -301,12 +389,53 @@ class Runtime:
         except Exception:
             pass
         try:
+            self._note_unmatched()
+        except Exception:
+            pass
+        try:
             for comp, pats in self.table.unused_enabled_rows():
                 _note_stderr("opt-in component %s (probe-run --blocks) matched no method in this "
                              "run: no class matched %s; name the class with --tap %s=Class.forward"
                              % (comp, ", ".join(pats), comp))
         except Exception:
             pass
+        self._flush_at_exit()
+
+    def _note_unmatched(self):
+        """At exit: classes that match the table but were never wrapped (made
+        by type(), which the class hook does not see), or, in a process that
+        imported torch while no process of the run wrote a capture, no class
+        of the table at all; one line."""
+        escaped = set()
+        for mod in list(sys.modules.values()):
+            mname = getattr(mod, "__name__", None)
+            d = getattr(mod, "__dict__", None)
+            if not isinstance(d, dict):
+                continue
+            for value in list(d.values()):
+                # type(value), not isinstance: some module attributes warn on __class__
+                if not issubclass(type(value), type) or value.__dict__.get("__module__") != mname:
+                    continue
+                try:
+                    found = self.table.match(value)
+                except Exception:
+                    continue
+                for method, component in found:
+                    f = getattr(value, method, None)
+                    if f is not None and getattr(f, "__probe_component__", None) is None:
+                        escaped.add("%s.%s.%s -> %s" % (mname, value.__qualname__, method,
+                                                           component))
+        if escaped:
+            names = sorted(escaped)
+            _note_stderr("classes created without a class statement (type()) match the component "
+                         "table but were never wrapped, so their calls were not captured: %s"
+                         % ", ".join(names[:8] + (["..."] if len(names) > 8 else [])))
+        elif not self.wrapped and "torch" in sys.modules and not _run_wrote_something():
+            _note_stderr("pid %d imported torch but no class matched the component table "
+                         "(%s): nothing of this process was captured; name the classes with "
+                         "--tap COMPONENT=Class.method" % (os.getpid(), self.table.path))
+
+    def _flush_at_exit(self):
         try:
             self.manifest_libraries()
             self.manifest_dtypes()
@@ -327,11 +456,107 @@ class Runtime:
         atexit.register(self.at_exit)
 
     def after_fork_in_child(self):
+        was = self.enabled
         try:
             self.enabled = bool(self.lib.enabled())
         except Exception:
             self.enabled = False
-        self.pid = os.getpid()
+        parent, self.pid = self.pid, os.getpid()
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        if self.enabled:
+            # The parent had not opened the capture file: this child is a
+            # fresh process of the run, counting its own calls from 0.
+            self._calls = {name: 0 for name in self.table.names}
+            self._steps_done = self._dit_in_step = 0
+            self._threads = {}
+            self._dtypes = {}
+            self._role_done = False
+            self._exited = False
+            self._child_exit = False
+        elif was:
+            self._missed = {}
+            self._fork_parent = parent
+
+    def _miss(self, component):
+        """Count a call this forked child cannot capture; the first one
+        arranges the one line at exit."""
+        with self._lock:
+            first = not self._missed
+            self._missed[component] = self._missed.get(component, 0) + 1
+        if first:
+            atexit.register(self._report_missed)
+            self._at_mp_exit(self._report_missed)
+
+    def _report_missed(self):
+        missed, self._missed = self._missed, None
+        if not missed:
+            return
+        what = ", ".join("%s (%d call%s)" % (c, n, "" if n == 1 else "s")
+                         for c, n in sorted(missed.items()))
+        _note_stderr("pid %d did not capture %s: it was forked from pid %d after that process "
+                     "opened the capture file, and such a child never captures (start it with "
+                     "the spawn start method, or before the first capture)"
+                     % (os.getpid(), what, self._fork_parent))
+
+    @staticmethod
+    def _at_mp_exit(fn):
+        """Run fn when this multiprocessing child leaves its target: a forked
+        child ends with os._exit, which runs no atexit handler."""
+        if _mp_child() is None:
+            return
+        try:
+            import multiprocessing.util as mpu
+            mpu.Finalize(None, fn, exitpriority=-1000)
+        except Exception:
+            pass
+
+    def _close_at_child_exit(self):
+        self.at_exit()
+        close = self.lib.close
+        if close is not None:
+            rc = close()
+            if rc not in (0, 3):
+                _note_stderr("probe_tap_close_v1 failed with status %d: the capture file may be "
+                             "incomplete" % rc)
+
+    def _first_call(self, component):
+        """This process's first component call: a multiprocessing child that
+        is a DataLoader worker, or whose first call is not one of the
+        pipeline's own, is a worker and writes its own file; any
+        multiprocessing child closes its file when it leaves its target."""
+        ident = _mp_child()
+        if ident is None:
+            self._role_done = "main"
+            return
+        role = "main"
+        name = "proc" + ("-".join(str(i) for i in ident) if ident else "-pid%d" % os.getpid())
+        if (component not in self._pipeline_own or _dataloader_worker()) and self.lib.sidecar is not None:
+            rc = self.lib.sidecar(name.encode())
+            if rc == 0:
+                role = "worker"
+            else:
+                self.note("sidecar", "probe_tap_sidecar_v1(%s) failed with status %d: this worker "
+                          "writes to the run's capture file if it is free" % (name, rc))
+        elif self.lib.sidecar is not None:
+            # a child running the pipeline: the run's file if it is free (the
+            # first of a pool of pipeline processes), else its own
+            rc = self.lib.sidecar_if_taken(name.encode())
+            if rc != 0:
+                self.note("sidecar", "probe_tap_sidecar_if_taken_v1(%s) failed with status %d"
+                          % (name, rc))
+        self._role_done = role
+        self._child_exit = True
+        self._at_mp_exit(self._close_at_child_exit)
+
+    def manifest_threads(self):
+        """Manifest "threads": for each thread other than the main one that
+        called components, its name and its calls per component."""
+        with self._lock:
+            d = {tag: {"name": t["name"], "calls": {c: n for c, n in sorted(t["calls"].items()) if n}}
+                 for tag, t in sorted(self._threads.items())}
+        if d:
+            self.manifest("threads", d)
 
     # -- torch -------------------------------------------------------------
     def _get_torch(self):
@@ -405,6 +630,8 @@ class Runtime:
         @functools.wraps(func)
         def probe_wrapper(*args, **kwargs):
             if not rt.enabled:
+                if rt._missed is not None:
+                    rt._miss(component)
                 return func(*args, **kwargs)
             if scope_only:
                 try:
@@ -612,27 +839,47 @@ class Runtime:
         branch, and, inside the call `parent` (the enclosing tapped call on
         this thread), the parent's path and this call's block index; a nested
         call whose step or branch is unknown takes the parent's."""
+        if not self._role_done:
+            self._first_call(component)
+        tag, base = self._thread_state(), component
         with self._lock:
-            call = self._calls.get(component, 0)
-            self._calls[component] = call + 1
+            st = self._threads[tag] if tag is not None else None
+            calls = st["calls"] if st is not None else self._calls
+            call = calls.get(component, 0)
+            calls[component] = call + 1
+            steps = st["steps"] if st is not None else self._steps_done
             if component == "dit.step":
                 nv = self.nvtx.enclosing_step()
-                step = self._steps_done
-                if nv is not None:
-                    step = nv[0]
-                    if nv[1] != self._dit_instance:
-                        self._dit_in_step = 0
-                    self._dit_instance = nv[1]
-                cfg = self._dit_in_step
-                self._dit_in_step += 1
+                step = steps
+                if st is not None:
+                    if nv is not None:
+                        step = nv[0]
+                        if nv[1] != st.get("dit_instance"):
+                            st["dit"] = 0
+                        st["dit_instance"] = nv[1]
+                    cfg = st["dit"]
+                    st["dit"] += 1
+                else:
+                    if nv is not None:
+                        step = nv[0]
+                        if nv[1] != self._dit_instance:
+                            self._dit_in_step = 0
+                        self._dit_instance = nv[1]
+                    cfg = self._dit_in_step
+                    self._dit_in_step += 1
             elif component in ("scheduler.step", "controlnet"):
                 nv = (self.nvtx.last_step() if component == "scheduler.step"
                       else self.nvtx.enclosing_step())
-                step, cfg = self._steps_done, -1
-                if nv is not None and (component == "controlnet" or nv[1] != self._sched_instance):
+                step, cfg = steps, -1
+                done = st.get("sched_instance") if st is not None else self._sched_instance
+                if nv is not None and (component == "controlnet" or nv[1] != done):
                     step = nv[0]
             else:
                 step, cfg = -1, -1
+        if tag is not None:
+            # a component name is at most 127 bytes (tap.h): the tag gives way
+            room = 126 - len(component.encode("utf-8"))
+            component = "%s@%s" % (component, tag[:max(room, 1)])
         parent_path, block = None, -1
         if parent is not None:
             if step < 0:
@@ -645,7 +892,25 @@ class Runtime:
             parent_path = "/%s/%04d" % (parent["component"], parent["call"])
         return {"component": component, "call": call, "step": step, "cfg": cfg,
                 "timestep": math.nan, "parent": parent_path, "block": block, "class": cls,
-                "children": {}}
+                "children": {}, "base": base}
+
+    def _thread_state(self):
+        """None on the main thread; otherwise this thread's tag, its counters
+        created at its first call."""
+        tls = self._tls
+        tag = getattr(tls, "tag", False)
+        if tag is not False:
+            return tag
+        cur = threading.current_thread()
+        if cur is threading.main_thread():
+            tag = None
+        else:
+            tag = _thread_tag(cur.name)
+            with self._lock:
+                if tag not in self._threads:
+                    self._threads[tag] = {"name": cur.name, "calls": {}, "steps": 0, "dit": 0}
+        tls.tag = tag
+        return tag
 
     def _scope_enter(self, ctx):
         """Announce the component call to the shim (probe_scope_enter_v1), so
@@ -681,20 +946,35 @@ class Runtime:
     def _end(self, component):
         if component == "scheduler.step":
             nv = self.nvtx.last_step()
+            tag = self._thread_state()
             with self._lock:
-                self._steps_done += 1
-                self._dit_in_step = 0
-                self._dit_instance = None
-                self._sched_instance = nv[1] if nv is not None else None
+                if tag is None:
+                    self._steps_done += 1
+                    self._dit_in_step = 0
+                    self._dit_instance = None
+                    self._sched_instance = nv[1] if nv is not None else None
+                else:
+                    st = self._threads[tag]
+                    st["steps"] += 1
+                    st["dit"] = 0
+                    st["dit_instance"] = None
+                    st["sched_instance"] = nv[1] if nv is not None else None
             self.nvtx.scheduler_completed()
 
     def _scheduler_range_end(self):
         """A `_scheduler_step` NVTX range closed without a tapped
         scheduler.step inside: one denoising step completed."""
+        tag = self._thread_state()
         with self._lock:
-            self._steps_done += 1
-            self._dit_in_step = 0
-            self._dit_instance = None
+            if tag is None:
+                self._steps_done += 1
+                self._dit_in_step = 0
+                self._dit_instance = None
+            else:
+                st = self._threads[tag]
+                st["steps"] += 1
+                st["dit"] = 0
+                st["dit_instance"] = None
 
     def watch_nvtx(self):
         """Wrap the `nvtx` package (now, if it is imported; else when it is)."""
@@ -822,7 +1102,7 @@ class Runtime:
         glob without a leading '/' also tried without the path's '/'); the
         shim decides. A glob with a backslash is left to the shim."""
         globs = self._inject_globs
-        if not globs or self.table.slot_excluded(ctx["component"], slot):
+        if not globs or self.table.slot_excluded(ctx.get("base", ctx["component"]), slot):
             return False
         path = "/%s/%04d/%s" % (ctx["component"], ctx["call"], slot)
         for g in globs:
@@ -902,21 +1182,22 @@ class Runtime:
                 for key2, value2 in self._children(value, Tensor):
                     if isinstance(value2, Tensor):
                         outs.append(("%s.%s" % (slot, _slot_part(key2)), value2))
-        attrs = self._out_attrs.get(ctx["component"])
+        base = ctx.get("base", ctx["component"])
+        attrs = self._out_attrs.get(base)
         if attrs and obj is not None:
             # set_timesteps & co return nothing: what they set is the output
             for a in attrs:
                 v = getattr(obj, a, None)
                 if isinstance(v, Tensor):
                     outs.append(("out." + _slot_part(a), v))
-            if ctx["component"] == "timesteps":
+            if base == "timesteps":
                 self.manifest_scheduler(obj)
         for slot, t in outs:
-            if self.table.slot_excluded(ctx["component"], slot):
+            if self.table.slot_excluded(ctx.get("base", ctx["component"]), slot):
                 continue
             self._inject_output(ctx, slot, t)
             self._tap(ctx, slot, t)
-        if ctx["component"] == "latents.init":
+        if base == "latents.init":
             b = _cfg.latent_batch(torch, result)
             if b:
                 self._latent_batch = b
@@ -1007,7 +1288,7 @@ class Runtime:
         return desc
 
     def _tap(self, ctx, slot, t):
-        if self.table.slot_excluded(ctx["component"], slot):
+        if self.table.slot_excluded(ctx.get("base", ctx["component"]), slot):
             return
         desc = self._describe(ctx, slot, t)
         if desc is None:
@@ -1015,8 +1296,9 @@ class Runtime:
         torch = self._torch
         component = ctx["component"]
         device = desc.device
-        if slot.startswith("out") and component not in self._dtypes:
-            self._dtypes[component] = str(t.dtype).replace("torch.", "")
+        base = ctx.get("base", component)
+        if slot.startswith("out") and base not in self._dtypes:
+            self._dtypes[base] = str(t.dtype).replace("torch.", "")
         rc = self.lib.tap(ctypes.byref(desc))
         if rc != 0:
             if not self.lib.enabled():
