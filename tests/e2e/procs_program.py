@@ -17,7 +17,7 @@
     procs_program.py late-fork SAVE          as loader fork, but the main
                                              process runs the DiT once before
                                              the workers are forked
-    procs_program.py osfork SAVE             the main process runs the DiT, then
+    procs_program.py osfork|osfork-exit SAVE the main process runs the DiT, then
                                              os.fork(): the child runs the text
                                              encoder 3 times and exits normally
     procs_program.py threads SAVE            4 threads x 3 calls of one text
@@ -202,7 +202,7 @@ def main():
         loader(sys.argv[2], d, False)
     elif mode == "loader-encode":
         loader("fork", d, False, True)
-    elif mode == "osfork":
+    elif mode in ("osfork", "osfork-exit"):
         torch.set_num_threads(1)
         run_dit(denoiser(), torch.zeros(1, 16, 32), 0, d)
         pid = os.fork()
@@ -212,6 +212,8 @@ def main():
             with torch.no_grad():
                 for _ in range(3):
                     enc(ids, mask)
+            if mode == "osfork-exit":
+                os._exit(0)
             sys.exit(0)
         _, status = os.waitpid(pid, 0)
         print("osfork: child status %d" % status)

@@ -22,8 +22,8 @@ which saves with numpy what each component returned).
            files too (a DataLoader worker is always a worker);
   late     workers forked after the main process opened the file: one exact
            probe: line per worker naming its text_encoder calls, no file;
-  osfork   os.fork() after the capture began, the child exiting normally:
-           the same line;
+  osfork   os.fork() after the capture began, the child exiting normally
+           or by os._exit: the same line;
   threads  4 threads x 3 text-encoder calls, two runs: every call at
            /text_encoder@enc-<j>/<call>, equal to that thread's result;
            probe-compare --expect-identical exits 0 with nothing unpaired and
@@ -259,14 +259,16 @@ def test_late(d):
 
 
 def test_osfork(d):
-    out = os.path.join(d, "osfork.h5")
-    r = probe_run(out, [PY, PROG, "osfork", d])
-    lines = probe_lines(r.stderr)
-    m = re.match(r"probe: pid (\d+) did not capture text_encoder \(3 calls\): it was forked from pid (\d+) after "
-                 r"that process opened the capture file", lines[0]) if len(lines) == 1 else None
-    check(r.returncode == 0 and "osfork: child status 0" in r.stdout and m is not None,
-          "os.fork after the capture began: the child names what it did not capture (%s)" % lines)
-    check({p.split("/")[1] for p in datasets(out)} == {"dit.step"}, "os.fork: the parent's file is intact")
+    for mode in ("osfork", "osfork-exit"):
+        out = os.path.join(d, mode + ".h5")
+        r = probe_run(out, [PY, PROG, mode, d])
+        lines = probe_lines(r.stderr)
+        m = re.match(r"probe: pid (\d+) did not capture text_encoder \(3 calls\): it was forked from pid (\d+) "
+                     r"after that process opened the capture file", lines[0]) if len(lines) == 1 else None
+        check(r.returncode == 0 and "osfork: child status 0" in r.stdout and m is not None,
+              "%s: os.fork after the capture began, the child ending by %s names what it did not capture (%s)"
+              % (mode, "os._exit" if mode == "osfork-exit" else "sys.exit", lines))
+        check({p.split("/")[1] for p in datasets(out)} == {"dit.step"}, "%s: the parent's file is intact" % mode)
 
 
 def test_threads(d):

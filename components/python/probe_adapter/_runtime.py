@@ -469,6 +469,8 @@ class Runtime:
             # fresh process of the run, counting its own calls from 0.
             self._calls = {name: 0 for name in self.table.names}
             self._steps_done = self._dit_in_step = 0
+            self._dit_instance = self._sched_instance = None
+            self._cfg_batched = []
             self._threads = {}
             self._dtypes = {}
             self._role_done = False
@@ -487,6 +489,26 @@ class Runtime:
         if first:
             atexit.register(self._report_missed)
             self._at_mp_exit(self._report_missed)
+            self._before_os_exit(self._report_missed)
+
+    @staticmethod
+    def _before_os_exit(fn):
+        """Run fn before os._exit in this process: a forked child often ends
+        with os._exit, which runs no atexit handler. fn's errors are ignored;
+        os._exit then does what it did."""
+        orig = os._exit
+        if getattr(orig, "__probe_wrapped__", False):
+            return
+
+        @functools.wraps(orig)
+        def _exit(status):
+            try:
+                fn()
+            except Exception:
+                pass
+            orig(status)
+        _exit.__probe_wrapped__ = True
+        os._exit = _exit
 
     def _report_missed(self):
         missed, self._missed = self._missed, None
