@@ -778,6 +778,7 @@ __attribute__((constructor)) static void shim_init(void)
     shim_cfg.capture_spec = xstrdup(spec && *spec ? spec : "*");
     shim_capture_config(shim_cfg.capture_spec ? shim_cfg.capture_spec : "*"); /* tap.c */
     shim_stats_config();                                                       /* stats.c */
+    shim_stats_for_config(getenv("PROBE_STATS_ONLY_FOR"));                     /* tap.c */
     shim_scope_config();                                                       /* scope.c */
     const char *lp = getenv("PROBE_LIBPROBE");
     shim_cfg.libprobe_path = lp && *lp ? xstrdup(lp) : NULL;

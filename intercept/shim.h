@@ -577,6 +577,15 @@ void shim_graph_note_skip(void *stream, const char *path);
  * A bad spec sets shim_cfg.capture_error, prints one `probe:` line and
  * selects nothing. Constructor only. */
 void shim_capture_config(const char *spec);
+/* Parse spec (PROBE_STATS_ONLY_FOR; NULL or "" none), the same grammar: the
+ * tensors an item selects are written as stats-only records. A bad spec
+ * prints one `probe:` line and makes every tensor stats-only. Constructor only. */
+void shim_stats_for_config(const char *spec);
+/* 1 when an item of PROBE_STATS_ONLY_FOR selects the tensor at path with this
+ * step, CFG branch and block index (-1 unknown). */
+int shim_stats_for_selected(const char *path, int64_t step, int64_t branch, int64_t block);
+/* The number of items of PROBE_STATS_ONLY_FOR. */
+int shim_stats_for_count(void);
 
 /* ---- stats.c: stats-only capture ------------------------------------------ */
 

@@ -1,4 +1,5 @@
-/* stats.c - stats-only capture (PROBE_STATS_ONLY=1, probe-run --stats-only):
+/* stats.c - stats-only capture (PROBE_STATS_ONLY=1, probe-run --stats-only; or
+ * only the tensors PROBE_STATS_ONLY_FOR selects, probe-run --stats-only-for):
  * the writer thread keeps each selected tensor's summary (probe_summary:
  * counts, min, max, max |x|, sum, sum of squares) and the XXH64 of its bytes
  * instead of the bytes (docs/file-format.md "Stats-only records").
@@ -31,7 +32,9 @@ void shim_stats_config(void)
 probe_status shim_stats_put(probe_writer *w, const probe_record *rec, const void *data,
                             size_t nbytes)
 {
-    if (!shim_cfg.stats_only)
+    if (!shim_cfg.stats_only &&
+        !shim_stats_for_selected(rec->path, rec->step, rec->cfg_branch,
+                                 rec->parent && rec->parent[0] ? rec->block : -1))
         return shim_w_put(w, rec, data, nbytes);
     if (!shim_lp.writer_put_summary || !shim_lp.summary_compute || !shim_lp.capture_hash) {
         if (atomic_exchange(&warned_old_libprobe, 1) == 0)
@@ -64,6 +67,11 @@ void shim_stats_json(struct shim_json *b)
 {
     if (shim_cfg.stats_only)
         shim_json_raw(b, ",\"stats_only\":true");
+    const char *spec = getenv("PROBE_STATS_ONLY_FOR");
+    if (!shim_cfg.stats_only && spec && *spec && shim_stats_for_count() > 0) {
+        shim_json_raw(b, ",\"stats_only_for\":");
+        shim_json_string(b, spec);
+    }
     if (shim_cfg.capture_error) {
         shim_json_raw(b, ",\"capture_error\":");
         shim_json_string(b, shim_cfg.capture_error);

@@ -169,6 +169,8 @@ probe_status shim_tap_validate(const probe_tap_tensor_v1 *t, struct shim_extent 
 
 #define SEL_VALUE_MAX ((int64_t)999999999)
 
+static int selectors_hold(const struct shim_select *s, int64_t step, int64_t branch, int64_t block);
+
 /* Parse "N" at *p (decimal, 0..SEL_VALUE_MAX; as scripts/probe-run checks); 1 and *p past it, or 0. */
 static int parse_num(const char **p, int64_t *v)
 {
@@ -308,6 +310,72 @@ void shim_capture_config(const char *spec)
     shim_cfg.globs = g;
     shim_cfg.sel = sel;
     shim_cfg.nglobs = k;
+}
+
+/* PROBE_STATS_ONLY_FOR (probe-run --stats-only-for SPEC): the tensors an item
+ * of SPEC selects (the grammar above) are written as stats-only records. */
+static struct {
+    size_t n;
+    char **globs;
+    struct shim_select *sel;
+} stats_for;
+
+void shim_stats_for_config(const char *spec)
+{
+    if (!spec || !*spec)
+        return;
+    size_t n = 1;
+    for (const char *c = spec; *c; ++c)
+        n += *c == ',';
+    char *copy = strdup(spec);
+    char **g = calloc(n, sizeof *g);
+    struct shim_select *sel = calloc(n, sizeof *sel);
+    if (!copy || !g || !sel) {
+        free(copy);
+        free(g);
+        free(sel);
+        shim_warn("PROBE_STATS_ONLY_FOR: out of memory; every tensor is written stats-only");
+        shim_cfg.stats_only = 1;
+        return;
+    }
+    size_t k = 0;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!*(tok = shim_trim_spaces(tok)))
+            continue;
+        char item[SHIM_PATH_MAX + 64];
+        snprintf(item, sizeof item, "%s", tok);
+        const char *why = parse_item(tok, &sel[k]);
+        if (why) {
+            /* writing every byte of a run meant to be summarized is the worse mistake */
+            shim_warn("PROBE_STATS_ONLY_FOR='%s': item '%s' %s; every tensor is written stats-only",
+                      spec, item, why);
+            shim_cfg.stats_only = 1;
+            free(copy);
+            free(g);
+            free(sel);
+            return;
+        }
+        g[k++] = tok;
+    }
+    stats_for.globs = g;
+    stats_for.sel = sel;
+    stats_for.n = k;
+}
+
+int shim_stats_for_selected(const char *path, int64_t step, int64_t branch, int64_t block)
+{
+    for (size_t i = 0; i < stats_for.n; ++i) {
+        const char *g = stats_for.globs[i];
+        if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
+            selectors_hold(&stats_for.sel[i], step, branch, block))
+            return 1;
+    }
+    return 0;
+}
+
+int shim_stats_for_count(void)
+{
+    return (int)stats_for.n;
 }
 
 static int in_ranges(int64_t v, const struct shim_range *r, size_t nr)

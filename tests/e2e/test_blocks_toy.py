@@ -26,6 +26,10 @@ Runs and what they must show:
      with @step=: exactly the selected paths (a tap that is not nested never
      matches @block=); an item '@block=7' that matches nothing is named at
      exit in one probe: line with the block indices seen;
+  g  --blocks --stats-only-for 'dit.block/*@block=1': exactly block 1's
+     tensors are stats-only records whose hash and summary are b's bytes',
+     the rest bit-identical to b; probe-compare b g --expect-identical exits
+     0; a bad spec exits 2 with one line;
   e  --blocks on a program without any block class: one probe: line at
      exit naming dit.block, the program's stdout unchanged;
   f  bad input (--tap 'a/b=X.forward', --tap '=X.f', --capture
@@ -233,6 +237,41 @@ def main():
     check(ci == [{"item": "dit.block/*/out@block=0+5-@step=1", "matched": len(want)},
                  {"item": "dit.block/*@block=7", "matched": 0}],
           "(d) manifest capture_items (%r)" % ci)
+
+    # (g) --stats-only-for: block 1's tensors as stats-only records, everything else in full;
+    # each record's hash and summary are those of the full capture's bytes (b)
+    g_h5 = os.path.join(tmp, "g.h5")
+    pg = probe_run(g_h5, ["--blocks", "--stats-only-for", "dit.block/*@block=1"],
+                   toy("--out", os.path.join(tmp, "g.npy")))
+    check(pg.returncode == 0 and not [ln for ln in pg.stderr.splitlines() if ln.startswith("probe")],
+          "(g) --stats-only-for exits 0, nothing on stderr")
+    capg = read_capture(g_h5)
+    stat = {p for p, (_, at) in capg.items() if int(at.get("probe.stats_only", 0)) == 1}
+    want = {p for p, (_, at) in cap.items() if p.startswith("/dit.block/") and int(at.get("probe.block", -1)) == 1}
+    check(set(capg) == set(cap) and stat == want and len(want) == 4 * 2 * STEPS,
+          "(g) exactly block 1's %d tensors are stats-only records, the other %d full"
+          % (len(want), len(cap) - len(want)))
+    ok = True
+    for p in sorted(set(capg) & set(cap)):
+        (ga, gat), (ba, bat) = capg[p], cap[p]
+        if p in stat:
+            x = np.asarray(ba, dtype=np.float64).ravel()
+            rec = ga
+            ok &= (a_str(gat["probe.hash"]) == a_str(bat["probe.hash"]) and int(rec["n"]) == x.size
+                   and np.isclose(float(rec["sum"]), x.sum(), rtol=1e-12, atol=1e-12)
+                   and float(rec["abs_max"]) == float(np.abs(x).max()))
+        else:
+            ok &= same_bits(ga, ba)
+    check(ok, "(g) each record's hash, n, sum and abs_max are the full capture's; the rest bit-identical")
+    check(manifest(g_h5).get("stats_only_for") == "dit.block/*@block=1" and "stats_only" not in manifest(g_h5),
+          "(g) the manifest records stats_only_for")
+    pc = run([os.path.join(BUILD, "bin", "probe-compare"), b_h5, g_h5, "--expect-identical", "--quiet"])
+    check(pc.returncode == 0, "(g) probe-compare full vs --stats-only-for --expect-identical exits 0 "
+          "(identical by hash) (%d)" % pc.returncode)
+    pbad = probe_run(os.path.join(tmp, "gbad.h5"), ["--stats-only-for", "dit.block/*@blk=1"], [PY, "-c", "pass"])
+    lines = [ln for ln in pbad.stderr.splitlines() if ln.strip()]
+    check(pbad.returncode == 2 and len(lines) == 1 and "--stats-only-for 'dit.block/*@blk=1'" in lines[0],
+          "(g) a bad --stats-only-for spec: exit 2, one line (%r)" % lines)
 
     # (e) --blocks where no class matches dit.block's patterns
     prog = os.path.join(tmp, "noblocks.py")
