@@ -1,4 +1,4 @@
-/* report.c - compare results as CONTRACT.md's JSON (version 1) and as a
+/* report.c - compare results as probe-compare's JSON (version 1, docs/compare-json.md) and as a
  * self-contained HTML page. */
 #include "probe/compare.h"
 
@@ -35,8 +35,8 @@ static json_t *gate_json(const probe_gate *g)
     return o;
 }
 
-/* Explain each metric that is written as null (CONTRACT.md: "its reason is
- * given in reasons"). */
+/* Explain each metric that is written as null (docs/metrics.md "NaN / Inf rule":
+ * the gate gives the reason). */
 static void null_reasons(const probe_tensor_result *t, json_t *reasons)
 {
     const probe_metrics *m = &t->m;

@@ -1,6 +1,6 @@
 /* probe/capture.h - the capture file (HDF5): writer and reader.
  *
- * Layout (docs/file-format.md, CONTRACT.md): one dataset per captured tensor
+ * Layout (docs/file-format.md): one dataset per captured tensor
  * at /<component>/<call, 4 digits>/<slot>, stored contiguous, row-major, in
  * its logical element type:
  *   float16/32/64     IEEE little-endian (H5T_IEEE_F16LE-like, F32LE, F64LE)

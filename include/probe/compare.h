@@ -4,7 +4,7 @@
  * capture (feature on) by full HDF5 dataset path, computes the metrics of
  * probe/metrics.h for every matched pair in fp64, applies a gate
  * (probe/gate.h) and finds the first failure in execution order. Definitions
- * and the JSON layout are CONTRACT.md's.
+ * and the JSON layout are docs/metrics.md's and docs/compare-json.md's.
  */
 #ifndef PROBE_COMPARE_H
 #define PROBE_COMPARE_H
@@ -432,8 +432,8 @@ probe_status probe_compare_sets(const char *const *reference, size_t nref,
  * may be called again (it replaces what is there). PROBE_ENOMEM. */
 probe_status probe_attribute(probe_compare_result *r);
 
-/* Write the result as CONTRACT.md's JSON version 1 (plus the additive keys
- * "dtype_candidate", "skipped", "summary"). PROBE_EIO if the stream fails. */
+/* Write the result as probe-compare's JSON version 1 (docs/compare-json.md).
+ * PROBE_EIO if the stream fails. */
 probe_status probe_compare_write_json(const probe_compare_result *r, FILE *f);
 
 /* Write the result as JUnit XML: one <testsuite name="probe-compare">, one
