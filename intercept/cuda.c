@@ -1,5 +1,5 @@
 /* cuda.c - device tensors: the CUDA runtime is taken from the copy the
- * process already loaded (never linked: INTERCEPT.md, last section), and
+ * process already loaded (never linked: docs/intercept.md "What the shim links, and why"), and
  * only when a device tensor arrives.
  *
  * Per tap: event on the producer stream -> probe's private non-blocking

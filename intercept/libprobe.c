@@ -1,6 +1,6 @@
 /* libprobe.c - load the HDF5-linked writer (libprobe.so) into the process
- * without putting HDF5 into the global symbol scope (INTERCEPT.md, last
- * section: a preloaded libhdf5 breaks `import h5py`). */
+ * without putting HDF5 into the global symbol scope (docs/intercept.md
+ * "What the shim links, and why": a preloaded libhdf5 breaks `import h5py`). */
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>

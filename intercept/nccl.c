@@ -7,7 +7,7 @@
  * libnccl are weak aliases of them) and returns its result. The real entry
  * points are resolved at the first call: dlsym(RTLD_NEXT), then
  * dlopen("libnccl.so.2", RTLD_NOLOAD | RTLD_LAZY) + dlsym (torch loads NCCL
- * RTLD_LOCAL, where RTLD_NEXT does not see it; INTERCEPT.md "NCCL").
+ * RTLD_LOCAL, where RTLD_NEXT does not see it; docs/nccl.md "Hooks").
  *
  * What is recorded, in the process that owns the capture file:
  * - every call is counted per scope component and collective (count and

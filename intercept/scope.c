@@ -61,7 +61,7 @@ static atomic_llong nvtx_calls[NVTX_MAP_MAX];
 static char *nvtx_spec;   /* the spec in effect (for the manifest) */
 static char *nvtx_error;  /* why a given spec was refused, else NULL */
 
-/* TensorRT-LLM VisualGen's ranges (INTERCEPT.md "NVTX"). */
+/* TensorRT-LLM VisualGen's ranges (docs/intercept.md "Scopes"). */
 static const char default_spec[] =
     "denoise.step=denoise_step *,denoise.step=denoise_step_*,text_encoder=_encode_prompt,"
     "latents.prepare=_prepare_latents,scheduler.step=_scheduler_step,vae.decode=_decode_latents";

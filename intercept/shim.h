@@ -66,7 +66,7 @@ struct shim_config {
     char **argv;              /* /proc/self/cmdline split at NUL */
     size_t argc;
     char *nvtx_note;          /* manifest "nvtx" when not injected, else NULL */
-    /* (additive) selection and stats-only capture (tap.c, stats.c) */
+    /* selection and stats-only capture (tap.c, stats.c) */
     struct shim_select *sel;  /* nglobs entries: the step/branch selectors of each glob */
     char *capture_error;      /* PROBE_CAPTURE rejected (nothing is captured), else NULL */
     int stats_only;           /* PROBE_STATS_ONLY: write summaries and hashes, not bytes */
@@ -209,7 +209,7 @@ struct shim_libprobe {
     const probe_tensor_info *(*file_tensor)(const probe_file *, size_t);
     probe_status (*file_find)(const probe_file *, const char *, size_t *);
     probe_status (*file_read_raw)(probe_file *, size_t, void *, size_t);
-    /* (additive) stats-only capture; NULL when libprobe.so predates it */
+    /* stats-only capture; NULL when libprobe.so predates it */
     probe_status (*writer_put_summary)(probe_writer *, const probe_record *, const probe_summary *,
                                        uint64_t);
     probe_status (*summary_compute)(probe_dtype, const void *, size_t, probe_summary *);
@@ -230,7 +230,7 @@ probe_status shim_libprobe_load(void);
 probe_status shim_w_open(const char *path, const char *manifest, probe_writer **out);
 probe_status shim_w_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes);
 probe_status shim_w_skip(probe_writer *w, const probe_record *rec, const char *reason);
-/* (additive) needs shim_lp.writer_put_summary (check it first) */
+/* needs shim_lp.writer_put_summary (check it first) */
 probe_status shim_w_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
                                 uint64_t hash);
 probe_status shim_w_set_manifest(probe_writer *w, const char *manifest);
@@ -388,7 +388,7 @@ struct shim_job {
     struct shim_device_copy dev; /* SHIM_JOB_DEVICE */
     char reason[SHIM_REASON_MAX]; /* SHIM_JOB_SKIP */
     uint64_t ticket;    /* SHIM_JOB_FLUSH */
-    /* (additive) interposed library calls (gemm.c) */
+    /* interposed library calls (gemm.c) */
     char *op;           /* malloc'd probe.op JSON text or NULL; freed with the job */
     int hash_only;      /* 1: compute the XXH64 of the bytes and hand it to
                            shim_weights_hashed(hash_slot, ...); no dataset */

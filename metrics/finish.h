@@ -1,4 +1,4 @@
-/* finish.h - CONTRACT.md's metrics from the fp64 sums and counts of a pass:
+/* finish.h - docs/metrics.md's metrics from the fp64 sums and counts of a pass:
  * the one place where rel_l2, cosine, the norms, mean_abs and the counts are
  * derived, shared by the CPU engine (stream.c) and libprobe_cuda
  * (metrics/cuda/metrics.cu, compiled as C++ by nvcc). Header-only. */

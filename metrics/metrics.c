@@ -1,6 +1,5 @@
 /* metrics.c - error metrics between a reference r and a candidate c
- * (probe/metrics.h; definitions in CONTRACT.md "Metric definitions" and
- * docs/metrics.md).
+ * (probe/metrics.h; definitions in docs/metrics.md).
  *
  * The computation itself is stream.c's (probe_metrics_compute_source): the
  * in-memory entry points below hand it their arrays, so every path gives the

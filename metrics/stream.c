@@ -306,7 +306,7 @@ static void block_finite(const job *jb, const double *R, const double *C, const 
 }
 
 /* The same for a block with a non-finite index somewhere: element by element,
- * the NaN/Inf rule of CONTRACT.md. ad_out[i] = -1 marks a non-finite index. */
+ * the NaN/Inf rule of docs/metrics.md. ad_out[i] = -1 marks a non-finite index. */
 static void block_mixed(const job *jb, const double *R, const double *C, const double *D,
                         size_t m, part *p, uint64_t base, double *ad_out)
 {

@@ -1,5 +1,5 @@
 /* compare.c - match reference/candidate tensors by path, compute metrics,
- * apply gates, find the first failure in execution order (CONTRACT.md). */
+ * apply gates, find the first failure in execution order (docs/compare-json.md). */
 #include "probe/compare.h"
 #include "experiment.h"
 #include "identity.h"

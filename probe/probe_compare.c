@@ -1,5 +1,5 @@
 /* probe-compare: compare a reference capture (feature off) with a candidate
- * capture (feature on). CLI, exit codes and JSON: CONTRACT.md.
+ * capture (feature on). CLI, exit codes and JSON: docs/compare-json.md.
  *   exit 0  every matched tensor passes the gate and nothing is missing
  *   exit 1  a gate failed, a tensor is missing, nothing was compared, a capture is
  *           incomplete (its run_end), or the candidate equals the reference

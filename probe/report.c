@@ -1,4 +1,4 @@
-/* report.c - compare results as CONTRACT.md's JSON (version 1) and as a
+/* report.c - compare results as probe-compare's JSON (version 1, docs/compare-json.md) and as a
  * self-contained HTML page. */
 #include "probe/compare.h"
 
@@ -35,8 +35,8 @@ static json_t *gate_json(const probe_gate *g)
     return o;
 }
 
-/* Explain each metric that is written as null (CONTRACT.md: "its reason is
- * given in reasons"). */
+/* Explain each metric that is written as null (docs/metrics.md "NaN / Inf rule":
+ * the gate gives the reason). */
 static void null_reasons(const probe_tensor_result *t, json_t *reasons)
 {
     const probe_metrics *m = &t->m;
@@ -81,7 +81,7 @@ static json_t *summary_json(const probe_summary *s)
     return o;
 }
 
-/* (additive, docs/compare-json.md "Stats-only pairs") "stats_only" on every
+/* (docs/compare-json.md "Stats-only pairs") "stats_only" on every
  * tensor; for a stats-only pair the summaries, the rel_l2 lower bound, the
  * mean shift, the NaN/Inf counts the summaries give, and why the element-wise
  * metrics are null. */
@@ -121,7 +121,7 @@ static json_t *int_list(const int *v, int n)
     return a;
 }
 
-/* (additive) rank sets (docs/compare-json.md "Rank sets"): only on tensors of a rank set. */
+/* rank sets (docs/compare-json.md "Rank sets"): only on tensors of a rank set. */
 static void rank_keys_json(json_t *o, const probe_tensor_result *t)
 {
     if (t->rank_tag >= 0)
@@ -137,7 +137,7 @@ static void rank_keys_json(json_t *o, const probe_tensor_result *t)
         json_object_set_new(o, "ranks_present", int_list(t->ranks_present, t->nranks_present));
 }
 
-/* (additive) top level, only when a side is a rank set: "rank_sets", "collectives_unmatched",
+/* top level, only when a side is a rank set: "rank_sets", "collectives_unmatched",
  * "collective_divergence". */
 static void rank_sets_json(json_t *o, const probe_compare_result *r)
 {
@@ -335,7 +335,7 @@ static json_t *tensor_json(const probe_tensor_result *t)
     return o;
 }
 
-/* (additive) per tensor, with --isolated: the reference vs isolated-run
+/* per tensor, with --isolated: the reference vs isolated-run
  * metrics and amplification = rel_l2 / rel_l2_isolated (null when undefined). */
 static void isolated_keys(json_t *o, const probe_tensor_result *t)
 {
@@ -374,7 +374,7 @@ static json_t *any_json(const char *text)
     return v ? v : json_null();
 }
 
-/* (additive) what was compared: both runs' manifests, the root-input check,
+/* what was compared: both runs' manifests, the root-input check,
  * the injection status, the isolated run (docs/compare-json.md). */
 static void experiment_json(json_t *o, const probe_compare_result *r)
 {

@@ -1,6 +1,6 @@
 /* probe/capture.h - the capture file (HDF5): writer and reader.
  *
- * Layout (docs/file-format.md, CONTRACT.md): one dataset per captured tensor
+ * Layout (docs/file-format.md): one dataset per captured tensor
  * at /<component>/<call, 4 digits>/<slot>, stored contiguous, row-major, in
  * its logical element type:
  *   float16/32/64     IEEE little-endian (H5T_IEEE_F16LE-like, F32LE, F64LE)
@@ -47,7 +47,7 @@ typedef struct probe_record {
     probe_dtype dtype;
     int rank;                /* 0..PROBE_MAX_RANK */
     const int64_t *shape;    /* rank entries, each >= 0 */
-    /* (additive) JSON text describing the library call this tensor is an
+    /* JSON text describing the library call this tensor is an
      * operand of (docs/gemm.md "probe.op"), written as the dataset's string
      * attribute probe.op; NULL: no attribute. Must be valid UTF-8. Not kept
      * in the journal: a recovered file has no probe.op. */
@@ -185,7 +185,7 @@ typedef struct probe_tensor_info {
     int64_t call, step;    /* -1 if absent */
     int32_t cfg_branch;    /* -1 if absent */
     double timestep;       /* NaN if absent */
-    /* (additive) 1: a stats-only record (docs/file-format.md "Stats-only
+    /* 1: a stats-only record (docs/file-format.md "Stats-only
      * records"): dtype, rank, shape and n are the true tensor's (probe.dtype,
      * probe.shape), hash its probe.hash; the bytes are not in the file, so
      * probe_file_read_* return PROBE_EUNSUPPORTED; probe_file_summary gives
@@ -322,7 +322,7 @@ typedef struct probe_recovery_info {
     char partial[512];  /* path of the partial capture, "" if none or unknown */
     char journal[1024]; /* the journal's path, "" unless recovered */
     char reason[256];   /* why there is a partial capture, "" if none */
-    /* (additive) tensors the journal says were tapped (TAPPED records of the
+    /* tensors the journal says were tapped (TAPPED records of the
      * preloaded shim) but never written: listed among the skips with the
      * reason "lost: tapped, but the process ended before the writer wrote it" */
     size_t lost;

@@ -4,7 +4,7 @@
  * capture (feature on) by full HDF5 dataset path, computes the metrics of
  * probe/metrics.h for every matched pair in fp64, applies a gate
  * (probe/gate.h) and finds the first failure in execution order. Definitions
- * and the JSON layout are CONTRACT.md's.
+ * and the JSON layout are docs/metrics.md's and docs/compare-json.md's.
  */
 #ifndef PROBE_COMPARE_H
 #define PROBE_COMPARE_H
@@ -26,7 +26,7 @@ typedef struct probe_compare_opts {
     int atol_set, rtol_set;                 /* override the gate's element-wise tolerance */
     double atol, rtol;
     const char *const *only;                /* NULL-terminated fnmatch globs on paths; NULL = every tensor */
-    /* Additive fields (zero = the default behaviour). */
+    /* Zero in any field below is the default behaviour. */
     int expect_identical;   /* 1: the pair must be bit-identical (determinism floor, reference
                                vs reference): identical passes, any difference fails with
                                "not identical". 0: a candidate identical to the reference in
@@ -153,19 +153,19 @@ typedef struct probe_tensor_result {
     int64_t max_abs_index[PROBE_MAX_RANK]; /* m.max_abs_offset as a row-major index of ref.shape */
     probe_gate gate;            /* the gate applied to this tensor (T2: per component/path) */
     probe_gate_verdict verdict; /* pass/fail and reasons (also "shape mismatch ...") */
-    probe_tensor_stats stats;   /* (additive) histogram, channel shift, spatial map; freed
+    probe_tensor_stats stats;   /* histogram, channel shift, spatial map; freed
                                    by probe_compare_result_free */
     int channel_axis;           /* axis of `shift` (>= 0), -1 when none was computed */
     const char *channel_axis_from; /* "option", "table" or "layout"; NULL when none */
     probe_channel_shift shift;  /* per-channel mean shift (shift.count 0: none) */
-    /* (additive) isolation, when opts->isolated is set and the isolated run holds this path
+    /* isolation, when opts->isolated is set and the isolated run holds this path
      * with the reference's shape: m_isolated = metrics of reference vs isolated run (the
      * error this component introduces itself); amplification = m.rel_l2 / m_isolated.rel_l2
      * (as run over isolated), NaN when either is not finite or the isolated one is 0. */
     int has_isolated;
     probe_metrics m_isolated;
     double amplification;
-    /* (additive) stats-only capture (docs/compare-json.md "Stats-only pairs"): either side
+    /* stats-only capture (docs/compare-json.md "Stats-only pairs"): either side
      * is a stats-only record. Both summaries are filled (a full side's is computed from
      * its elements). When the two sides have the same dtype, shape and probe.hash the
      * pair is identical: compared = 1 and m holds the exact metrics of identical
@@ -180,7 +180,7 @@ typedef struct probe_tensor_result {
     probe_summary summary_ref, summary_cand;
     double rel_l2_lower_bound;
     double mean_shift;
-    /* (additive) rank sets (probe_compare_sets, docs/nccl.md "Comparing rank sets").
+    /* rank sets (probe_compare_sets, docs/nccl.md "Comparing rank sets").
      * rank_tag: the rank when the two rank sets are compared rank by rank, else -1.
      * ranks: how many rank files the (candidate's, else the reference's) logical tensor
      * was taken from (0: a plain file; a joined tensor: W); shard_axis: the axis its
@@ -227,7 +227,7 @@ typedef struct probe_tensor_result {
     int isolated_inputs_converted;
     double isolated_inputs_rel_l2;
     char isolated_inputs_worst[128];
-    /* (additive) Identity (docs/compare-json.md "Identity: class and module path"):
+    /* Identity (docs/compare-json.md "Identity: class and module path"):
      * cand_path, the candidate path this reference path was paired with when the calls of
      * its component were paired by module path and the two differ ("" otherwise);
      * class_cand and module_cand, the candidate call's probe.class and probe.module
@@ -237,7 +237,7 @@ typedef struct probe_tensor_result {
     char class_cand[256];
     char module_cand[256];
     int class_mismatch;
-    /* (additive) CFG split pair (docs/compare-json.md "CFG-split pairs"): the candidate
+    /* CFG split pair (docs/compare-json.md "CFG-split pairs"): the candidate
      * batched both CFG branches into one dit.step call (manifest "cfg_batch") and the
      * reference made one call per branch. cfg_half: which half along axis 0 of the
      * candidate's tensor cfg_candidate was compared with this reference tensor (0 or 1;
@@ -249,7 +249,7 @@ typedef struct probe_tensor_result {
     char cfg_branch_name[8];
 } probe_tensor_result;
 
-/* (additive) A collective output that must be equal on every rank of one run
+/* A collective output that must be equal on every rank of one run
  * (the "out" of all_gather, all_reduce, broadcast) and is not. */
 typedef struct probe_collective_divergence {
     char side[16];          /* "reference" or "candidate" */
@@ -302,7 +302,6 @@ typedef struct probe_compare_result {
     int nothing_compared;                   /* no tensor matched (empty captures, a glob that
                                                selects nothing): the result fails, never a vacuous pass */
     size_t ignored_ref, ignored_cand;       /* non-numeric datasets (strings, compound, complex, ...) */
-    /* Additive fields. */
     int expect_identical;                   /* opts->expect_identical */
     int feature_not_active;                 /* the candidate equals the reference in every compared
                                                tensor, nothing is missing in either file, neither
@@ -313,24 +312,24 @@ typedef struct probe_compare_result {
                                                "feature not active: ...", "not identical: ...",
                                                "nothing compared: ...", ...) */
     char reasons[PROBE_COMPARE_MAX_REASONS][256];
-    /* (additive) the run manifests (probe.manifest JSON text, NULL if absent), shown side
+    /* the run manifests (probe.manifest JSON text, NULL if absent), shown side
      * by side by the CLI, the JSON ("manifests") and the HTML report. */
     char *manifest_reference, *manifest_candidate;
-    /* (additive) root-input check (opts->check_roots). */
+    /* root-input check (opts->check_roots). */
     int roots_checked;                  /* 1 when the check ran */
     int same_experiment;                /* 1 unless a root input differs and is not allowed */
     size_t nroots;
     probe_root_input *roots;            /* reference order, then candidate-only ones, then the
                                            scheduler configuration */
-    /* (additive) injection status of each side (manifest "inject"): 1 when that run was
+    /* injection status of each side (manifest "inject"): 1 when that run was
      * started with --inject/--replay and its injection failed or did not finish (the run
      * then fails: a partial injection is never compared as if complete). */
     int inject_failed_reference, inject_failed_candidate;
-    /* (additive) isolation (opts->isolated). */
+    /* isolation (opts->isolated). */
     char isolated[1024];                /* "" when none */
     char *manifest_isolated;
     size_t nisolated;                   /* tensors with has_isolated */
-    /* (additive) rank sets: [0] reference, [1] candidate. world: 0 for a plain file, W
+    /* rank sets: [0] reference, [1] candidate. world: 0 for a plain file, W
      * for W per-rank files; files: their paths by rank (world entries); index: the
      * index file they were found from ("" if given one by one). per_rank: both are
      * rank sets of the same W and were compared rank r against rank r. */
@@ -377,7 +376,7 @@ typedef struct probe_compare_result {
      * any, says it completed); only then are the tensors' isolated metrics computed.
      * 0 without --isolated or when it is not (a run-level reason says why). */
     int isolated_complete;
-    /* (additive) Identity: calls_by_module, the reference calls paired with a candidate
+    /* Identity: calls_by_module, the reference calls paired with a candidate
      * call of another index because their component's calls were paired by module path
      * (probe/identity.h), calls_unpaired_by_module, those whose module has no counterpart
      * call, by_module_component the first such component ("" none); class_mismatches, the
@@ -432,8 +431,8 @@ probe_status probe_compare_sets(const char *const *reference, size_t nref,
  * may be called again (it replaces what is there). PROBE_ENOMEM. */
 probe_status probe_attribute(probe_compare_result *r);
 
-/* Write the result as CONTRACT.md's JSON version 1 (plus the additive keys
- * "dtype_candidate", "skipped", "summary"). PROBE_EIO if the stream fails. */
+/* Write the result as probe-compare's JSON version 1 (docs/compare-json.md).
+ * PROBE_EIO if the stream fails. */
 probe_status probe_compare_write_json(const probe_compare_result *r, FILE *f);
 
 /* Write the result as JUnit XML: one <testsuite name="probe-compare">, one

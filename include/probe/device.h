@@ -5,7 +5,7 @@
  * on demand (`--device cuda[:N]`); the capture path can call it on device
  * pointers (stats-only capture of tensors too large to copy out).
  *
- * Definitions are exactly CONTRACT.md's (see probe/metrics.h): the counts
+ * Definitions are exactly docs/metrics.md's (see probe/metrics.h): the counts
  * (nan_ref_only included), max_abs, max_abs_offset, p99_abs (exact
  * nearest-rank, by radix select on the bit patterns of |c - r| in fp64),
  * mismatch_count, mismatch_ulps_max, max_abs_ulps_scale, identical (element

@@ -1,4 +1,4 @@
-/* probe/gate.h - pass/fail gates applied to probe_metrics (DESIGN.md "Gates").
+/* probe/gate.h - pass/fail gates applied to probe_metrics (docs/gates.md "The gates").
  *
  *   T1                 atol = rtol = 1e-3 element-wise (no index may mismatch),
  *                      rel_l2 <= 1e-2, cosine >= 0.9999.

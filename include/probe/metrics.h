@@ -1,6 +1,6 @@
 /* probe/metrics.h - error metrics between a reference r and a candidate c.
  *
- * Definitions are those of CONTRACT.md ("Metric definitions"); every sum is
+ * Definitions are those of docs/metrics.md; every sum is
  * accumulated in fp64 (double). Elements are given as doubles: callers convert
  * with probe_dtype_to_f64(), which is exact for every float type probe stores.
  *

@@ -1,5 +1,5 @@
 /* metrics.cu - the metrics of probe/metrics.h on a CUDA device
- * (probe/device.h; definitions in CONTRACT.md and docs/metrics.md; the
+ * (probe/device.h; definitions in docs/metrics.md; the
  * algorithm and its memory are described in docs/device.md).
  *
  * CUDA C: C-style code; templates only to specialise the hot kernels on the

@@ -177,7 +177,7 @@ def verify(cap, results):
                 continue
             t = r[name]
             path, og = find(api, t["out"])
-            if path is None:  # captured through another API than INTERCEPT.md says?
+            if path is None:  # captured through another API than docs/gemm.md says?
                 path, og = find(None, t["out"])
                 if path is not None:
                     check(False, "%s: expected %s, captured through %s" % (name, api, og[0]["api"]))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of a sequence-parallel DiT block against its single-GPU run
-# (issue 8; docs/parallel.md), on a host with 2 GPUs, from the repo root:
+# (docs/parallel.md), on a host with 2 GPUs, from the repo root:
 #
 #   bash scripts/gpu/parallel-check.sh [BUILD_DIR [OUTDIR]]     (default: build gpu-out)
 #

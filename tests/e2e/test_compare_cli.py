@@ -1,5 +1,5 @@
 """probe-compare end to end on files written by h5py: metric values against a
-numpy fp64 oracle, CONTRACT.md's JSON keys, exit codes 0/1/2, and bad input
+numpy fp64 oracle, docs/compare-json.md's JSON keys, exit codes 0/1/2, and bad input
 (missing, empty, truncated, non-HDF5 files, bad options) that must give a
 one-line message naming the thing and exit 2, never a crash."""
 import json
@@ -30,7 +30,7 @@ def run(*args):
 
 
 def oracle(r, c, atol, rtol):
-    """CONTRACT.md's definitions in numpy fp64, finite indices only."""
+    """docs/metrics.md's definitions in numpy fp64, finite indices only."""
     r = r.astype(np.float64).ravel()
     c = c.astype(np.float64).ravel()
     fin = np.isfinite(r) & np.isfinite(c)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Disk full under probe-run (issue 4, "Crash-consistent files"): the toy
+"""Disk full under probe-run (docs/file-format.md "Journal"): the toy
 pipeline (scripts/example/toy_pipeline.py) under build/bin/probe-run with its
 capture on a tmpfs too small for it (1200 KiB, the whole capture needs its
 ~270 KiB plus the writer's 1 MiB reservation ahead of each tensor).

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A probe-run pipeline killed with SIGKILL at random points (issue 4,
-"Crash-consistent files"; docs/file-format.md "Journal").
+"""A probe-run pipeline killed with SIGKILL at random points (docs/file-format.md
+"Journal").
 
 Runs scripts/example/toy_pipeline.py under build/bin/probe-run once to the
 end (the reference), then 32 times killed (SIGKILL to its process group)

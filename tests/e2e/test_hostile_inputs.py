@@ -1,4 +1,4 @@
-"""Hostile and broken capture files (issue 7, docs/hardening.md): every case
+"""Hostile and broken capture files (docs/hardening.md): every case
 must end with a clear error (exit 2, the first stderr line
 "probe-compare: FILE: reason") or a documented skip (a dataset counted in
 "ignored_datasets"), in bounded memory and time, never a crash or a hang.

@@ -10,7 +10,7 @@ here independently of probe:
      file, and nothing else;
  (b) captured values are bit-exact copies of what the pipeline saved, with
      the logical dtype (probe.dtype) and shape, in execution order;
- (c) probe-compare --json: every metric of CONTRACT.md recomputed in fp64
+ (c) probe-compare --json: every metric of docs/metrics.md recomputed in fp64
      with numpy / math.fsum from the saved arrays, for every tensor;
  (d) the perturbed denoiser is the first failure, text encoder passes,
      exit 1; reference vs second reference: exit 0 with --expect-identical,
@@ -274,7 +274,7 @@ def check_capture(name, h5path, save_root, steps, label):
 
 
 # --------------------------------------------------------------------------
-# the fp64 oracle for CONTRACT.md's metrics
+# the fp64 oracle for docs/metrics.md's metrics
 
 def oracle(r, c, atol, rtol):
     shape = r.shape

@@ -1,5 +1,5 @@
 """A 2-way sequence-parallel transformer block against its single-process
-run, on the CPU with gloo ranks (issue 8; docs/parallel.md).
+run, on the CPU with gloo ranks (docs/parallel.md).
 
 tests/programs/sp_block.py (SPBlockDiT, tapped as dit.step; SPScheduler,
 tapped as scheduler.step) runs float32 on the CPU, 2 steps, sequence 16,

@@ -45,7 +45,7 @@ def as_f64(x):
 
 
 def oracle(r, c, atol, rtol):
-    """CONTRACT.md's definitions in numpy fp64 over the finite indices."""
+    """docs/metrics.md's definitions in numpy fp64 over the finite indices."""
     r = as_f64(r).ravel()
     c = as_f64(c).ravel()
     fin = np.isfinite(r) & np.isfinite(c)

@@ -1,4 +1,4 @@
-"""Per-rank capture files (issue 8; docs/nccl.md "Per-rank files").
+"""Per-rank capture files (docs/nccl.md "Per-rank files").
 
 Processes started by one probe-run under a launcher-like shell, each with
 RANK/WORLD_SIZE (or Open MPI's / Slurm's variables), tap through the tap

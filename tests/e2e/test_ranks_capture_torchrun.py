@@ -1,6 +1,6 @@
 """Per-rank capture files with real ranks: torchrun --nproc_per_node 2
 (gloo backend, CPU) under probe-run, the Python adapter tapping a small
-sequence-parallel denoiser (issue 8; docs/nccl.md "Per-rank files").
+sequence-parallel denoiser (docs/nccl.md "Per-rank files").
 
 Each rank runs ShardDiT (matched by the table's "*DiT*.forward") on its half
 of the sequence (axis 1) for 2 steps, with an all_reduce over gloo between

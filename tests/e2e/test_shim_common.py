@@ -3,7 +3,7 @@ and, run as a test itself, the check of what libprobe_intercept.so exports
 and links: only the tap ABI, InitializeInjectionNvtx2 and the interposed CUDA
 graph calls are exported, and
 its only dependencies are libc/libdl/libpthread (plus libasan/libubsan in a
-sanitizer build) -- never HDF5 or the CUDA runtime (INTERCEPT.md).
+sanitizer build) -- never HDF5 or the CUDA runtime (docs/intercept.md).
 
 Environment: PROBE_BUILD_DIR (build tree), PROBE_SOURCE_DIR (source tree).
 """

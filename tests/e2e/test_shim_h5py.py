@@ -1,4 +1,4 @@
-"""The user's own h5py keeps working under the preloaded shim (INTERCEPT.md:
+"""The user's own h5py keeps working under the preloaded shim (docs/intercept.md:
 a preloaded libhdf5 breaks `import h5py`; the shim links no HDF5 and
 dlopens libprobe RTLD_LOCAL). A Python process imports h5py, writes and
 reads its own files before and after tapping numpy arrays through ctypes

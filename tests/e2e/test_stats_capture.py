@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end test of selective and stats-only capture (issue 4) on the
+"""End-to-end test of selective and stats-only capture on the
 embedded toy pipeline (scripts/example/toy_pipeline.py) under probe-run.
 
 Expected values are computed here, independently of probe: the set of

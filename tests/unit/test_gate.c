@@ -1,6 +1,6 @@
 /* test_gate.c - gate parsing and checking (probe/gate.h, docs/gates.md).
  *
- * Thresholds are the numbers of DESIGN.md "Gates" and the gate.h comment;
+ * Thresholds are the numbers of docs/gates.md "The gates" and the gate.h comment;
  * verdicts are checked on hand-built metrics and on metrics computed from
  * small hand-derived tensors.
  */

@@ -1,5 +1,5 @@
 /* test_metrics.c - probe_metrics_compute and the nearest-rank percentile
- * (probe/metrics.h, CONTRACT.md "Metric definitions").
+ * (probe/metrics.h, docs/metrics.md).
  *
  * Oracles: hand-derived values for small cases; a sort-based nearest-rank
  * percentile (rank computed with integer arithmetic); numpy

@@ -10,7 +10,7 @@ numpy.asarray). Every metric is computed by libprobe's C code
 (probe_metrics_compute_typed, the same probe_metrics_compute that
 probe-compare uses) and every verdict by probe_gate_parse/probe_gate_check:
 there is no second implementation of any metric in Python. Definitions:
-CONTRACT.md "Metric definitions" and docs/metrics.md; gates: docs/gates.md.
+docs/contract.md "Metric definitions" and docs/metrics.md; gates: docs/gates.md.
 
 Data passing: the C code reads the tensors' memory through a pointer, in
 their own element type (float16, bfloat16, float32, float64, FP8 when torch
@@ -215,7 +215,7 @@ def compare(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, compon
         against the file's "tensors" globs) naming the thresholds to use.
 
     Returns a dict with the keys of a tensor in probe-compare's JSON
-    (CONTRACT.md): n, shape, dtype, dtype_candidate, rel_l2, cosine,
+    (docs/compare-json.md "Per tensor"): n, shape, dtype, dtype_candidate, rel_l2, cosine,
     max_abs, max_abs_index, p99_abs, mean_abs, mismatch_fraction, nan_ref,
     nan_cand, inf_ref, inf_cand, zero_norm_reference, identical, verdict
     ("pass"/"fail"), reasons; plus n_finite, mismatch_count, inf_mismatch,
