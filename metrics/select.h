@@ -1,4 +1,4 @@
-/* select.h - exact selection (metrics.c), shared by the streaming engine. */
+/* select.h - exact selection (select.c), used by metrics.c and the streaming engine. */
 #ifndef PROBE_METRICS_SELECT_H
 #define PROBE_METRICS_SELECT_H
 

@@ -77,8 +77,11 @@ PROBE_JOURNAL_API probe_status probe_journal_manifest(probe_journal *j, const ch
 PROBE_JOURNAL_API void probe_journal_close(probe_journal *j, int remove);
 
 /* 1 when a writer of this process has the file (st_dev, st_ino) open
- * (probe/writer.c). */
+ * (probe/owned.c). */
 PROBE_JOURNAL_API int probe_writer_owns_(uint64_t dev, uint64_t ino);
+/* Record (add 1) or forget (add 0) the file behind descriptor fd as held by a
+ * writer of this process (probe/owned.c). */
+PROBE_JOURNAL_API void probe_writer_owned_set_(int fd, int add);
 
 /* probe_file_open without HDF5's file lock (probe/reader.c), for a writer
  * of this process whose caller holds the file's flock. */

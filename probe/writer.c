@@ -35,7 +35,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "h5types.h"
 #include "journal.h"
@@ -63,55 +62,6 @@ struct probe_writer {
     char failure[512];    /* its message */
     probe_journal *journal; /* <path>.journal: removed by a clean close */
 };
-
-/* --- the captures this process has open for writing --- */
-
-/* (st_dev, st_ino) of every capture file an open writer of this process
- * holds: a reader in the same process opens such a file through HDF5 (which
- * shares the writer's open file) rather than through its journal. */
-#define OWNED_MAX 64
-static struct {
-    pthread_mutex_t lock;
-    uint64_t dev[OWNED_MAX], ino[OWNED_MAX];
-    int n;
-} owned = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static void owned_set(int fd, int add)
-{
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0)
-        return;
-    pthread_mutex_lock(&owned.lock);
-    for (int i = 0; i < owned.n; i++)
-        if (owned.dev[i] == (uint64_t)st.st_dev && owned.ino[i] == (uint64_t)st.st_ino) {
-            owned.n--;
-            owned.dev[i] = owned.dev[owned.n];
-            owned.ino[i] = owned.ino[owned.n];
-            break;
-        }
-    if (add && owned.n < OWNED_MAX) {
-        owned.dev[owned.n] = (uint64_t)st.st_dev;
-        owned.ino[owned.n] = (uint64_t)st.st_ino;
-        owned.n++;
-    }
-    pthread_mutex_unlock(&owned.lock);
-}
-
-int probe_writer_owns_(uint64_t dev, uint64_t ino)
-{
-    int r = 0;
-    pthread_mutex_lock(&owned.lock);
-    for (int i = 0; i < owned.n && !r; i++)
-        r = owned.dev[i] == dev && owned.ino[i] == ino;
-    pthread_mutex_unlock(&owned.lock);
-    return r;
-}
-
-uint64_t probe_capture_hash(const void *data, size_t n)
-{
-    static const unsigned char empty = 0;
-    return (uint64_t)XXH64(data != NULL ? data : &empty, n, 0);
-}
 
 /* --- attributes (call inside H5E_BEGIN_TRY) --- */
 
@@ -582,7 +532,7 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
             probe_writer_close(w);
             return probe_set_error(s, "%s", msg);
         }
-        owned_set(w->fd, 1);
+        probe_writer_owned_set_(w->fd, 1);
         *out = w;
         return PROBE_OK;
     }
@@ -670,7 +620,7 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
         unlink(path);
         return probe_set_error(s, "%s", msg);
     }
-    owned_set(w->fd, 1);
+    probe_writer_owned_set_(w->fd, 1);
     *out = w;
     return PROBE_OK;
 }
@@ -1133,7 +1083,7 @@ probe_status probe_writer_close(probe_writer *w)
         if (w->failed == PROBE_OK)
             release_reservation(w);
     }
-    owned_set(w->fd, 0);
+    probe_writer_owned_set_(w->fd, 0);
     int close_it = w->file >= 0;
     if (close_it && w->failed != PROBE_OK && detach_file(w) != 0)
         close_it = 0; /* cannot detach: leave HDF5's handle open (closed at exit) */
