@@ -799,6 +799,7 @@ __attribute__((constructor)) static void shim_init(void)
     const char *lp = getenv("PROBE_LIBPROBE");
     shim_cfg.libprobe_path = lp && *lp ? xstrdup(lp) : NULL;
     shim_cfg.queue_max_bytes = parse_queue_mb(getenv("PROBE_QUEUE_MB"));
+    shim_cuda_config(); /* cuda.c: PROBE_PINNED_MB */
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);

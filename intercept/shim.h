@@ -150,6 +150,8 @@ const char *shim_fail_reason(void);
 #define SHIM_LOST_LIST_MAX 1000
 #define SHIM_LOST_REASON "lost: tapped, but not written: a write error disabled capture"
 void shim_lost_note(const char *path, int refused);
+/* Check PROBE_PINNED_MB at start-up (cuda.c): one line when it is bad. */
+void shim_cuda_config(void);
 /* ,"lost":{...} when a tensor was lost (manifest.c) */
 void shim_lost_json(struct shim_json *b);
 /* Append the lost paths to the writer's skips (finalize, the writer thread
