@@ -85,10 +85,14 @@ static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
 static char **lost_paths;       /* the first SHIM_LOST_LIST_MAX, in the order lost */
 static size_t nlost_paths;
 static unsigned long long nlost, nrefused;
+static char lost_first[SHIM_PATH_MAX]; /* the tensor whose write failed */
 
 void shim_lost_note(const char *path, int refused)
 {
     pthread_mutex_lock(&lost_lock);
+    if (refused == 2 && !lost_first[0])
+        snprintf(lost_first, sizeof lost_first, "%s", path);
+    refused = refused == 1;
     ++nlost;
     if (refused)
         ++nrefused;
@@ -108,7 +112,7 @@ void shim_lost_json(struct shim_json *b)
     if (nlost > 0) {
         shim_json_printf(b, ",\"lost\":{\"count\":%llu,\"refused\":%llu,\"listed\":%zu,\"first\":",
                          nlost, nrefused, nlost_paths);
-        shim_json_string(b, nlost_paths ? lost_paths[0] : NULL);
+        shim_json_string(b, lost_first[0] ? lost_first : nlost_paths ? lost_paths[0] : NULL);
         shim_json_raw(b, ",\"reason\":");
         shim_json_string(b, shim_fail_reason());
         shim_json_raw(b, "}");
@@ -138,7 +142,7 @@ static void skip_record(probe_writer *w, const struct shim_job *j, const char *r
     probe_status st = shim_w_skip(w, &rec, reason);
     if (st == PROBE_EIO) {
         shim_fail_io(shim_libprobe_error());
-        shim_lost_note(j->path, 0);
+        shim_lost_note(j->path, 2);
     }
 }
 
@@ -151,7 +155,7 @@ static void put_record(probe_writer *w, const struct shim_job *j, const void *da
         return;
     if (st == PROBE_EIO) {
         shim_fail_io(shim_libprobe_error());
-        shim_lost_note(j->path, 0);
+        shim_lost_note(j->path, 2);
         return;
     }
     /* Not an I/O failure (the writer refused this tensor): keep capturing,
