@@ -287,20 +287,39 @@ static unsigned char *ring_addr(size_t off)
     return ring_segs[off / ring.seg] + off % ring.seg;
 }
 
+/* PROBE_PINNED_MB as a number of MiB, or 0 when unset or bad. */
+static unsigned long long pinned_mb_env(int warn)
+{
+    const char *v = getenv("PROBE_PINNED_MB");
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long mb = strtoull(v, &end, 10);
+    if (errno || *end || mb < 16 || mb > (1ull << 30) || v[0] == '-' || v[0] == '+' || v[0] == ' ') {
+        if (warn)
+            shim_warn("PROBE_PINNED_MB=%s is not a number of MiB >= 16; using %u", v,
+                      DEFAULT_PINNED_MB);
+        return 0;
+    }
+    return mb;
+}
+
+void shim_cuda_config(void)
+{
+    pinned_mb_env(1); /* the one warning, at start-up, for CPU runs too */
+}
+
 /* PROBE_PINNED_MB, default 1024 MiB, at most a quarter of physical memory. */
 static size_t pinned_bytes_wanted(void)
 {
     size_t want = (size_t)DEFAULT_PINNED_MB << 20;
     const char *v = getenv("PROBE_PINNED_MB");
-    if (v && *v) {
-        char *end;
-        errno = 0;
-        unsigned long long mb = strtoull(v, &end, 10);
-        if (errno || *end || mb < 16 || mb > (1ull << 30))
-            shim_warn("PROBE_PINNED_MB=%s is not a number of MiB >= 16; using %u", v,
-                      DEFAULT_PINNED_MB);
-        else
-            want = (size_t)mb << 20;
+    unsigned long long mb = pinned_mb_env(0);
+    if (mb) {
+        want = (size_t)mb << 20;
+    } else if (v && *v) {
+        /* a bad value: the default, warned at start-up */
     } else {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         if (pages > 0 && psz > 0 && (size_t)pages / 4 < want / (size_t)psz)

@@ -527,6 +527,8 @@ char *shim_manifest_build(int final)
             shim_cuda_info_json(&b);
         if (!user_has("staging"))
             shim_cuda_staging_json(&b);
+        if (!user_has("lost"))
+            shim_lost_json(&b); /* queue.c: tensors tapped and never written */
         char drv[64];
         if (!user_has("nvidia_driver") && nvidia_driver(drv, sizeof drv)) {
             key(&b, "nvidia_driver");

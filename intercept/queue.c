@@ -79,13 +79,71 @@ int shim_queue_closing(void)
     return atomic_load(&closing);
 }
 
+/* ---- lost tensors ---------------------------------------------------------- */
+
+static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
+static char **lost_paths;       /* the first SHIM_LOST_LIST_MAX, in the order lost */
+static size_t nlost_paths;
+static unsigned long long nlost, nrefused;
+static char lost_first[SHIM_PATH_MAX]; /* the tensor whose write failed */
+
+void shim_lost_note(const char *path, int refused)
+{
+    pthread_mutex_lock(&lost_lock);
+    if (refused == 2 && !lost_first[0])
+        snprintf(lost_first, sizeof lost_first, "%s", path);
+    refused = refused == 1;
+    ++nlost;
+    if (refused)
+        ++nrefused;
+    if (nlost_paths < SHIM_LOST_LIST_MAX) {
+        if (!lost_paths)
+            lost_paths = calloc(SHIM_LOST_LIST_MAX, sizeof *lost_paths);
+        char *p = lost_paths ? strdup(path) : NULL;
+        if (p)
+            lost_paths[nlost_paths++] = p;
+    }
+    pthread_mutex_unlock(&lost_lock);
+}
+
+void shim_lost_json(struct shim_json *b)
+{
+    pthread_mutex_lock(&lost_lock);
+    if (nlost > 0) {
+        shim_json_printf(b, ",\"lost\":{\"count\":%llu,\"refused\":%llu,\"listed\":%zu,\"first\":",
+                         nlost, nrefused, nlost_paths);
+        shim_json_string(b, lost_first[0] ? lost_first : nlost_paths ? lost_paths[0] : NULL);
+        shim_json_raw(b, ",\"reason\":");
+        shim_json_string(b, shim_fail_reason());
+        shim_json_raw(b, "}");
+    }
+    pthread_mutex_unlock(&lost_lock);
+}
+
+size_t shim_lost_skips(probe_writer *w)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&lost_lock);
+    for (; n < nlost_paths; ++n) {
+        probe_record rec = {.path = lost_paths[n]};
+        if (shim_w_skip(w, &rec, SHIM_LOST_REASON) != PROBE_OK)
+            break;
+    }
+    pthread_mutex_unlock(&lost_lock);
+    return n;
+}
+
+/* ---- the writer thread ------------------------------------------------------ */
+
 static void skip_record(probe_writer *w, const struct shim_job *j, const char *reason)
 {
     probe_record rec;
     shim_job_record(j, &rec);
     probe_status st = shim_w_skip(w, &rec, reason);
-    if (st == PROBE_EIO)
+    if (st == PROBE_EIO) {
         shim_fail_io(shim_libprobe_error());
+        shim_lost_note(j->path, 2);
+    }
 }
 
 static void put_record(probe_writer *w, const struct shim_job *j, const void *data, size_t nbytes)
@@ -97,6 +155,7 @@ static void put_record(probe_writer *w, const struct shim_job *j, const void *da
         return;
     if (st == PROBE_EIO) {
         shim_fail_io(shim_libprobe_error());
+        shim_lost_note(j->path, 2);
         return;
     }
     /* Not an I/O failure (the writer refused this tensor): keep capturing,
@@ -115,6 +174,8 @@ static void process(struct shim_job *j)
     case SHIM_JOB_HOST:
         if (live)
             put_record(w, j, j->data, j->nbytes);
+        else
+            shim_lost_note(j->path, 0);
         free(j->data);
         j->data = NULL;
         break;
@@ -128,9 +189,13 @@ static void process(struct shim_job *j)
         } else if (shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK) {
             if (live)
                 put_record(w, j, src, j->nbytes);
+            else
+                shim_lost_note(j->path, 0);
         } else if (live) {
             atomic_fetch_add(&shim_stats.skipped, 1);
             skip_record(w, j, reason);
+        } else {
+            shim_lost_note(j->path, 0);
         }
         shim_cuda_finish(j);
         break;
@@ -138,6 +203,8 @@ static void process(struct shim_job *j)
     case SHIM_JOB_SKIP:
         if (live)
             skip_record(w, j, j->reason);
+        else
+            shim_lost_note(j->path, 0);
         break;
     case SHIM_JOB_FLUSH: {
         probe_status st = PROBE_EIO;

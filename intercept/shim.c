@@ -133,17 +133,28 @@ probe_writer *shim_writer(void)
     return atomic_load(&open_state) == 1 ? writer : NULL;
 }
 
+static char fail_reason[512];
+static atomic_int fail_reason_set;
+
+const char *shim_fail_reason(void)
+{
+    return atomic_load(&fail_reason_set) ? fail_reason : "";
+}
+
 void shim_fail_io(const char *reason)
 {
-    atomic_store(&disabled, 1);
     /* The writer's messages start with the file name, which the line
      * already gives. */
     size_t n = strlen(shim_cfg.out_path);
     if (strncmp(reason, shim_cfg.out_path, n) == 0 && strncmp(reason + n, ": ", 2) == 0)
         reason += n + 2;
-    if (atomic_exchange(&warned_io, 1) == 0)
+    atomic_store(&disabled, 1);
+    if (atomic_exchange(&warned_io, 1) == 0) {
+        snprintf(fail_reason, sizeof fail_reason, "%s", reason);
+        atomic_store(&fail_reason_set, 1);
         shim_warn("cannot write capture file %s: %s; capture disabled, the run continues",
                   shim_cfg.out_path, reason);
+    }
 }
 
 /* ---- opening the file ----------------------------------------------------- */
@@ -367,9 +378,15 @@ static void finalize(void)
     if (atomic_load(&cuda_alive_at_exit))
         shim_cuda_info_refresh();
     shim_inject_finish();
+    /* After a write error the manifest says what was lost ("lost"), and the
+     * lost paths follow in probe.skips: the manifest is flushed first, so a
+     * skip that no longer fits leaves a file that still says so. Calls the
+     * writer refuses (it failed half-way) leave the file as it was. */
     char *manifest = shim_manifest_build(1);
-    if (manifest && !atomic_load(&disabled))
-        shim_w_set_manifest(writer, manifest);
+    int disabled_now = atomic_load(&disabled);
+    if (manifest && shim_w_set_manifest(writer, manifest) == PROBE_OK && disabled_now &&
+        shim_w_flush(writer) == PROBE_OK)
+        shim_lost_skips(writer);
     free(manifest);
     probe_status st = shim_w_close(writer);
     writer = NULL;
@@ -783,6 +800,7 @@ __attribute__((constructor)) static void shim_init(void)
     const char *lp = getenv("PROBE_LIBPROBE");
     shim_cfg.libprobe_path = lp && *lp ? xstrdup(lp) : NULL;
     shim_cfg.queue_max_bytes = parse_queue_mb(getenv("PROBE_QUEUE_MB"));
+    shim_cuda_config(); /* cuda.c: PROBE_PINNED_MB */
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);

@@ -138,6 +138,25 @@ probe_writer *shim_writer(void);
  * "probe: cannot write capture file PATH: REASON; capture disabled, the run
  * continues". */
 void shim_fail_io(const char *reason);
+struct shim_json;
+/* The reason given to the first shim_fail_io ("" before any). */
+const char *shim_fail_reason(void);
+
+/* Tensors this process tapped that never reach the file (queue.c): a tensor
+ * whose write failed, jobs still queued when a write error disabled capture,
+ * and taps refused after that (refused set). Recorded in the manifest's
+ * "lost" key and, the first SHIM_LOST_LIST_MAX paths, in probe.skips at
+ * close. */
+#define SHIM_LOST_LIST_MAX 1000
+#define SHIM_LOST_REASON "lost: tapped, but not written: a write error disabled capture"
+void shim_lost_note(const char *path, int refused);
+/* Check PROBE_PINNED_MB at start-up (cuda.c): one line when it is bad. */
+void shim_cuda_config(void);
+/* ,"lost":{...} when a tensor was lost (manifest.c) */
+void shim_lost_json(struct shim_json *b);
+/* Append the lost paths to the writer's skips (finalize, the writer thread
+ * stopped): the number appended. */
+size_t shim_lost_skips(probe_writer *w);
 
 /* Print one line "probe: <text>" on stderr with a single write(2). */
 void shim_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

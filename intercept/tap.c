@@ -658,9 +658,8 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
         return st;
     if (shim_closed())
         return probe_set_error(PROBE_ESTATE, "tap: the capture file is already closed");
-    if (shim_disabled())
-        return probe_set_error(PROBE_EIO, "tap: capture disabled after a write error");
-    if ((st = shim_file_open()) != PROBE_OK)
+    int was_disabled = shim_disabled();
+    if (!was_disabled && (st = shim_file_open()) != PROBE_OK)
         return st;
     probe_tap_tensor_v1 renumbered;
     char parent[SHIM_PARENT_MAX];
@@ -671,6 +670,10 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
     if (select && !selected(path, t->step, t->cfg_branch, shim_tap_block(t))) {
         atomic_fetch_add(&shim_stats.filtered, 1);
         return PROBE_OK;
+    }
+    if (was_disabled) {
+        shim_lost_note(path, 1); /* queue.c: in the manifest's "lost" */
+        return probe_set_error(PROBE_EIO, "tap: capture disabled after a write error");
     }
     int ins = shim_pathset_insert(path);
     if (ins < 0)

@@ -305,20 +305,29 @@ int probe_experiment_run_incomplete(const char *manifest, char *how, size_t cap,
         how[0] = 0;
     json_t *m = manifest ? json_loads(manifest, 0, NULL) : NULL;
     json_t *re = m ? json_object_get(m, "run_end") : NULL;
-    if (!re) {
+    /* the shim's "lost": tensors tapped and never written (a write error) */
+    json_t *lost = m ? json_object_get(m, "lost") : NULL;
+    json_t *lc = json_object_get(lost, "count");
+    json_int_t nlost = json_is_integer(lc) ? json_integer_value(lc) : 0;
+    if (!re && nlost <= 0) {
         json_decref(m);
         return 0;
     }
-    if (run_end_json)
+    if (run_end_json && re)
         *run_end_json = json_dumps(re, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
-    int incomplete = !json_is_true(json_object_get(re, "capture_complete"));
+    int incomplete = nlost > 0 || !json_is_true(json_object_get(re, "capture_complete"));
     if (incomplete) {
         size_t len = 0;
         const char *sig = json_string_value(json_object_get(re, "signal"));
         json_t *st = json_object_get(re, "exit_status");
         const char *cs = json_string_value(json_object_get(re, "capture"));
-        char part[3][96];
+        char part[4][160];
         int np = 0;
+        if (nlost > 0) {
+            const char *why = json_string_value(json_object_get(lost, "reason"));
+            snprintf(part[np++], sizeof part[0], "%lld tapped tensor%s not written: %.100s",
+                     (long long)nlost, nlost == 1 ? "" : "s", why ? why : "a write error");
+        }
         if (sig)
             snprintf(part[np++], sizeof part[0], "killed by signal %.40s", sig);
         if (json_is_integer(st) && json_integer_value(st) != 0)

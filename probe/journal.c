@@ -28,6 +28,8 @@
 struct probe_journal {
     int fd;
     char *path;
+    uint64_t reserved_end; /* blocks reserved up to this offset */
+    int no_reserve;        /* fallocate is not supported here */
 };
 
 /* --- encoding --- */
@@ -289,6 +291,24 @@ probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json)
     put_str(&b, manifest_json);
     rec_finish(&b, 0);
     return jwrite(j, &b);
+}
+
+int probe_journal_reserve(probe_journal *j, uint64_t room)
+{
+    struct stat st;
+    if (j == NULL || j->fd < 0 || j->no_reserve || fstat(j->fd, &st) != 0)
+        return 0;
+    if ((uint64_t)st.st_size + room <= j->reserved_end)
+        return 0;
+    if (fallocate(j->fd, FALLOC_FL_KEEP_SIZE, st.st_size, (off_t)(2 * room)) == 0) {
+        j->reserved_end = (uint64_t)st.st_size + 2 * room;
+        return 0;
+    }
+    int e = errno;
+    if (e == ENOSPC || e == EDQUOT || e == EFBIG)
+        return e;
+    j->no_reserve = 1;
+    return 0;
 }
 
 void probe_journal_close(probe_journal *j, int remove)

@@ -73,6 +73,12 @@ PROBE_JOURNAL_API probe_status probe_journal_skip(probe_journal *j, const char *
 PROBE_JOURNAL_API probe_status probe_journal_reopen(const char *jpath, uint64_t keep, probe_journal **out);
 /* manifest_json NULL: the manifest was removed. */
 PROBE_JOURNAL_API probe_status probe_journal_manifest(probe_journal *j, const char *manifest_json);
+/* Keep at least room bytes of the file system reserved for the journal's
+ * next records (fallocate(FALLOC_FL_KEEP_SIZE) past its end, twice room at a
+ * time), so the records that close a capture still fit when its disk filled.
+ * 0, or the errno of a refusal (ENOSPC, EDQUOT, EFBIG); where fallocate is
+ * not supported nothing is reserved and 0 is returned. */
+PROBE_JOURNAL_API int probe_journal_reserve(probe_journal *j, uint64_t room);
 /* Close the descriptor; with remove set, unlink the journal first. j may be NULL. */
 PROBE_JOURNAL_API void probe_journal_close(probe_journal *j, int remove);
 

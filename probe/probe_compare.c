@@ -1103,6 +1103,82 @@ static json_t *recovered_json[2];
 
 /* For each input that has a journal next to it (its writer was killed):
  * one line on stderr, and its entry for the JSON. Reads only such files. */
+static void note_recovered(const char *const paths[2]);
+
+/* Tensors each input tapped and never wrote, as JSON for the "lost" key:
+ * null when none, else {"count", "refused", "first", "reason", "source"}:
+ * source "manifest" for the manifest key "lost" the shim writes after a
+ * write error disabled capture (a closed file), "journal" for the TAPPED
+ * records of a killed run (recovered_json's "lost"). */
+static json_t *lost_json[2];
+
+#define JOURNAL_LOST_REASON "lost: tapped, but the process ended before the writer wrote it"
+
+static const char *first_skip(const probe_compare_result *r, const char *side, const char *prefix)
+{
+    for (size_t i = 0; i < r->nskipped; i++)
+        if (strcmp(r->skipped[i].side, side) == 0 && strncmp(r->skipped[i].reason, prefix, strlen(prefix)) == 0)
+            return r->skipped[i].path;
+    return NULL;
+}
+
+/* One stderr line per input that lost tensors, and lost_json. */
+static void note_lost(const char *const paths[2], const probe_compare_result *r)
+{
+    const char *man[2] = {r->manifest_reference, r->manifest_candidate};
+    const char *side[2] = {"reference", "candidate"};
+    for (int k = 0; k < 2; k++) {
+        lost_json[k] = json_null();
+        json_t *m = man[k] ? json_loads(man[k], 0, NULL) : NULL;
+        json_t *l = json_object_get(m, "lost");
+        json_t *c = json_object_get(l, "count");
+        json_int_t n = json_is_integer(c) ? json_integer_value(c) : 0;
+        json_t *mr = json_object_get(m, "recovered");
+        if ((!recovered_json[k] || json_is_null(recovered_json[k])) && json_is_object(mr)) {
+            /* rewritten by probe-recover: the manifest keeps what it recovered */
+            json_t *jn = json_object_get(mr, "journal"), *cc = json_object_get(mr, "complete");
+            json_t *ll = json_object_get(mr, "lost");
+            fprintf(stderr, "probe-compare: %s was rewritten by probe-recover from %s (its writer did "
+                    "not close it): %lld complete captures", probe_tesc(paths[k]),
+                    json_is_string(jn) ? probe_tesc(json_string_value(jn)) : "its journal",
+                    json_is_integer(cc) ? (long long)json_integer_value(cc) : 0LL);
+            if (json_is_integer(ll) && json_integer_value(ll) > 0)
+                fprintf(stderr, "; %lld tapped tensor%s lost (listed as skipped)",
+                        (long long)json_integer_value(ll), json_integer_value(ll) == 1 ? "" : "s");
+            fputc('\n', stderr);
+            json_decref(recovered_json[k]);
+            recovered_json[k] = json_deep_copy(mr);
+        }
+        json_t *rj = recovered_json[k];
+        json_t *jl = rj && json_is_object(rj) ? json_object_get(rj, "lost") : NULL;
+        json_int_t nj = json_is_integer(jl) ? json_integer_value(jl) : 0;
+        json_t *o = NULL;
+        if (n > 0) {
+            const char *why = json_string_value(json_object_get(l, "reason"));
+            const char *first = json_string_value(json_object_get(l, "first"));
+            json_t *ref = json_object_get(l, "refused");
+            fprintf(stderr, "probe-compare: %s lost %lld tapped tensor%s that were never written "
+                    "(%s; first %s; listed as skipped)\n", probe_tesc(paths[k]), (long long)n,
+                    n == 1 ? "" : "s", why ? probe_tesc(why) : "a write error",
+                    first ? probe_tesc(first) : "unknown");
+            o = json_pack("{s:I, s:I, s:o, s:s, s:s}", "count", n, "refused",
+                          json_is_integer(ref) ? json_integer_value(ref) : (json_int_t)0, "first",
+                          first ? json_string(first) : json_null(), "reason", why ? why : "",
+                          "source", "manifest");
+        } else if (nj > 0) {
+            const char *first = first_skip(r, side[k], JOURNAL_LOST_REASON);
+            o = json_pack("{s:I, s:I, s:o, s:s, s:s}", "count", nj, "refused", (json_int_t)0,
+                          "first", first ? json_string(first) : json_null(), "reason",
+                          JOURNAL_LOST_REASON + strlen("lost: "), "source", "journal");
+        }
+        if (o) {
+            json_decref(lost_json[k]);
+            lost_json[k] = o;
+        }
+        json_decref(m);
+    }
+}
+
 static void note_recovered(const char *const paths[2])
 {
     for (int k = 0; k < 2; k++) {
@@ -1320,7 +1396,9 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
 {
     int any = (recovered_json[0] && !json_is_null(recovered_json[0])) ||
               (recovered_json[1] && !json_is_null(recovered_json[1]));
-    if (!any && !weights_json && !kernels_json && !expect_json)
+    int anylost = (lost_json[0] && !json_is_null(lost_json[0])) ||
+                  (lost_json[1] && !json_is_null(lost_json[1]));
+    if (!any && !anylost && !weights_json && !kernels_json && !expect_json)
         return html ? probe_compare_write_html(r, out) : probe_compare_write_json(r, out);
     char *text = NULL;
     size_t len = 0;
@@ -1335,13 +1413,17 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
                                 recovered_json[0] ? recovered_json[0] : json_null(), "candidate",
                                 recovered_json[1] ? recovered_json[1] : json_null())
                     : NULL;
+    json_t *lo = anylost ? json_pack("{s:O, s:O}", "reference",
+                                     lost_json[0] ? lost_json[0] : json_null(), "candidate",
+                                     lost_json[1] ? lost_json[1] : json_null())
+                         : NULL;
     char *frag = NULL;
     size_t fraglen = 0;
     FILE *fm = open_memstream(&frag, &fraglen);
     int fok = fm != NULL;
-    const char *fkeys[3] = {"recovered", "kernels", "expect_kernel"};
-    json_t *fvals[3] = {o, kernels_json, expect_json};
-    for (int i = 0, n = 0; fok && i < 3; i++) {
+    const char *fkeys[4] = {"recovered", "lost", "kernels", "expect_kernel"};
+    json_t *fvals[4] = {o, lo, kernels_json, expect_json};
+    for (int i = 0, n = 0; fok && i < 4; i++) {
         if (!fvals[i])
             continue;
         char *v = json_dumps(fvals[i], JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
@@ -1355,10 +1437,11 @@ static probe_status write_with_recovered(const probe_compare_result *r, FILE *ou
         frag = NULL;
     }
     json_decref(o);
+    json_decref(lo);
     const char *marker = html ? "id=\"probe-data\">" : "";
     char *at = s == PROBE_OK && text != NULL ? strstr(text, marker) : NULL;
     char *brace = at != NULL ? strchr(at, '{') : NULL;
-    if (s == PROBE_OK && (brace == NULL || (any && frag == NULL))) {
+    if (s == PROBE_OK && (brace == NULL || ((any || anylost) && frag == NULL))) {
         s = probe_set_error(PROBE_ENOMEM, "out of memory");
     } else if (s == PROBE_OK) {
         size_t head = (size_t)(brace - text) + 1;
@@ -1777,6 +1860,7 @@ int main(int argc, char **argv)
     char gate[160];
     gate_label(gate, sizeof gate, &opts);
     note_recovered((const char *const[2]){refs[0], cands[0]});
+    note_lost((const char *const[2]){refs[0], cands[0]}, res);
     if (!quiet && wv.line[0])
         fprintf(human, "%s%s\n", !strcmp(wv.status, "differ") ? "weights: DIFFER: " : "",
                 probe_tesc(!strcmp(wv.status, "differ")
@@ -1812,6 +1896,8 @@ int main(int argc, char **argv)
     probe_component_class_axes_free(class_axes, n_class_axes);
     json_decref(recovered_json[0]);
     json_decref(recovered_json[1]);
+    json_decref(lost_json[0]);
+    json_decref(lost_json[1]);
     free(weights_json);
     probe_kernel_diff_free(kdiff);
     json_decref(kernels_json);

@@ -18,13 +18,50 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+#include <time.h>
+
 #include "probe/capture.h"
 #include "textsafe.h"
+
+/* The manifest of the rewritten file: X's, with the key "recovered" set to
+ * {"journal": NAME, "complete": N, "partial": PATH or null, "reason": TEXT,
+ * "lost": L, "by": "probe-recover", "time": ISO 8601 UTC}, so the clean file
+ * still says that it was read from a killed run's journal. malloc'd; NULL
+ * when X's manifest is absent or not a JSON object (kept as it is). */
+static char *recovered_manifest(probe_file *f, const probe_recovery_info *ri)
+{
+    const char *text = probe_file_manifest(f);
+    json_t *m = text ? json_loads(text, 0, NULL) : NULL;
+    if (!json_is_object(m)) {
+        json_decref(m);
+        return NULL;
+    }
+    const char *jbase = strrchr(ri->journal, '/');
+    char when[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_t *r = json_pack("{s:s, s:I, s:o, s:s, s:I, s:s, s:s}", "journal",
+                          jbase ? jbase + 1 : ri->journal, "complete", (json_int_t)ri->complete,
+                          "partial", ri->partial[0] ? json_string(ri->partial) : json_null(),
+                          "reason", ri->reason, "lost", (json_int_t)ri->lost, "by",
+                          "probe-recover", "time", when);
+    char *out = NULL;
+    if (r && json_object_set_new(m, "recovered", r) == 0)
+        out = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    return out;
+}
 
 static int copy_all(probe_file *f, const char *out)
 {
     probe_writer *w;
-    if (probe_writer_open(out, probe_file_manifest(f), &w) != PROBE_OK) {
+    char *manifest = recovered_manifest(f, probe_file_recovery(f));
+    probe_status o = probe_writer_open(out, manifest ? manifest : probe_file_manifest(f), &w);
+    free(manifest);
+    if (o != PROBE_OK) {
         fprintf(stderr, "probe-recover: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
@@ -111,7 +148,7 @@ int main(int argc, char **argv)
     char journal[sizeof ri->journal], partial[sizeof ri->partial];
     snprintf(journal, sizeof journal, "%s", ri->journal);
     snprintf(partial, sizeof partial, "%s", ri->partial);
-    size_t n = probe_file_count(f);
+    size_t n = probe_file_count(f), lost = ri->lost;
     probe_outfile of;
     if (probe_outfile_reserve(&of, out != NULL ? out : in) != 0) {
         fprintf(stderr, "probe-recover: %s\n", of.err);
@@ -129,10 +166,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "probe-recover: cannot remove %s: %s\n", probe_tesc(journal), strerror(errno));
         rc = 2;
     }
-    if (rc == 0)
-        fprintf(stderr, "probe-recover: wrote %s: %zu complete captures from %s%s%s%s\n",
+    if (rc == 0) {
+        fprintf(stderr, "probe-recover: wrote %s: %zu complete captures from %s%s%s%s",
                 probe_tesc(out != NULL ? out : in), n, probe_tesc(journal),
                 partial[0] ? "; partial capture " : "", probe_tesc(partial),
                 partial[0] ? " dropped" : "");
+        if (lost > 0)
+            fprintf(stderr, "; %zu tapped tensor%s lost (listed as skipped)", lost, lost == 1 ? "" : "s");
+        fprintf(stderr, "; recorded in its manifest as \"recovered\"\n");
+    }
     return rc;
 }

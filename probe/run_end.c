@@ -65,7 +65,7 @@ void probe_run_end_signal_name(int sig, char *buf, size_t cap)
 }
 
 /* The run_end object (docs/file-format.md). */
-static json_t *run_end_json(const probe_run_end *re, const char *capture)
+static json_t *run_end_json(const probe_run_end *re, const char *capture, json_int_t lost)
 {
     char sig[32] = "", when[32] = "";
     if (re->signal > 0)
@@ -74,12 +74,16 @@ static json_t *run_end_json(const probe_run_end *re, const char *capture)
     struct tm tm;
     if (gmtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    int complete = strcmp(capture, "closed") == 0 && re->signal <= 0 && re->exit_status == 0;
-    return json_pack("{s:o, s:o, s:s, s:b, s:s}", "exit_status",
-                     re->signal > 0 || re->exit_status < 0 ? json_null()
-                                                           : json_integer(re->exit_status),
-                     "signal", re->signal > 0 ? json_string(sig) : json_null(), "capture", capture,
-                     "capture_complete", complete, "end_time", when);
+    int complete = strcmp(capture, "closed") == 0 && re->signal <= 0 && re->exit_status == 0 &&
+                   lost == 0;
+    json_t *v = json_pack("{s:o, s:o, s:s, s:b, s:s}", "exit_status",
+                          re->signal > 0 || re->exit_status < 0 ? json_null()
+                                                                : json_integer(re->exit_status),
+                          "signal", re->signal > 0 ? json_string(sig) : json_null(), "capture",
+                          capture, "capture_complete", complete, "end_time", when);
+    if (v && lost > 0)
+        json_object_set_new(v, "lost", json_integer(lost));
+    return v;
 }
 
 /* manifest text (or NULL: a new object) with key "run_end" set, as malloc'd
@@ -95,7 +99,9 @@ static probe_status with_run_end(const char *path, const char *manifest, const p
         return probe_set_error(PROBE_EFORMAT, "%s: its manifest is not a JSON object; run_end "
                                "not recorded", path);
     }
-    json_t *v = run_end_json(re, capture);
+    /* the manifest's "lost" (the shim: tensors tapped and never written) */
+    json_t *lc = json_object_get(json_object_get(m, "lost"), "count");
+    json_t *v = run_end_json(re, capture, json_is_integer(lc) ? json_integer_value(lc) : 0);
     char *vt = v ? json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     const char *end = manifest ? strrchr(manifest, '}') : NULL;
     if (vt && manifest && end && !json_object_get(m, "run_end")) {

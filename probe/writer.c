@@ -46,6 +46,7 @@
  * probe.manifest and close the file. */
 #define SLACK_TENSOR (1u << 20)
 #define SLACK_ROOT (64u << 10)
+#define SLACK_JOURNAL (64u << 10) /* journal room kept for the records that close a capture */
 
 struct probe_writer {
     hid_t file;
@@ -855,6 +856,10 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
         return s;
     if ((s = preflight(w, rec->path, nbytes, SLACK_TENSOR)) != PROBE_OK)
         return s;
+    int je = probe_journal_reserve(w->journal, SLACK_JOURNAL);
+    if (je != 0)
+        return probe_set_error(PROBE_EIO, "%s: %s: not written: %s (reserving %u bytes of its journal)",
+                               w->path, rec->path, strerror(je), 2 * SLACK_JOURNAL);
 
     /* bool is stored as the enum {FALSE = 0, TRUE = 1}: any nonzero byte is
      * true (dtype.h), so normalise, and hash the bytes actually stored. */
