@@ -298,8 +298,8 @@ static unsigned long long pinned_mb_env(int warn)
     unsigned long long mb = strtoull(v, &end, 10);
     if (errno || *end || mb < 16 || mb > (1ull << 30) || v[0] == '-' || v[0] == '+' || v[0] == ' ') {
         if (warn)
-            shim_warn("PROBE_PINNED_MB=%s is not a number of MiB >= 16; using %u", v,
-                      DEFAULT_PINNED_MB);
+            shim_warn_config("PROBE_PINNED_MB=%s is not a number of MiB >= 16; using %u", v,
+                             DEFAULT_PINNED_MB);
         return 0;
     }
     return mb;

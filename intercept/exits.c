@@ -265,7 +265,7 @@ static void parse_timeout(void)
     errno = 0;
     double s = strtod(v, &end);
     if (errno || *end || !(s > 0.0) || s > 3600.0) {
-        shim_warn("PROBE_EXIT_TIMEOUT_S=%s is not a number of seconds in (0, 3600]; using %u",
+        shim_warn_config("PROBE_EXIT_TIMEOUT_S=%s is not a number of seconds in (0, 3600]; using %u",
                   v, DEFAULT_EXIT_TIMEOUT_MS / 1000);
         return;
     }

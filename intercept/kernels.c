@@ -102,6 +102,11 @@ static __thread char tls_comp[SHIM_NAME_MAX];
 static __thread unsigned tls_comp_id;
 static __thread int tls_comp_valid;
 
+int shim_kernels_recorded(void)
+{
+    return atomic_load(&ncomps) > 0;
+}
+
 /* Index of component name (interned on first use). */
 static unsigned comp_id(const char *name)
 {

@@ -68,16 +68,40 @@ uint64_t shim_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void shim_warn(const char *fmt, ...)
+/* What a `probe:` line starts with so that it starts a line of its own
+ * (docs/intercept.md "probe: lines"): on a terminal "\r\033[K" (back to the
+ * first column and erase it: a progress bar such as tqdm's, drawn with "\r"
+ * and no newline, is erased and redrawn by its next update); on a regular
+ * file whose last byte is not a newline, "\n" (read through /proc/self/fd/2,
+ * never opening anything that is not a regular file); otherwise nothing (a
+ * pipe's last byte cannot be known). */
+static const char *line_start(void)
+{
+    if (isatty(STDERR_FILENO))
+        return "\r\033[K";
+    struct stat st;
+    if (fstat(STDERR_FILENO, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
+        return "";
+    int fd = open("/proc/self/fd/2", O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return "";
+    struct stat again;
+    char last = '\n';
+    if (fstat(fd, &again) == 0 && again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+        again.st_size > 0 && pread(fd, &last, 1, again.st_size - 1) != 1)
+        last = '\n';
+    close(fd);
+    return last == '\n' ? "" : "\n";
+}
+
+static void vwarn(const char *fmt, va_list ap)
 {
     char line[1024];
     int n = snprintf(line, sizeof line, "probe: ");
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    char shown[sizeof line * 2]; /* one line, control characters and bad UTF-8 escaped */
-    size_t len = probe_tesc_to(shown, sizeof shown - 1, line);
+    char shown[sizeof line * 2 + 8]; /* one line, control characters and bad UTF-8 escaped */
+    size_t len = (size_t)snprintf(shown, sizeof shown, "%s", line_start());
+    len += probe_tesc_to(shown + len, sizeof shown - 1 - len, line);
     shown[len++] = '\n';
     ssize_t off = 0;
     while ((size_t)off < len) {
@@ -88,6 +112,31 @@ void shim_warn(const char *fmt, ...)
             break;
         off += w;
     }
+}
+
+void shim_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vwarn(fmt, ap);
+    va_end(ap);
+}
+
+/* PROBE_CONFIG_WARNED was set when this image started: an earlier process
+ * or image of the run already printed the configuration warnings. */
+static int config_warned_before;
+static int in_constructor;
+
+void shim_warn_config(const char *fmt, ...)
+{
+    if (config_warned_before)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vwarn(fmt, ap);
+    va_end(ap);
+    if (in_constructor)
+        setenv("PROBE_CONFIG_WARNED", "1", 1); /* single-threaded here: the children inherit it */
 }
 
 static atomic_int claim_state; /* 0 not tried, 1 this process owns the file, 2 another does */
@@ -436,7 +485,11 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
     shim_hdf5_fork_release();
-    if (atomic_load(&claim_state) != 1 && atomic_load(&open_state) == 0) {
+    /* A child of a process that has neither claimed the file nor recorded
+     * anything for it (kernel launches are written into its manifest at exit)
+     * is a fresh process of the run. */
+    if (atomic_load(&claim_state) != 1 && atomic_load(&open_state) == 0 &&
+        !shim_kernels_recorded()) {
         pthread_mutex_init(&open_lock, NULL);
         atomic_store(&claim_state, 0);
         claim_why[0] = '\0';
@@ -732,13 +785,24 @@ static size_t parse_queue_mb(const char *v)
     errno = 0;
     unsigned long long mb = strtoull(v, &end, 10);
     if (errno || *end || mb == 0 || mb > (1ull << 40)) {
-        shim_warn("PROBE_QUEUE_MB=%s is not a positive number of MiB; using %u", v, DEFAULT_QUEUE_MB);
+        shim_warn_config("PROBE_QUEUE_MB=%s is not a positive number of MiB; using %u", v,
+                         DEFAULT_QUEUE_MB);
         return (size_t)DEFAULT_QUEUE_MB << 20;
     }
     return (size_t)mb << 20;
 }
 
+static void shim_init_config(void);
+
 __attribute__((constructor)) static void shim_init(void)
+{
+    config_warned_before = getenv("PROBE_CONFIG_WARNED") != NULL;
+    in_constructor = 1;
+    shim_init_config();
+    in_constructor = 0;
+}
+
+static void shim_init_config(void)
 {
     const char *out = getenv("PROBE_OUT");
     if (!out || !*out) {

@@ -117,6 +117,9 @@ void shim_claim(void);
 /* Point this process at another capture file before it claimed one (0), -1
  * when too late; takes ownership of path on success (procs.c). */
 int shim_set_out_path(char *path);
+/* 1 when this process has logged a kernel launch (kernels.c): its manifest
+ * will hold them, so a child forked from it is not a fresh process. */
+int shim_kernels_recorded(void);
 /* Drain and close the capture file now, as at exit (procs.c). */
 void shim_close_now(void);
 /* Why the claim was lost ("" if it was not). */
@@ -160,6 +163,11 @@ size_t shim_lost_skips(probe_writer *w);
 
 /* Print one line "probe: <text>" on stderr with a single write(2). */
 void shim_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A warning about the run's configuration (an environment variable's value,
+ * the same in every process of the run): printed by the first process or
+ * image of the run that loads the shim only (PROBE_CONFIG_WARNED, set in its
+ * constructor, tells the later ones). */
+void shim_warn_config(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Called after the first device copy was enqueued (the CUDA runtime is
  * initialized by then, so its exit handlers are registered): registers one

@@ -25,7 +25,8 @@ void shim_stats_config(void)
     /* Someone who set the variable to anything else meant "on": writing
      * every byte of a run that was too large to store is the worse mistake. */
     if (strcmp(v, "1") != 0)
-        shim_warn("PROBE_STATS_ONLY=%s is neither 0 nor 1; taking it as 1 (stats-only capture)", v);
+        shim_warn_config("PROBE_STATS_ONLY=%s is neither 0 nor 1; taking it as 1 (stats-only capture)",
+                         v);
     shim_cfg.stats_only = 1;
 }
 

@@ -284,7 +284,7 @@ void shim_capture_config(const char *spec)
             char msg[512];
             snprintf(msg, sizeof msg, "item '%s' %s", item, why);
             shim_cfg.capture_error = strdup(msg);
-            shim_warn("PROBE_CAPTURE='%s': %s; nothing is captured (every tap counts as filtered)",
+            shim_warn_config("PROBE_CAPTURE='%s': %s; nothing is captured (every tap counts as filtered)",
                       spec, msg);
             shim_cfg.last_kinds = 0;
             for (size_t i = 0; i < k; ++i)
@@ -347,7 +347,7 @@ void shim_stats_for_config(const char *spec)
         const char *why = parse_item(tok, &sel[k]);
         if (why) {
             /* writing every byte of a run meant to be summarized is the worse mistake */
-            shim_warn("PROBE_STATS_ONLY_FOR='%s': item '%s' %s; every tensor is written stats-only",
+            shim_warn_config("PROBE_STATS_ONLY_FOR='%s': item '%s' %s; every tensor is written stats-only",
                       spec, item, why);
             shim_cfg.stats_only = 1;
             free(copy);

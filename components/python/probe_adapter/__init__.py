@@ -35,10 +35,15 @@ def runtime():
 
 def _note(msg):
     try:
-        sys.stderr.write("probe: %s\n" % msg)
-        sys.stderr.flush()
+        from ._runtime import _note_stderr
     except Exception:
-        pass
+        try:
+            sys.stderr.write("probe: %s\n" % msg)
+            sys.stderr.flush()
+        except Exception:
+            pass
+        return
+    _note_stderr(msg)
 
 
 def _flush_only(lib):

@@ -58,6 +58,7 @@ import math
 import numbers
 import os
 import re
+import stat
 import sys
 import threading
 import types
@@ -209,9 +210,29 @@ def _adapter_code_objects():
     return list(seen.values())
 
 
+def _line_start():
+    """What a `probe:` line starts with so that it starts a line of its own,
+    as the shim's lines do (docs/intercept.md "probe: lines"): "\\r\\033[K" on
+    a terminal, "\\n" on a regular file whose last byte is not a newline,
+    nothing otherwise."""
+    try:
+        sys.stderr.flush()
+        fd = sys.stderr.fileno()
+        if os.isatty(fd):
+            return "\r\x1b[K"
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= 0:
+            return ""
+        with open("/proc/self/fd/%d" % fd, "rb") as f:
+            f.seek(st.st_size - 1)
+            return "" if f.read(1) in (b"\n", b"") else "\n"
+    except Exception:
+        return ""
+
+
 def _note_stderr(msg):
     try:
-        sys.stderr.write("probe: %s\n" % msg)
+        sys.stderr.write("%sprobe: %s\n" % (_line_start(), msg))
         sys.stderr.flush()
     except Exception:
         pass
