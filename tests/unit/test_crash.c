@@ -299,22 +299,29 @@ Test(crash, kill_loop)
     snprintf(out, sizeof out, "%s/k.h5", g_dir);
     snprintf(jpath, sizeof jpath, "%s.journal", out);
 
-    /* one whole run: its duration sets the range of the kill delays */
-    memset(pg, 0, sizeof *pg);
-    double t0 = now_s();
-    pid_t pid = fork();
-    if (pid == 0) {
-        run_pattern(out, pg, buf);
-        _exit(0);
+    /* three whole runs: the fastest sets the range of the kill delays (the
+     * first, on a cold page cache, is often the slowest; a range set by it
+     * puts most kills after the close) */
+    double full = 0;
+    int st, partial = 0;
+    pid_t pid;
+    for (int r = 0; r < 3; r++) {
+        unlink(out);
+        memset(pg, 0, sizeof *pg);
+        double t0 = now_s();
+        pid = fork();
+        if (pid == 0) {
+            run_pattern(out, pg, buf);
+            _exit(0);
+        }
+        waitpid(pid, &st, 0);
+        double took_once = now_s() - t0;
+        full = r == 0 || took_once < full ? took_once : full;
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the whole pattern failed: status %d", st);
+        cr_assert_eq(pg->phase, PH_DONE);
+        check_file(out, pg, buf, got, &partial);
+        cr_assert_eq(access(jpath, F_OK), -1, "a clean close left the journal");
     }
-    int st;
-    waitpid(pid, &st, 0);
-    double full = now_s() - t0;
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the whole pattern failed: status %d", st);
-    cr_assert_eq(pg->phase, PH_DONE);
-    int partial = 0;
-    check_file(out, pg, buf, got, &partial);
-    cr_assert_eq(access(jpath, F_OK), -1, "a clean close left the journal");
 
     int in_phase[PH_COUNT] = {0}, hdf5_bad = 0, hdf5_checked = 0, recovered = 0;
     uint64_t rs = (uint64_t)time(NULL);
