@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,9 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
 
 int main(int argc, char **argv)
 {
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
     enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
            OPT_DIFFER, OPT_OUT, OPT_HELP, OPT_VERSION };
     static const struct option longopts[] = {

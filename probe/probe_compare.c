@@ -281,8 +281,20 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
     fprintf(out, "\n\n%-*s  ", w, "path");
     if (wc)
         fprintf(out, "%-*s  ", wc, "class");
-    fprintf(out, "%-9s %10s %10s %12s %10s %10s %9s %7s %7s%s  %s\n",
-            "dtype", "n", "rel_l2", "cosine", "max_abs", "p99_abs", "mismatch", "gain_z", "chan_z",
+    /* the dtype column: the reference's, "REF/CAND" where the candidate's differs */
+    int wd = 9, mixed = 0;
+    for (size_t i = 0; i < r->ntensors; i++) {
+        const probe_tensor_result *t = &r->tensors[i];
+        int len = (int)strlen(probe_dtype_name(t->ref.dtype));
+        if (t->dtype_cand != t->ref.dtype) {
+            len += 1 + (int)strlen(probe_dtype_name(t->dtype_cand));
+            mixed = 1;
+        }
+        if (len > wd)
+            wd = len;
+    }
+    fprintf(out, "%-*s %10s %10s %12s %10s %10s %9s %7s %7s%s  %s\n", wd,
+            mixed ? "dtype r/c" : "dtype", "n", "rel_l2", "cosine", "max_abs", "p99_abs", "mismatch", "gain_z", "chan_z",
             r->oracle[0] ? "  err_ratio" : "", "verdict");
     for (size_t i = 0; i < r->ntensors; i++) {
         const probe_tensor_result *t = &r->tensors[i];
@@ -319,8 +331,14 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
             fprintf(out, "%-*.*s  ", wc, wc, short_class(t->ref.class_name)[0]
                                                  ? probe_tesc(short_class(t->ref.class_name))
                                                  : "-");
-        fprintf(out, "%-9s %10llu %10s %12s %10s %10s %9s %7s %7s%s  %s%s%s%s\n",
-                probe_dtype_name(t->ref.dtype), (unsigned long long)t->ref.n, rl, cs, mx, p99, mm,
+        char dt[40];
+        if (t->dtype_cand != t->ref.dtype)
+            snprintf(dt, sizeof dt, "%s/%s", probe_dtype_name(t->ref.dtype),
+                     probe_dtype_name(t->dtype_cand));
+        else
+            snprintf(dt, sizeof dt, "%s", probe_dtype_name(t->ref.dtype));
+        fprintf(out, "%-*s %10llu %10s %12s %10s %10s %9s %7s %7s%s  %s%s%s%s\n", wd, dt,
+                (unsigned long long)t->ref.n, rl, cs, mx, p99, mm,
                 gz, cz, er, t->verdict.pass ? "pass" : "FAIL", gate_note,
                 t->verdict.nreasons ? ": " : "", probe_tesc(t->verdict.nreasons ? t->verdict.reasons[0] : ""));
     }
@@ -1490,6 +1508,9 @@ static int write_to(const char *path, const probe_compare_result *r, int html)
 
 int main(int argc, char **argv)
 {
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
     enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
            OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
            OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF, OPT_EXPECT_KERNEL,
@@ -1652,21 +1673,20 @@ int main(int argc, char **argv)
         case OPT_VERSION: printf("probe-compare %s\n", PROBE_VERSION); return 0;
         default:
             if (optopt)
-                fprintf(stderr, "probe-compare: option needs an argument or is unknown: %s\n",
-                        argv[optind - 1]);
+                fprintf(stderr, "probe-compare: option needs an argument or is unknown: %s "
+                                "(probe-compare --help)\n", probe_tesc(argv[optind - 1]));
             else
-                fprintf(stderr, "probe-compare: unknown option '%s'\n", argv[optind - 1]);
-            fprintf(stderr, "usage: probe-compare [options] REF.h5 CAND.h5 (--help for more)\n");
+                fprintf(stderr, "probe-compare: unknown option '%s' (probe-compare --help)\n",
+                        probe_tesc(argv[optind - 1]));
             return 2;
         }
     }
     int npos = argc - optind, need = nref_ranks ? 1 : 2;
     if (npos < need || npos - (need - 1) > PROBE_RANKSET_MAX) {
-        fprintf(stderr, "probe-compare: expected %s, got %d file%s\n"
-                        "usage: probe-compare [options] REF.h5 CAND.h5 [CAND.h5...] (--help for "
-                        "more)\n", nref_ranks ? "1 or more candidate files after --reference-rank"
-                                               : "2 files (REF.h5 CAND.h5) or more (several "
-                                                 "per-rank CAND files)",
+        fprintf(stderr, "probe-compare: expected %s, got %d file%s (usage: probe-compare [options] "
+                        "REF.h5 CAND.h5 [CAND.h5...]; probe-compare --help)\n",
+                nref_ranks ? "1 or more candidate files after --reference-rank"
+                           : "2 files (REF.h5 CAND.h5) or more (several per-rank CAND files)",
                 npos, npos == 1 ? "" : "s");
         return 2;
     }

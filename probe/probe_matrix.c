@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -510,6 +511,9 @@ static void print_table(FILE *out, matrix *m)
 
 int main(int argc, char **argv)
 {
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
     enum { OPT_OUT = 256, OPT_HTML, OPT_CELLS, OPT_QUIET, OPT_HELP, OPT_VERSION };
     static const struct option longopts[] = {
         {"out", required_argument, 0, OPT_OUT},     {"html", required_argument, 0, OPT_HTML},

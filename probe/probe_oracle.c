@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -888,6 +889,9 @@ static json_t *result_json(const op_result *r)
 
 int main(int argc, char **argv)
 {
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
     enum { OPT_JSON = 256, OPT_ONLY, OPT_QUIET, OPT_MAXF, OPT_HELP };
     static const struct option lo[] = {
         {"json", required_argument, 0, OPT_JSON},   {"only", required_argument, 0, OPT_ONLY},

@@ -13,6 +13,7 @@
  * `probe-recover: ...` on stderr). */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,9 @@ static int copy_all(probe_file *f, const char *out)
 
 int main(int argc, char **argv)
 {
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
     const char *out = NULL;
     static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};

@@ -250,8 +250,8 @@ cases = [
 for args, needle in cases:
     rc, out, err = run(*args)
     lines = [l for l in err.splitlines() if l.strip()]
-    check(rc == 2 and lines and needle in lines[0] and lines[0].startswith("probe-compare:"),
-          "bad input %r -> exit 2, message names %r (rc=%d, stderr=%r)" % (args[-1], needle, rc, err[:200]))
+    check(rc == 2 and len(lines) == 1 and needle in lines[0] and lines[0].startswith("probe-compare:"),
+          "bad input %r -> exit 2, one line naming %r (rc=%d, stderr=%r)" % (args[-1], needle, rc, err[:200]))
 
 if failures:
     print("%d checks failed (files kept in %s)" % (len(failures), tmp))

@@ -282,6 +282,17 @@ def main():
              "touch", marker])
     check(r.returncode == 2 and "nosuch.h5" in r.stderr and "does not exist" in r.stderr and not os.path.exists(marker),
           "(4) missing reference: exit 2 naming the file, command not run")
+    with open(j("text.h5"), "w") as fh:
+        fh.write("not hdf5")
+    open(j("empty.h5"), "w").close()
+    for opt, f, why in (("--inject", "text.h5", "is not an HDF5 file (no HDF5 signature)"),
+                        ("--replay", "text.h5", "is not an HDF5 file (no HDF5 signature)"),
+                        ("--inject", "empty.h5", "is empty (not a capture file)")):
+        r = run([os.path.join(BUILD, "bin", "probe-run"), "--out", j("x.h5"), opt, j(f), "--",
+                 "touch", marker])
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        check(r.returncode == 2 and len(lines) == 1 and why in lines[0] and not os.path.exists(marker),
+              "(4) %s %s: exit 2 before the run, one line (%r)" % (opt, f, lines))
     p = probe_run(j("glob.h5"), "--inject", j("ref.h5") + ":/nosuch/*")
     lines = probe_lines(p.stderr)
     mg = manifest(j("glob.h5"))["inject"]
