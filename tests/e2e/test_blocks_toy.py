@@ -268,6 +268,23 @@ def main():
     pc = run([os.path.join(BUILD, "bin", "probe-compare"), b_h5, g_h5, "--expect-identical", "--quiet"])
     check(pc.returncode == 0, "(g) probe-compare full vs --stats-only-for --expect-identical exits 0 "
           "(identical by hash) (%d)" % pc.returncode)
+    # a transparent change (chunked attention) with every block stats-only: the full tensors
+    # pass, the differing block records fail as not provable, and no block is blamed
+    h_h5 = os.path.join(tmp, "h.h5")
+    ph = probe_run(h_h5, ["--blocks", "--stats-only-for", "dit.block/*"],
+                   toy("--attention", "chunked", "--out", os.path.join(tmp, "h.npy")))
+    js = os.path.join(tmp, "gh.json")
+    pc = run([os.path.join(BUILD, "bin", "probe-compare"), b_h5, h_h5, "--json", js, "--quiet"])
+    doc = json.load(open(js)) if os.path.exists(js) else {}
+    tens = doc.get("tensors", [])
+    full = [t for t in tens if not t.get("stats_only")]
+    diff = [t for t in tens if t.get("stats_only") and t.get("verdict") == "fail"]
+    check(ph.returncode == 0 and pc.returncode == 1 and full and all(t["verdict"] == "pass" for t in full)
+          and diff and doc.get("introduced") is None
+          and not any(c.get("status") == "introduced" for c in doc.get("calls", [])),
+          "(g) chunked attention, blocks stats-only: every full tensor passes, %d differing block "
+          "records fail, no call is named as introducing it (introduced %r)"
+          % (len(diff), doc.get("introduced")))
     pbad = probe_run(os.path.join(tmp, "gbad.h5"), ["--stats-only-for", "dit.block/*@blk=1"], [PY, "-c", "pass"])
     lines = [ln for ln in pbad.stderr.splitlines() if ln.strip()]
     check(pbad.returncode == 2 and len(lines) == 1 and "--stats-only-for 'dit.block/*@blk=1'" in lines[0],
