@@ -255,121 +255,131 @@ static const char *parse_item(char *item, struct shim_select *sel)
     }
 }
 
-void shim_capture_config(const char *spec)
+/* The items of a spec (PROBE_CAPTURE, PROBE_STATS_ONLY_FOR): each item as
+ * given, its glob (pointing into copy) and its selectors. */
+struct spec_items {
+    char *copy;
+    char **globs, **items;
+    struct shim_select *sel;
+    size_t n;
+};
+
+static void spec_items_free(struct spec_items *s)
 {
+    for (size_t i = 0; s->items && i < s->n; ++i)
+        free(s->items[i]);
+    free(s->copy);
+    free(s->globs);
+    free(s->items);
+    free(s->sel);
+    memset(s, 0, sizeof *s);
+}
+
+/* Parse spec into out (blank items skipped). NULL on success; otherwise why,
+ * with the item at fault in bad (cap bytes; "" for out of memory), and out
+ * holds nothing. */
+static const char *parse_spec(const char *spec, struct spec_items *out, char *bad, size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    bad[0] = '\0';
     size_t n = 1;
     for (const char *c = spec; *c; ++c)
         n += *c == ',';
-    char **g = calloc(n, sizeof *g);
-    struct shim_select *sel = calloc(n, sizeof *sel);
-    char **items = calloc(n, sizeof *items);
-    atomic_ullong *hits = calloc(n, sizeof *hits);
-    char *copy = strdup(spec);
-    if (!g || !sel || !items || !hits || !copy) {
-        free(g);
-        free(sel);
-        free(items);
-        free(hits);
-        free(copy);
-        return; /* nglobs stays 0: nothing is selected */
+    out->copy = strdup(spec);
+    out->globs = calloc(n, sizeof *out->globs);
+    out->items = calloc(n, sizeof *out->items);
+    out->sel = calloc(n, sizeof *out->sel);
+    if (!out->copy || !out->globs || !out->items || !out->sel) {
+        spec_items_free(out);
+        return "out of memory";
     }
-    size_t k = 0;
-    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *tok = strtok_r(out->copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
         if (!*(tok = shim_trim_spaces(tok)))
             continue;
         char item[SHIM_PATH_MAX + 64];
         snprintf(item, sizeof item, "%s", tok);
-        const char *why = parse_item(tok, &sel[k]);
+        const char *why = parse_item(tok, &out->sel[out->n]);
         if (why) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "item '%s' %s", item, why);
-            shim_cfg.capture_error = strdup(msg);
-            shim_warn_config("PROBE_CAPTURE='%s': %s; nothing is captured (every tap counts as filtered)",
-                      spec, msg);
-            shim_cfg.last_kinds = 0;
-            for (size_t i = 0; i < k; ++i)
-                free(items[i]);
-            free(g);
-            free(sel);
-            free(items);
-            free(hits);
-            free(copy);
-            return;
+            snprintf(bad, cap, "%s", item);
+            spec_items_free(out);
+            return why;
         }
-        /* `gemm.last` / `nccl.last`: the last call of each scope instance */
-        if (strstr(tok, "gemm.last"))
-            sel[k].last |= 1 << SHIM_COUNT_GEMM;
-        if (strstr(tok, "nccl.last"))
-            sel[k].last |= 1 << SHIM_COUNT_NCCL;
-        shim_cfg.last_kinds |= sel[k].last;
-        items[k] = strdup(item); /* NULL on ENOMEM: the item is then shown as its glob */
-        g[k++] = tok;
+        out->items[out->n] = strdup(item); /* NULL on ENOMEM: the item is then shown as its glob */
+        out->globs[out->n++] = tok;
     }
-    shim_cfg.items = items;
+    return NULL;
+}
+
+/* glob matches path, or (a glob without a leading '/') path without its '/' */
+static int glob_matches(const char *g, const char *path)
+{
+    return fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0);
+}
+
+void shim_capture_config(const char *spec)
+{
+    struct spec_items s;
+    char bad[SHIM_PATH_MAX + 64];
+    const char *why = parse_spec(spec, &s, bad, sizeof bad);
+    atomic_ullong *hits = why ? NULL : calloc(s.n ? s.n : 1, sizeof *hits);
+    if (!why && !hits) {
+        spec_items_free(&s);
+        return; /* nglobs stays 0: nothing is selected */
+    }
+    if (why && !bad[0])
+        return; /* out of memory: nothing is selected */
+    if (why) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "item '%s' %s", bad, why);
+        shim_cfg.capture_error = strdup(msg);
+        shim_warn_config("PROBE_CAPTURE='%s': %s; nothing is captured (every tap counts as filtered)",
+                         spec, msg);
+        shim_cfg.last_kinds = 0;
+        return;
+    }
+    for (size_t k = 0; k < s.n; ++k) {
+        /* `gemm.last` / `nccl.last`: the last call of each scope instance */
+        if (strstr(s.globs[k], "gemm.last"))
+            s.sel[k].last |= 1 << SHIM_COUNT_GEMM;
+        if (strstr(s.globs[k], "nccl.last"))
+            s.sel[k].last |= 1 << SHIM_COUNT_NCCL;
+        shim_cfg.last_kinds |= s.sel[k].last;
+    }
+    shim_cfg.items = s.items;
     shim_cfg.item_hits = hits;
-    shim_cfg.globs = g;
-    shim_cfg.sel = sel;
-    shim_cfg.nglobs = k;
+    shim_cfg.globs = s.globs;
+    shim_cfg.sel = s.sel;
+    shim_cfg.nglobs = s.n;
 }
 
 /* PROBE_STATS_ONLY_FOR (probe-run --stats-only-for SPEC): the tensors an item
  * of SPEC selects (the grammar above) are written as stats-only records. */
-static struct {
-    size_t n;
-    char **globs;
-    struct shim_select *sel;
-} stats_for;
+static struct spec_items stats_for;
 
 void shim_stats_for_config(const char *spec)
 {
     if (!spec || !*spec)
         return;
-    size_t n = 1;
-    for (const char *c = spec; *c; ++c)
-        n += *c == ',';
-    char *copy = strdup(spec);
-    char **g = calloc(n, sizeof *g);
-    struct shim_select *sel = calloc(n, sizeof *sel);
-    if (!copy || !g || !sel) {
-        free(copy);
-        free(g);
-        free(sel);
-        shim_warn("PROBE_STATS_ONLY_FOR: out of memory; every tensor is written stats-only");
+    char bad[SHIM_PATH_MAX + 64];
+    const char *why = parse_spec(spec, &stats_for, bad, sizeof bad);
+    if (why) {
+        /* writing every byte of a run meant to be summarized is the worse mistake */
+        if (bad[0])
+            shim_warn_config("PROBE_STATS_ONLY_FOR='%s': item '%s' %s; every tensor is written "
+                             "stats-only", spec, bad, why);
+        else
+            shim_warn("PROBE_STATS_ONLY_FOR: out of memory; every tensor is written stats-only");
         shim_cfg.stats_only = 1;
-        return;
     }
-    size_t k = 0;
-    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!*(tok = shim_trim_spaces(tok)))
-            continue;
-        char item[SHIM_PATH_MAX + 64];
-        snprintf(item, sizeof item, "%s", tok);
-        const char *why = parse_item(tok, &sel[k]);
-        if (why) {
-            /* writing every byte of a run meant to be summarized is the worse mistake */
-            shim_warn_config("PROBE_STATS_ONLY_FOR='%s': item '%s' %s; every tensor is written stats-only",
-                      spec, item, why);
-            shim_cfg.stats_only = 1;
-            free(copy);
-            free(g);
-            free(sel);
-            return;
-        }
-        g[k++] = tok;
-    }
-    stats_for.globs = g;
-    stats_for.sel = sel;
-    stats_for.n = k;
 }
 
 int shim_stats_for_selected(const char *path, int64_t step, int64_t branch, int64_t block)
 {
-    for (size_t i = 0; i < stats_for.n; ++i) {
-        const char *g = stats_for.globs[i];
-        if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
+    for (size_t i = 0; i < stats_for.n; ++i)
+        if (glob_matches(stats_for.globs[i], path) &&
             selectors_hold(&stats_for.sel[i], step, branch, block))
             return 1;
-    }
     return 0;
 }
 
@@ -419,10 +429,8 @@ static int selected(const char *path, int64_t step, int64_t branch, int64_t bloc
     raise_to(&step_max, step);
     raise_to(&block_max, block);
     for (size_t i = 0; i < shim_cfg.nglobs; ++i) {
-        const char *g = shim_cfg.globs[i];
         const struct shim_select *s = &shim_cfg.sel[i];
-        if ((fnmatch(g, path, 0) == 0 || (g[0] != '/' && fnmatch(g, path + 1, 0) == 0)) &&
-            selectors_hold(s, step, branch, block)) {
+        if (glob_matches(shim_cfg.globs[i], path) && selectors_hold(s, step, branch, block)) {
             atomic_fetch_add_explicit(&shim_cfg.item_hits[i], 1, memory_order_relaxed);
             any = 1;
         }
