@@ -54,6 +54,17 @@ def main():
     errors = []
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROBE_OUT")}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    pre = env.get("LD_PRELOAD", "")
+    if "libasan" in pre:
+        # sanitizer build: libstdc++ right after the ASan runtime, so that ASan's __cxa_throw
+        # interceptor finds the real one when it starts (python does not link libstdc++);
+        # otherwise the C++ exception torch throws and catches inside
+        # torch.cuda.is_current_stream_capturing() (called by transformers) aborts the run
+        import ctypes.util
+        cxx = ctypes.util.find_library("stdc++")
+        if cxx:
+            first, _, rest = pre.replace(" ", ":").partition(":")
+            env["LD_PRELOAD"] = ":".join(x for x in (first, cxx, rest) if x)
     script = os.path.abspath(tiny_families.__file__)
     dirs = {}
     for run, prefix, mode in (("a", [], "hooks"),

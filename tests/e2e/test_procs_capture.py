@@ -42,7 +42,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import BUILD, check, clean_env, finish, need_build, probe_lines, reexec_in_venv, tmpdir  # noqa: E402
+from test_shim_common import (BUILD, asan_runtime, check, clean_env, finish, need_build,  # noqa: E402
+                              probe_lines, reexec_in_venv, tmpdir)
 
 PY = reexec_in_venv()
 
@@ -54,8 +55,10 @@ PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "procs_program.p
 
 def run(cmd, **kw):
     print("$ " + " ".join(cmd), flush=True)
+    # a sanitizer-built shim needs its runtime loaded first (probe-run keeps it first)
+    asan = asan_runtime()
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
-                       env=clean_env(), **kw)
+                       env=clean_env({"LD_PRELOAD": asan} if asan else None), **kw)
     if r.stderr.strip():
         print("  stderr: " + r.stderr.strip().replace("\n", "\n  stderr: ")[:3000])
     return r
