@@ -30,7 +30,7 @@
 #include <dirent.h>
 
 #include "shim.h"
-#include "../probe/textsafe.h"
+#include "../metrics/textsafe.h"
 
 extern char **environ;
 

@@ -25,7 +25,7 @@
 
 #include <jansson.h>
 
-#include "textsafe.h"
+#include "../metrics/textsafe.h"
 #include "weights.h"
 #include "probe/compare.h"
 #include "probe/components.h"
