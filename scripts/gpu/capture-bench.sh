@@ -24,10 +24,7 @@ BUILD=${BUILD:-build}
 WORK=$(mktemp -d /tmp/probe-capture-bench.XXXX)
 mkdir -p "$OUT"
 . scripts/gpu/debs-env.sh && probe_debs_env .
-if ls .whl/*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+probe_wheels . "$PY"
 {
   echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(date -u +%FT%TZ)"
   echo "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>&1 | tail -1); diffusers $("$PY" -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"

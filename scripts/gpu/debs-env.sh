@@ -1,4 +1,4 @@
-# scripts/gpu/debs-env.sh - sourced by the GPU scripts (gpu-selftest,
+# scripts/gpu/debs-env.sh - the GPU scripts' shared preamble, sourced by them (gpu-selftest,
 # gpu/metrics-selftest, gpu/evidence.sh, gpu/isolation.sh):
 #
 #   . scripts/gpu/debs-env.sh; probe_debs_env SRC
@@ -21,4 +21,15 @@ probe_debs_env() {
     [ -n "$real" ] && ln -sf "$real" "$libdir/lib$l.so"
   done
   export PKG_CONFIG_PATH=$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
+}
+
+# probe_wheels SRC [PYTHON]: when SRC/.whl holds wheels (the diffusers and
+# importlib_metadata/zipp wheels a bare GPU machine lacks), install them without
+# their dependencies into /tmp/site with PYTHON (default python3) and put
+# /tmp/site first on PYTHONPATH. Nothing happens when there are none.
+probe_wheels() {
+  local src=$1 py=${2:-python3}
+  ls "$src"/.whl/*.whl >/dev/null 2>&1 || return 0
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$src"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 }

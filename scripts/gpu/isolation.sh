@@ -29,10 +29,7 @@ log() { echo "== $*" | tee -a "$WORK/summary.txt"; }
 t_start=$(date +%s)
 
 . scripts/gpu/debs-env.sh && probe_debs_env .
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+probe_wheels . python3
 
 log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(date -u +%FT%TZ)"
 log "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $("$PY" -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
