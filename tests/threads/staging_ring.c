@@ -1,4 +1,4 @@
-/* staging_ring.c - the pinned staging ring's allocator (intercept/staging.c)
+/* staging_ring.c - the pinned staging ring's allocator (intercept/base/ring.c)
  * without CUDA: compiled in directly, run by ctest and under TSan
  * (scripts/test --tsan).
  *
@@ -14,7 +14,7 @@
  *    thread does). The ring is small, so producers wait: waits are counted.
  * Prints FAIL lines; exit status 1 on any.
  */
-#include "../../intercept/staging.c"
+#include "../../intercept/base/ring.c"
 
 #include <stdio.h>
 

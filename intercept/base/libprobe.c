@@ -1,0 +1,227 @@
+/* libprobe.c - load the HDF5-linked writer (libprobe.so) into the process
+ * without putting HDF5 into the global symbol scope (docs/intercept.md
+ * "What the shim links, and why": a preloaded libhdf5 breaks `import h5py`). */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/libprobe.h"
+#include "base/resolve.h"
+#include "base/shim.h"
+#include "base/resolve.h"
+
+struct shim_libprobe shim_libprobe_api;
+
+/* See shim_libprobe_fork_prepare. */
+static pthread_mutex_t hdf5_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static char self_path[PATH_MAX];
+static pthread_once_t self_once = PTHREAD_ONCE_INIT;
+
+static void find_self(void)
+{
+    Dl_info info;
+    if (dladdr((void *)&find_self, &info) && info.dli_fname && info.dli_fname[0]) {
+        if (!realpath(info.dli_fname, self_path))
+            snprintf(self_path, sizeof self_path, "%s", info.dli_fname);
+    }
+}
+
+const char *shim_libprobe_self_path(void)
+{
+    pthread_once(&self_once, find_self);
+    return self_path[0] ? self_path : NULL;
+}
+
+/* RTLD_DEEPBIND makes libprobe and its HDF5 prefer their own symbols over
+ * the process's; ASan and TSan refuse it (they must see every malloc and
+ * every lock). */
+static int dlopen_flags(void)
+{
+    int flags = RTLD_NOW | RTLD_LOCAL;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    if (!shim_resolve_default("__asan_init") && !shim_resolve_default("__tsan_init"))
+        flags |= RTLD_DEEPBIND;
+#endif
+    return flags;
+}
+
+static void *try_open(const char *path, char *why, size_t whylen)
+{
+    void *h = dlopen(path, dlopen_flags());
+    if (!h) {
+        const char *e = dlerror();
+        size_t used = strlen(why);
+        const char *parts[2] = {used ? "; " : "", e ? e : path};
+        for (int i = 0; i < 2; ++i) { /* append, truncating */
+            size_t n = strlen(parts[i]);
+            if (used + n >= whylen)
+                n = whylen - used - 1;
+            memcpy(why + used, parts[i], n);
+            used += n;
+            why[used] = '\0';
+        }
+    }
+    return h;
+}
+
+static probe_status load_locked(void);
+
+/* dlopen runs under hdf5_lock too: a fork racing with it would copy the
+ * loader's (and a sanitizer's) locks held into the child. */
+probe_status shim_libprobe_load(void)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = load_locked();
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+static probe_status load_locked(void)
+{
+    char why[1024] = "";
+    void *h = NULL;
+    if (shim_cfg.libprobe_path) {
+        h = try_open(shim_cfg.libprobe_path, why, sizeof why);
+    } else {
+        const char *self = shim_libprobe_self_path();
+        char dir[PATH_MAX], cand[PATH_MAX + 32];
+        if (!self)
+            return probe_set_error(PROBE_ENOTFOUND,
+                                   "cannot locate libprobe.so: the shim's own path is unknown "
+                                   "(set PROBE_LIBPROBE)");
+        snprintf(dir, sizeof dir, "%s", self);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+        static const char *const names[] = {"libprobe.so.0", "libprobe.so"};
+        for (size_t i = 0; i < 2 && !h; ++i) {
+            snprintf(cand, sizeof cand, "%s/%s", dir, names[i]);
+            h = try_open(cand, why, sizeof why);
+        }
+    }
+    if (!h)
+        return probe_set_error(PROBE_ENOTFOUND, "cannot load libprobe.so: %s", why);
+
+    struct {
+        const char *name;
+        void **slot;
+    } syms[] = {
+        {"probe_writer_open_ex", (void **)&shim_libprobe_api.writer_open},
+        {"probe_writer_put", (void **)&shim_libprobe_api.writer_put},
+        {"probe_writer_skip", (void **)&shim_libprobe_api.writer_skip},
+        {"probe_writer_set_manifest", (void **)&shim_libprobe_api.writer_set_manifest},
+        {"probe_writer_flush", (void **)&shim_libprobe_api.writer_flush},
+        {"probe_writer_close", (void **)&shim_libprobe_api.writer_close},
+        {"probe_last_error", (void **)&shim_libprobe_api.last_error},
+        {"probe_file_open", (void **)&shim_libprobe_api.file_open},
+        {"probe_file_close", (void **)&shim_libprobe_api.file_close},
+        {"probe_file_count", (void **)&shim_libprobe_api.file_count},
+        {"probe_file_tensor", (void **)&shim_libprobe_api.file_tensor},
+        {"probe_file_find", (void **)&shim_libprobe_api.file_find},
+        {"probe_file_read_raw", (void **)&shim_libprobe_api.file_read_raw},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; ++i) {
+        *syms[i].slot = shim_resolve_handle(h, syms[i].name);
+        if (!*syms[i].slot) {
+            memset(&shim_libprobe_api, 0, sizeof shim_libprobe_api);
+            return probe_set_error(PROBE_ENOTFOUND, "libprobe.so lacks %s", syms[i].name);
+        }
+    }
+    /* Optional (stats-only capture): NULL in a libprobe.so that predates them;
+     * stats.c then writes full tensors and says so once. */
+    shim_libprobe_api.writer_put_summary =
+        (probe_status(*)(probe_writer *, const probe_record *, const probe_summary *, uint64_t))
+            shim_resolve_handle(h, "probe_writer_put_summary");
+    shim_libprobe_api.summary_compute = (probe_status(*)(probe_dtype, const void *, size_t, probe_summary *))
+        shim_resolve_handle(h, "probe_summary_compute");
+    shim_libprobe_api.capture_hash = (uint64_t(*)(const void *, size_t))shim_resolve_handle(h, "probe_capture_hash");
+    return PROBE_OK; /* the handle stays open for the life of the process */
+}
+
+/* Every call into libprobe (and so HDF5) holds hdf5_lock, and fork() takes
+ * it first (pthread_atfork prepare): a child is never forked while the
+ * writer is inside HDF5. A thread-safe HDF5 (Debian's is) would otherwise be
+ * copied with its global lock held, and the child's exit (HDF5's atexit
+ * handler) would wait for it forever. */
+
+void shim_libprobe_fork_prepare(void)
+{
+    pthread_mutex_lock(&hdf5_lock);
+}
+
+void shim_libprobe_fork_release(void)
+{
+    pthread_mutex_unlock(&hdf5_lock);
+}
+
+probe_status shim_libprobe_open(const char *path, const char *manifest, int append,
+                                probe_writer **out)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    unsigned flags = PROBE_WRITER_CALLER_LOCKED | (append ? PROBE_WRITER_APPEND : 0);
+    probe_status st = shim_libprobe_api.writer_open(path, manifest, flags, out);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_libprobe_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_put(w, rec, data, nbytes);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+/* Stats-only record (probe_writer_put_summary), under the same lock. */
+probe_status shim_libprobe_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
+                                uint64_t hash)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_put_summary(w, rec, sum, hash);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_libprobe_skip(probe_writer *w, const probe_record *rec, const char *reason)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_skip(w, rec, reason);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_libprobe_set_manifest(probe_writer *w, const char *manifest)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_set_manifest(w, manifest);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_libprobe_flush(probe_writer *w)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_flush(w);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_libprobe_close(probe_writer *w)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_close(w);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+const char *shim_libprobe_error(void)
+{
+    const char *e = shim_libprobe_api.last_error ? shim_libprobe_api.last_error() : NULL;
+    return e && *e ? e : "unknown error";
+}

@@ -1,0 +1,30 @@
+/* intercept/capture/weights.h - fingerprints of the weight operands of interposed GEMMs. */
+#ifndef PROBE_INTERCEPT_CAPTURE_WEIGHTS_H
+#define PROBE_INTERCEPT_CAPTURE_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "probe/dtype.h"
+
+struct shim_json;
+struct shim_work;
+
+/* 1 unless PROBE_WEIGHTS=0. */
+int shim_weights_enabled(void);
+/* Register a weight operand about to be hashed; its slot, or SIZE_MAX when
+ * the table is full (counted as overflow). */
+size_t shim_weights_register(const char *component, int64_t k, int rank, const int64_t *shape,
+                             probe_dtype dtype, size_t nbytes);
+/* Writer thread: the XXH64 of the weight operand registered as slot (ok 0:
+ * the copy failed or was skipped). */
+void shim_weights_hashed(size_t slot, uint64_t hash, int ok);
+/* The operand's hash will not come (the call failed, the copy was not queued). */
+void shim_weights_failed(size_t slot);
+/* Append ,"weights":{...} (weights.c) when any operand was registered. */
+void shim_weights_json(struct shim_json *b);
+
+/* The work callback of a weight-fingerprint job (capture/job.h, hash_only):
+ * the XXH64 of the copied bytes handed to shim_weights_hashed. */
+void shim_weights_run_hash(struct shim_work *w);
+
+#endif
