@@ -97,9 +97,9 @@ if want bench; then
   run_section bench_interpose_overhead bash bench/interpose_overhead.sh "$BUILD"
   B=$(mktemp -d)
   cc -shared -fPIC -O2 -std=c11 -D_GNU_SOURCE -Wl,-soname,libcudart.so.13 -o "$B/libcudart.so.13" \
-    tests/gpu/mock_cudart.c -lpthread &&
-    cc -shared -fPIC -O2 -std=c11 -D_GNU_SOURCE -DFAKE_LIBCUDA -Wl,-soname,libcuda.so.1 \
-      -o "$B/libcuda.so.1" tests/programs/fake_libcuda.c -lpthread &&
+    tests/fakes/mock_cudart.c -lpthread &&
+    cc -shared -fPIC -O2 -std=c11 -D_GNU_SOURCE -Wl,-soname,libcuda.so.1 \
+      -o "$B/libcuda.so.1" tests/fakes/fake_libcuda.c -lpthread &&
     cc -O2 -std=c11 -D_GNU_SOURCE -o "$B/launch_overhead" bench/launch_overhead.c -ldl -lpthread &&
     run_section bench_launch_overhead "$BIN/probe-run" --force --out "$B/lo.h5" -- \
       "$B/launch_overhead" "$B/libcudart.so.13" "$B/libcuda.so.1"
