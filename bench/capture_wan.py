@@ -2,7 +2,7 @@
 """Capture overhead on a diffusers Wan pipeline, measured in one run
 (docs/observer.md, bench/README.md).
 
-Variants, each a separate process of scripts/gpu/wan_run.py (the same
+Variants, each a separate process of scripts/gpu/lib/wan_run.py (the same
 pipeline, weights, inputs and deterministic settings):
   A  no probe (plain python);
   B  probe-run preloaded, capturing nothing (--capture matching no path:
@@ -67,7 +67,7 @@ ap.add_argument("--scratch", default=None, help="folder for capture files and ho
 args = ap.parse_args()
 
 probe_run = os.path.join(args.build_dir, "bin", "probe-run")
-wan_run = os.path.join(SRC, "scripts", "gpu", "wan_run.py")
+wan_run = os.path.join(SRC, "scripts", "gpu", "lib", "wan_run.py")
 for f in (probe_run, wan_run):
     if not os.path.exists(f):
         sys.exit("capture_wan: %s not found (build probe first: cmake -S . -B build && cmake --build build)" % f)

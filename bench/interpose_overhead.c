@@ -6,7 +6,7 @@
  * PROBE_OUT set and the default selection '*', which never selects GEMM
  * operands)
  *
- * The fake libcublas.so.13 (tests/gpu/fake_cublas.c) is loaded RTLD_LOCAL,
+ * The fake libcublas.so.13 (tests/fakes/fake_cublas.c) is loaded RTLD_LOCAL,
  * as torch loads cuBLAS. In the same process it times CALLS calls of
  * cublasSgemm_v2 with m = n = k = 0 (the fake does no arithmetic):
  *   direct   through the pointer dlsym(handle) returns (the library itself)

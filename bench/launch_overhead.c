@@ -4,10 +4,10 @@
  *
  * build:  cc -O2 -std=c11 -D_GNU_SOURCE -o launch_overhead bench/launch_overhead.c -ldl -lpthread
  * run:    probe-run --out /tmp/lo.h5 -- ./launch_overhead CUDART [CUDA] [N]
- *   CUDART: a libcudart.so.13 (tests/gpu/mock_cudart.c built as in
+ *   CUDART: a libcudart.so.13 (tests/fakes/mock_cudart.c built as in
  *   tests/e2e/test_kernels.py: its launch only counts, so the difference is
- *   the hook's cost alone); CUDA: a libcuda.so.1 (tests/programs/
- *   fake_libcuda.c with -DFAKE_LIBCUDA), or "-" for none.
+ *   the hook's cost alone); CUDA: a libcuda.so.1 (tests/fakes/
+ *   fake_libcuda.c), or "-" for none.
  *
  * Runtime route: cudaLaunchKernel through the global scope (the shim's hook
  * under probe-run) vs the library's own cudaLaunchKernel (dlsym on its

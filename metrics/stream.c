@@ -1001,6 +1001,119 @@ static probe_status radix_p99(job *jb, uint64_t k, int need_scaled, double *p99)
     return s;
 }
 
+/* The arguments of probe_metrics_compute_source checked; *so is sopts (or all
+ * zero) and es0/es1 the element sizes. */
+static probe_status check_args(const probe_pair_source *src, const probe_metrics_opts *opts,
+                               const probe_stream_opts *sopts, probe_stream_opts *so,
+                               size_t *es0, size_t *es1)
+{
+    if (src == NULL || opts == NULL || (src->n > 0 && src->read == NULL))
+        return probe_set_error(PROBE_EINVAL, "probe_metrics_compute_source: %s is NULL",
+                               src == NULL ? "src" : opts == NULL ? "opts" : "src->read");
+    if (!(opts->atol >= 0.0) || !(opts->rtol >= 0.0))
+        return probe_set_error(PROBE_EINVAL,
+                               "probe_metrics: atol %g and rtol %g must be >= 0 (not NaN)",
+                               opts->atol, opts->rtol);
+    *es0 = probe_dtype_size(src->dtype[0]);
+    *es1 = probe_dtype_size(src->dtype[1]);
+    if (!*es0 || !*es1)
+        return probe_set_error(PROBE_EINVAL, "probe_metrics: unknown element type %d",
+                               (int)(*es0 ? src->dtype[1] : src->dtype[0]));
+    memset(so, 0, sizeof *so);
+    if (sopts)
+        *so = *sopts;
+    if (so->channel.count) {
+        if (so->channel.count > PROBE_CHANNELS_MAX || so->channel.inner == 0 ||
+            so->channel.inner > UINT64_MAX / so->channel.count ||
+            src->n % (so->channel.count * so->channel.inner) != 0)
+            return probe_set_error(PROBE_EINVAL,
+                                   "probe_metrics: channel axis of %llu channels x %llu elements "
+                                   "does not tile %llu elements (at most %d channels)",
+                                   (unsigned long long)so->channel.count,
+                                   (unsigned long long)so->channel.inner,
+                                   (unsigned long long)src->n, PROBE_CHANNELS_MAX);
+    }
+    return PROBE_OK;
+}
+
+/* jb set up for src (its synchronisation, tolerances, element types, ULP
+ * type, chunks and threads), before job_alloc. */
+static void job_init(job *jb, const probe_pair_source *src, const probe_metrics_opts *opts,
+                     const probe_stream_opts *so, size_t es0, size_t es1)
+{
+    memset(jb, 0, sizeof *jb);
+    pthread_mutex_init(&jb->mu, NULL);
+    pthread_cond_init(&jb->work_cv, NULL);
+    pthread_cond_init(&jb->done_cv, NULL);
+    jb->src = src;
+    jb->atol = opts->atol;
+    jb->rtol = opts->rtol;
+    jb->ch = so->channel;
+    jb->esize[0] = es0;
+    jb->esize[1] = es1;
+    jb->int_pair = is_int_type(src->dtype[0]) && is_int_type(src->dtype[1]) && (es0 == 8 || es1 == 8);
+    {
+        int e0 = 0, e1 = 0;
+        int p0 = probe_dtype_precision(src->dtype[0], &e0);
+        int p1 = probe_dtype_precision(src->dtype[1], &e1);
+        if (p0 && p1) { /* the coarser type: fewer significand bits, then the higher minimum */
+            jb->ulp_p = p0 < p1 ? p0 : p1;
+            jb->ulp_emin = p0 < p1 ? e0 : p1 < p0 ? e1 : (e0 > e1 ? e0 : e1);
+        }
+    }
+    jb->n = src->n;
+    jb->nchunks = (src->n + CHUNK - 1) / CHUNK;
+    int th = so->threads > 0 ? so->threads : default_threads();
+    if (th > MAX_THREADS)
+        th = MAX_THREADS;
+    if ((uint64_t)th > jb->nchunks)
+        th = jb->nchunks ? (int)jb->nchunks : 1;
+    jb->nthreads = th;
+    jb->nslots = th > 1 ? 2 * th + 1 : 1;
+    jb->radix = src->n > INMEM_MAX;
+}
+
+/* The exact p99 of |c - r| after the main pass (t: its totals): rank
+ * ceil(0.99 n_finite) (see probe_metrics_percentile_nearest_rank), NAN when
+ * no pair is finite. In memory it selects among the kept differences; past
+ * INMEM_MAX it runs radix_p99's extra passes (with the scaled sums when
+ * need_scaled). */
+static probe_status exact_p99(job *jb, const part *t, int need_scaled, double *p99)
+{
+    uint64_t nf = t->nf;
+    *p99 = NAN;
+    if (!nf)
+        return PROBE_OK;
+    double x = ceil(99.0 * (double)nf / 100.0);
+    uint64_t rank = x < 1.0 ? 1 : (x >= (double)nf ? nf : (uint64_t)x);
+    if (rank <= t->zeros) {
+        *p99 = 0.0;
+        return PROBE_OK;
+    }
+    if (jb->radix)
+        return radix_p99(jb, rank, need_scaled, p99);
+    /* compact the kept |c - r| (non-finite indices hold -1) and select */
+    size_t w = 0;
+    for (size_t i = 0; i < (size_t)jb->n; i++)
+        if (jb->inmem[i] >= 0.0)
+            jb->inmem[w++] = jb->inmem[i];
+    *p99 = probe_select_kth(jb->inmem, w, (size_t)(rank - 1));
+    return PROBE_OK;
+}
+
+/* The per-channel shift of jb's totals into shift (so: where its arrays go). */
+static void finish_channels(const job *jb, const probe_stream_opts *so, probe_channel_shift *shift)
+{
+    probe_channel_finish f;
+    probe_channel_finish_begin(&f, shift, jb->ch.count, so->channel_shift_out, so->channel_se_out,
+                               so->channel_n_out);
+    for (uint64_t k = 0; k < jb->ch.count; k++) {
+        const chan_acc *a = &jb->total.chan[k];
+        probe_channel_finish_one(&f, k, a->n, nsum_get(&a->sum_d), a->m2_r, a->m2_d);
+    }
+    probe_channel_finish_end(&f);
+}
+
 probe_status probe_metrics_compute_source(const probe_pair_source *src,
                                           const probe_metrics_opts *opts,
                                           const probe_stream_opts *sopts, probe_metrics *out,
@@ -1011,67 +1124,17 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
     memset(out, 0, sizeof *out);
     if (shift)
         memset(shift, 0, sizeof *shift);
-    if (src == NULL || opts == NULL || (src->n > 0 && src->read == NULL))
-        return probe_set_error(PROBE_EINVAL, "probe_metrics_compute_source: %s is NULL",
-                               src == NULL ? "src" : opts == NULL ? "opts" : "src->read");
-    if (!(opts->atol >= 0.0) || !(opts->rtol >= 0.0))
-        return probe_set_error(PROBE_EINVAL,
-                               "probe_metrics: atol %g and rtol %g must be >= 0 (not NaN)",
-                               opts->atol, opts->rtol);
-    size_t es0 = probe_dtype_size(src->dtype[0]), es1 = probe_dtype_size(src->dtype[1]);
-    if (!es0 || !es1)
-        return probe_set_error(PROBE_EINVAL, "probe_metrics: unknown element type %d",
-                               (int)(es0 ? src->dtype[1] : src->dtype[0]));
-    probe_stream_opts so = {0};
-    if (sopts)
-        so = *sopts;
-    if (so.channel.count) {
-        if (so.channel.count > PROBE_CHANNELS_MAX || so.channel.inner == 0 ||
-            so.channel.inner > UINT64_MAX / so.channel.count ||
-            src->n % (so.channel.count * so.channel.inner) != 0)
-            return probe_set_error(PROBE_EINVAL,
-                                   "probe_metrics: channel axis of %llu channels x %llu elements "
-                                   "does not tile %llu elements (at most %d channels)",
-                                   (unsigned long long)so.channel.count,
-                                   (unsigned long long)so.channel.inner,
-                                   (unsigned long long)src->n, PROBE_CHANNELS_MAX);
-    }
+    probe_stream_opts so;
+    size_t es0 = 0, es1 = 0;
+    probe_status s = check_args(src, opts, sopts, &so, &es0, &es1);
+    if (s != PROBE_OK)
+        return s;
     if (!shift)
         so.channel.count = 0;
 
     job jb;
-    memset(&jb, 0, sizeof jb);
-    pthread_mutex_init(&jb.mu, NULL);
-    pthread_cond_init(&jb.work_cv, NULL);
-    pthread_cond_init(&jb.done_cv, NULL);
-    jb.src = src;
-    jb.atol = opts->atol;
-    jb.rtol = opts->rtol;
-    jb.ch = so.channel;
-    jb.esize[0] = es0;
-    jb.esize[1] = es1;
-    jb.int_pair = is_int_type(src->dtype[0]) && is_int_type(src->dtype[1]) && (es0 == 8 || es1 == 8);
-    {
-        int e0 = 0, e1 = 0;
-        int p0 = probe_dtype_precision(src->dtype[0], &e0);
-        int p1 = probe_dtype_precision(src->dtype[1], &e1);
-        if (p0 && p1) { /* the coarser type: fewer significand bits, then the higher minimum */
-            jb.ulp_p = p0 < p1 ? p0 : p1;
-            jb.ulp_emin = p0 < p1 ? e0 : p1 < p0 ? e1 : (e0 > e1 ? e0 : e1);
-        }
-    }
-    jb.n = src->n;
-    jb.nchunks = (src->n + CHUNK - 1) / CHUNK;
-    int th = so.threads > 0 ? so.threads : default_threads();
-    if (th > MAX_THREADS)
-        th = MAX_THREADS;
-    if ((uint64_t)th > jb.nchunks)
-        th = jb.nchunks ? (int)jb.nchunks : 1;
-    jb.nthreads = th;
-    jb.nslots = th > 1 ? 2 * th + 1 : 1;
-    jb.radix = src->n > INMEM_MAX;
-
-    probe_status s = job_alloc(&jb);
+    job_init(&jb, src, opts, &so, es0, es1);
+    s = job_alloc(&jb);
     if (s == PROBE_ENOMEM)
         s = probe_set_error(PROBE_ENOMEM, "probe_metrics: cannot allocate the working memory for "
                             "%llu elements", (unsigned long long)src->n);
@@ -1099,26 +1162,10 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
         jb.d_overflow = d_overflow;
     }
 
-    /* exact p99: rank ceil(0.99 n_finite) (see probe_metrics_percentile_nearest_rank) */
     uint64_t nf = t->nf;
     double p99 = NAN;
     part main_total = *t; /* extra passes reuse jb.total */
-    if (nf) {
-        double x = ceil(99.0 * (double)nf / 100.0);
-        uint64_t rank = x < 1.0 ? 1 : (x >= (double)nf ? nf : (uint64_t)x);
-        if (rank <= t->zeros) {
-            p99 = 0.0;
-        } else if (!jb.radix) {
-            /* compact the kept |c - r| (non-finite indices hold -1) and select */
-            size_t w = 0;
-            for (size_t i = 0; i < (size_t)jb.n; i++)
-                if (jb.inmem[i] >= 0.0)
-                    jb.inmem[w++] = jb.inmem[i];
-            p99 = probe_select_kth(jb.inmem, w, (size_t)(rank - 1));
-        } else {
-            s = radix_p99(&jb, rank, need_scaled, &p99); /* with the scaled sums */
-        }
-    }
+    s = exact_p99(&jb, t, need_scaled, &p99);
     if (s == PROBE_OK && need_scaled && !jb.have_scaled) {
         jb.scaled = 1;
         jb.level = 0;
@@ -1150,16 +1197,8 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
     };
     probe_metrics_finish(&tot, out);
 
-    if (shift && jb.ch.count) {
-        probe_channel_finish f;
-        probe_channel_finish_begin(&f, shift, jb.ch.count, so.channel_shift_out, so.channel_se_out,
-                                   so.channel_n_out);
-        for (uint64_t k = 0; k < jb.ch.count; k++) {
-            const chan_acc *a = &jb.total.chan[k];
-            probe_channel_finish_one(&f, k, a->n, nsum_get(&a->sum_d), a->m2_r, a->m2_d);
-        }
-        probe_channel_finish_end(&f);
-    }
+    if (shift && jb.ch.count)
+        finish_channels(&jb, &so, shift);
     job_free(&jb);
     return PROBE_OK;
 }

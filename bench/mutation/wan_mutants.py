@@ -1,4 +1,4 @@
-"""One run of a diffusers WanPipeline (random weights, scripts/gpu/wan_pipe.py)
+"""One run of a diffusers WanPipeline (random weights, scripts/gpu/lib/wan_pipe.py)
 with at most one transparent feature and at most one planted bug switched on:
 the program the mutation study (bench/mutation/study.py) runs under probe-run
 for the reference, the oracle, and every candidate.
@@ -51,7 +51,7 @@ import sys
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "scripts", "gpu"))
+sys.path.insert(0, os.path.join(here, "..", "..", "scripts", "gpu", "lib"))
 import wan_pipe  # noqa: E402
 
 FEATURES = ("sdpa-math", "sdpa-flash", "sdpa-efficient", "compile", "fused-qkv", "tp-merge",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU evidence for the main job (run on the device machine from the repo root):
 # builds probe, runs the CUDA self-test and the CUDA end-to-end tests, then the
-# diffusers WanPipeline (scripts/gpu/wan_run.py) under probe-run for:
+# diffusers WanPipeline (scripts/gpu/lib/wan_run.py) under probe-run for:
 #   - determinism floor: reference vs reference (bf16 + SDPA math, fp32)
 #   - attention backend swap: SDPA math vs flash (bf16), gate T1
 #   - bf16 vs fp32: calibrate T2 thresholds on seeds 1-3 (probe-calibrate, with the
@@ -18,13 +18,12 @@ mkdir -p "$OUT"
 log() { echo "== $*" | tee -a "$WORK/summary.txt"; }
 
 # Headers this machine lacks, unpacked from Debian packages into a private root.
-. scripts/gpu/debs-env.sh && probe_debs_env .
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
 probe_wheels . python3
 
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%FT%TZ)"
-log "torch $(python3 -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $(python3 -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
-cmake -S . -B build-gpu -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v python3)" \
-  > "$WORK/build.log" 2>&1 && cmake --build build-gpu >> "$WORK/build.log" 2>&1
+log "$(probe_machine)"
+log "$(probe_versions python3)"
+probe_build build-gpu "$WORK/build.log"
 log "build: exit $?"
 B=$PWD/build-gpu/bin
 
@@ -39,7 +38,7 @@ log "ctest (CUDA and CPU end-to-end on this machine): exit $?"; grep -E "Test +#
 W=$WORK/wan; mkdir -p "$W"
 run() { # label, args...
   local label=$1; shift
-  "$B/probe-run" --out "$W/$label.h5" --label "$label" -- python3 scripts/gpu/wan_run.py "$@" \
+  "$B/probe-run" --out "$W/$label.h5" --label "$label" -- python3 scripts/gpu/lib/wan_run.py "$@" \
     > "$W/$label.log" 2>&1
   log "run $label ($*): exit $? $(grep wan_run: "$W/$label.log")"
 }

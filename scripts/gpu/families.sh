@@ -11,13 +11,12 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
-. scripts/gpu/debs-env.sh && probe_debs_env .
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
 probe_wheels . python3
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%FT%TZ)"
-log "torch $(python3 -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $(python3 -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+log "$(probe_machine)"
+log "$(probe_versions python3)"
 if [ ! -x build-gpu/bin/probe-run ]; then
-  cmake -S . -B build-gpu -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v python3)" \
-    > "$OUT/build.log" 2>&1 && cmake --build build-gpu >> "$OUT/build.log" 2>&1
+  probe_build build-gpu "$OUT/build.log"
   log "build: exit $?"
 fi
 export PROBE_FAMILIES_DEVICE=${PROBE_FAMILIES_DEVICE:-cuda} PROBE_FAMILIES_DTYPE=${PROBE_FAMILIES_DTYPE:-bfloat16}

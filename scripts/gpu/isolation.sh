@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU evidence for injection, replay and the root-input check (docs/inject.md),
 # run on the device machine from the repo root (about 2-3 minutes):
-# builds probe, then runs the diffusers WanPipeline (scripts/gpu/wan_run.py)
+# builds probe, then runs the diffusers WanPipeline (scripts/gpu/lib/wan_run.py)
 # under probe-run:
 #   fp32     reference: fp32 transformer, seed 1
 #   bf16     candidate: bf16 transformer, seed 1                (as run)
@@ -28,13 +28,12 @@ mkdir -p "$OUT"
 log() { echo "== $*" | tee -a "$WORK/summary.txt"; }
 t_start=$(date +%s)
 
-. scripts/gpu/debs-env.sh && probe_debs_env .
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
 probe_wheels . python3
 
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(date -u +%FT%TZ)"
-log "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $("$PY" -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
-cmake -S . -B build-gpu -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v "$PY")" \
-  > "$WORK/build.log" 2>&1 && cmake --build build-gpu >> "$WORK/build.log" 2>&1
+log "$(probe_machine)"
+log "$(probe_versions "$PY")"
+probe_build build-gpu "$WORK/build.log" "$PY"
 rc=$?
 log "build: exit $rc"
 if [ $rc != 0 ]; then
@@ -54,7 +53,7 @@ run() { # label, probe-run options..., --, wan_run args...
   while [ $# -gt 0 ] && [ "$1" != -- ]; do popts+=("$1"); shift; done
   shift
   timeout 300 "$B/probe-run" --out "$W/$label.h5" --label "$label" "${popts[@]}" -- \
-    "$PY" scripts/gpu/wan_run.py "${PIPE[@]}" ${WAN_ARGS:-} "$@" > "$W/$label.log" 2>&1
+    "$PY" scripts/gpu/lib/wan_run.py "${PIPE[@]}" ${WAN_ARGS:-} "$@" > "$W/$label.log" 2>&1
   log "run $label (${popts[*]} -- $*): exit $? $(grep wan_run: "$W/$label.log") $(grep -c '^probe:' "$W/$label.log") probe: lines"
   grep '^probe:' "$W/$label.log" | head -5 | tee -a "$WORK/summary.txt"
   "$PY" - "$W/$label.h5" <<'EOF' 2>&1 | tee -a "$WORK/summary.txt"

@@ -7,13 +7,13 @@ backend and saves what it passed and got back; `verify DIR one.h5` then checks
 that the capture holds each collective's in/out bit-exact and the manifest's
 "nccl" counts. A world of 1 makes every collective a copy: this shows the
 hooks reach torch's RTLD_LOCAL libnccl and capture on the GPU, not 2-rank
-semantics (scripts/gpu/nccl-check.sh does those on 2 GPUs).
+semantics (scripts/gpu/nccl.sh does those on 2 GPUs).
 """
 import json
 import os
 import sys
 
-from nccl_check import raw as dataset_bytes  # same folder (scripts/gpu)
+from nccl import raw as dataset_bytes  # same folder (scripts/gpu)
 
 
 def run(d):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end: probe-run --blocks on a real diffusers WanPipeline.
 
-The pipeline is scripts/gpu/wan_pipe.py's tiny configuration (2-layer
+The pipeline is scripts/gpu/lib/wan_pipe.py's tiny configuration (2-layer
 WanTransformer3DModel in bfloat16, T5 text encoder, AutoencoderKLWan,
 FlowMatchEulerDiscreteScheduler; random weights), on the CPU with
 deterministic algorithms and 2 threads, 2 steps, guidance 5.0 (both CFG
@@ -145,7 +145,7 @@ def main():
         video = os.path.join(tmp, name + ".npy")
         env = dict(os.environ)
         env.pop("PROBE_OUT", None)
-        p = subprocess.run(list(prefix) + [sys.executable, driver, os.path.join(src, "scripts", "gpu"),
+        p = subprocess.run(list(prefix) + [sys.executable, driver, os.path.join(src, "scripts", "gpu", "lib"),
                                            video, hooks, str(STEPS), str(FRAMES), str(SIZE)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=600)
         print("run %s: exit %d, stdout %r" % (name, p.returncode, p.stdout.decode()[-200:]))

@@ -1,9 +1,9 @@
 """The shim's cuBLAS / cuBLASLt GEMM hooks (intercept/gemm.c) on a CPU.
 
-tests/gpu/fake_cublas.c and fake_cublaslt.c are built here as
+tests/fakes/fake_cublas.c and fake_cublaslt.c are built here as
 libcublas.so.13 / libcublasLt.so.13 (real sonames; loaded RTLD_LOCAL by
 tests/programs/shim_gemm, as torch loads them, so the shim finds them with
-RTLD_NOLOAD), and tests/gpu/mock_cudart.c as libcudart.so.13 for the device
+RTLD_NOLOAD), and tests/fakes/mock_cudart.c as libcudart.so.13 for the device
 copies. The program's GEMMs (bf16 cublasGemmEx with transa=T and ldb > rows,
 fp32 cublasSgemm_v2 with beta != 0, fp16 strided batched Ex, cublasLtMatmul
 with the BIAS epilogue, with FP8 A/B and scale pointers, with BATCH_COUNT,
@@ -61,13 +61,13 @@ import numpy as np  # noqa: E402
 
 def build(d):
     cc = os.environ.get("CC", "cc")
-    gpu = os.path.join(SOURCE, "tests", "gpu")
+    fakes = os.path.join(SOURCE, "tests", "fakes")
     libs = {}
     for src, so in (("mock_cudart.c", "libcudart.so.13"), ("fake_cublaslt.c", "libcublasLt.so.13"),
                     ("fake_cublas.c", "libcublas.so.13")):
         out = os.path.join(d, so)
         subprocess.run([cc, "-shared", "-fPIC", "-O1", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror",
-                        "-I", gpu, "-Wl,-soname," + so, "-o", out, os.path.join(gpu, src),
+                        "-I", fakes, "-Wl,-soname," + so, "-o", out, os.path.join(fakes, src),
                         "-lpthread", "-lm", "-ldl"], check=True)
         libs[so] = out
     return libs

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """probe_inject_v1 into device memory on a CPU, against the mock CUDA runtime
-(tests/gpu/mock_cudart.c, built here as libcudart.so.13 and loaded the way
+(tests/fakes/mock_cudart.c, built here as libcudart.so.13 and loaded the way
 torch loads its runtime; "device memory" is host memory and every stream
 runs through one FIFO worker, so copies really are asynchronous).
 

@@ -1,6 +1,6 @@
 """Kernel-path evidence on a CPU (intercept/kernels.c, docs/kernels.md).
 
-tests/gpu/mock_cudart.c (libcudart.so.13) and tests/programs/fake_libcuda.c
+tests/fakes/mock_cudart.c (libcudart.so.13) and tests/fakes/fake_libcuda.c
 (libcuda.so.1) are built here; tests/programs/shim_kernels launches through
 every route the shim logs (runtime hooks, dlsym'd and cuGetProcAddress'd
 driver entry points, cudaGetDriverEntryPointByVersion, threads, a forked
@@ -38,10 +38,10 @@ def build(d):
     drv = os.path.join(d, "libcuda.so.1")
     flags = ["-shared", "-fPIC", "-O1", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror"]
     subprocess.run([CC] + flags + ["-Wl,-soname,libcudart.so.13", "-o", rt,
-                                   os.path.join(SOURCE, "tests", "gpu", "mock_cudart.c"), "-lpthread"],
+                                   os.path.join(SOURCE, "tests", "fakes", "mock_cudart.c"), "-lpthread"],
                    check=True)
-    subprocess.run([CC] + flags + ["-DFAKE_LIBCUDA", "-Wl,-soname,libcuda.so.1", "-o", drv,
-                                   os.path.join(SOURCE, "tests", "programs", "fake_libcuda.c"),
+    subprocess.run([CC] + flags + ["-Wl,-soname,libcuda.so.1", "-o", drv,
+                                   os.path.join(SOURCE, "tests", "fakes", "fake_libcuda.c"),
                                    "-lpthread"], check=True)
     return rt, drv
 

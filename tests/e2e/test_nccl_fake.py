@@ -1,8 +1,8 @@
 """NCCL interposition (intercept/nccl.c) on a CPU, against a fake NCCL.
 
-tests/gpu/fake_nccl.c is built here as libnccl.so.2 (pnccl* entry points,
+tests/fakes/fake_nccl.c is built here as libnccl.so.2 (pnccl* entry points,
 ncclX weak aliases; one process simulating rank 1 of 4) and
-tests/gpu/mock_cudart.c as libcudart.so.13; tests/programs/shim_nccl makes
+tests/fakes/mock_cudart.c as libcudart.so.13; tests/programs/shim_nccl makes
 the calls listed in its header, outside and inside a component scope, with
 and without (nested) groups, and checks every result itself. Checked here:
 - the program's own checks hold with and without the shim, for NCCL loaded
@@ -48,7 +48,7 @@ def build(d):
     for src, soname in (("mock_cudart.c", "libcudart.so.13"), ("fake_nccl.c", "libnccl.so.2")):
         out = os.path.join(d, soname)
         subprocess.run([cc, "-shared", "-fPIC", "-O1", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror",
-                        "-Wl,-soname," + soname, "-o", out, os.path.join(SOURCE, "tests", "gpu", src),
+                        "-Wl,-soname," + soname, "-o", out, os.path.join(SOURCE, "tests", "fakes", src),
                         "-lpthread"], check=True)
         libs[soname] = out
     return libs

@@ -2,7 +2,7 @@
 """End-to-end: the observer effect of capture is zero on a real diffusers
 WanPipeline (docs/observer.md).
 
-The pipeline is scripts/gpu/wan_run.py (diffusers WanPipeline, T5 text
+The pipeline is scripts/gpu/lib/wan_run.py (diffusers WanPipeline, T5 text
 encoder from a small T5Config, WanTransformer3DModel in bfloat16,
 AutoencoderKLWan, FlowMatchEulerDiscreteScheduler; random weights, tiny
 configuration, 32 x 32, 5 frames, 2 steps, guidance 5.0 so both CFG branches
@@ -67,7 +67,7 @@ def main():
         fail("PROBE_BUILD_DIR and PROBE_SOURCE_DIR must be set (ctest sets them)")
     probe_run = os.path.join(build, "bin", "probe-run")
     shim = os.path.join(build, "lib", "libprobe_intercept.so")
-    script = os.path.join(src, "scripts", "gpu", "wan_run.py")
+    script = os.path.join(src, "scripts", "gpu", "lib", "wan_run.py")
     py = sys.executable
     tmp = tempfile.mkdtemp(prefix="probe-observer-")
     args = ["--device", "cpu", "--dtype", "bf16", "--steps", str(STEPS), "--frames", str(FRAMES),

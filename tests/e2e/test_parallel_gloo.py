@@ -36,7 +36,7 @@ numpy's to 1e-12 relative, an empty "collectives_unmatched", the blockwise
 run passing T1 with non-zero metrics equal to numpy's, the gather run's
 rank set against the blockwise run's (rank r against rank r, per-rank
 metrics equal to numpy's), the perturbed run failing with its
-max_abs_index in rank 1's half, and scripts/gpu/parallel_check.py verify
+max_abs_index in rank 1's half, and scripts/gpu/parallel.py verify
 (the GPU check's verifier) on the gloo rank files with NCCL all_gather
 captures added here with h5py: passing when consistent, failing (its own
 check and probe-compare's collective_divergence) when one rank's output
@@ -346,12 +346,12 @@ def main():
               "rank set vs rank set: no collective divergence, nothing unmatched (%s, %s)"
               % (js.get("collective_divergence"), js.get("collectives_unmatched")))
 
-    # scripts/gpu/parallel_check.py (the GPU check's verifier) on NCCL captures made here: the
+    # scripts/gpu/parallel.py (the GPU check's verifier) on NCCL captures made here: the
     # gloo rank files plus all_gather datasets and "nccl" counts as an NCCL run writes them
     # (docs/nccl.md), once consistent and once with one rank's all_gather output changed
     if files:
         import shutil
-        checker = os.path.join(src, "scripts", "gpu", "parallel_check.py")
+        checker = os.path.join(src, "scripts", "gpu", "parallel.py")
         rng = np.random.default_rng(5)
         n_el = SEQ // 2 * DIM
         ins = {(k, c, g): rng.standard_normal(n_el).astype(np.float32)
@@ -383,12 +383,12 @@ def main():
             fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL")]
             if broken is None:
                 check(r.returncode == 0 and not fails and "PASS %d all_gather outputs captured" % (2 * STEPS) in r.stdout,
-                      "parallel_check.py verify passes consistent NCCL captures (%s)" % (fails or r.stderr[-300:]))
+                      "parallel.py verify passes consistent NCCL captures (%s)" % (fails or r.stderr[-300:]))
             else:
                 path = "/dit.step/%04d/nccl.%04d.all_gather.out" % broken[1:]
                 check(r.returncode == 1 and len(fails) == 2 and fails[0].startswith("FAIL " + path) and
                       "collective_divergence" in fails[1] and path in fails[1],
-                      "parallel_check.py verify fails an all_gather output changed on rank 1, by its own "
+                      "parallel.py verify fails an all_gather output changed on rank 1, by its own "
                       "check and by probe-compare's collective_divergence (%s)" % fails)
 
     rc, js = run_compare([bad], CAUSE)

@@ -1,6 +1,6 @@
 """The shim's device path on a CPU, against a mock CUDA runtime.
 
-tests/gpu/mock_cudart.c is compiled here into libcudart.so.13 (the real
+tests/fakes/mock_cudart.c is compiled here into libcudart.so.13 (the real
 soname) and loaded by tests/programs/shim_tap_device_mock the way torch
 loads its runtime. The mock runs every stream through one FIFO worker
 thread (copies really are asynchronous), and counts forbidden calls and rule
@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 
 
 def build_mock(d):
-    src = os.path.join(SOURCE, "tests", "gpu", "mock_cudart.c")
+    src = os.path.join(SOURCE, "tests", "fakes", "mock_cudart.c")
     lib = os.path.join(d, "libcudart.so.13")
     cc = os.environ.get("CC", "cc")
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """probe-oracle's bounds against real cuBLAS/cuBLASLt results on a GPU
-(docs/oracle.md "On a GPU"). Run by scripts/gpu/oracle-selftest:
+(docs/oracle.md "On a GPU"). Run by scripts/gpu/oracle.sh:
 
     python3 tests/gpu/oracle_gpu.py PROBE_ORACLE OUT_DIR
 

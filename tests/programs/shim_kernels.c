@@ -1,6 +1,6 @@
 /* shim_kernels.c - kernel launches by every route the shim logs
- * (intercept/kernels.c), against the mock runtime (tests/gpu/mock_cudart.c,
- * libcudart.so.13) and the fake driver (tests/programs/fake_libcuda.c,
+ * (intercept/kernels.c), against the mock runtime (tests/fakes/mock_cudart.c,
+ * libcudart.so.13) and the fake driver (tests/fakes/fake_libcuda.c,
  * libcuda.so.1), both built by tests/e2e/test_kernels.py.
  *
  * usage: shim_kernels CUDART CUDA MODE

@@ -1,6 +1,6 @@
 /* shim_nccl.c - NCCL collectives through the shim's hooks (intercept/nccl.c)
- * against a CPU fake of NCCL (tests/gpu/fake_nccl.c, soname libnccl.so.2)
- * and the mock CUDA runtime (tests/gpu/mock_cudart.c), both built by
+ * against a CPU fake of NCCL (tests/fakes/fake_nccl.c, soname libnccl.so.2)
+ * and the mock CUDA runtime (tests/fakes/mock_cudart.c), both built by
  * tests/e2e/test_nccl_fake.py.
  *
  * usage: shim_nccl MOCK_CUDART FAKE_NCCL global|local EXPECT_LOG

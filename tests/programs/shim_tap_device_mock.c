@@ -1,5 +1,5 @@
 /* shim_tap_device_mock.c - the shim's device path against a CPU mock of the
- * CUDA runtime (tests/gpu/mock_cudart.c, loaded RTLD_GLOBAL as
+ * CUDA runtime (tests/fakes/mock_cudart.c, loaded RTLD_GLOBAL as
  * libcudart.so.13 the way torch's runtime is), so event ordering, the
  * private stream, pinned staging, strided spans, graph-capture skips, device
  * switching and the exit path are exercised without a GPU.

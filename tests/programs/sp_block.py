@@ -1,6 +1,6 @@
 """A hand-built transformer block, run whole in one process or 2-way (N-way)
 sequence parallel under torch.distributed: the program behind
-tests/e2e/test_parallel_gloo.py (CPU, gloo) and scripts/gpu/parallel-check.sh
+tests/e2e/test_parallel_gloo.py (CPU, gloo) and scripts/gpu/parallel.sh
 (CUDA, NCCL). docs/parallel.md walks through both.
 
     python sp_block.py [--device cpu|cuda] [--dtype float32|bfloat16] [--attn gather|blockwise]
@@ -185,7 +185,7 @@ def main(argv=None):
     if world > 1:
         import torch.distributed as dist
         if a.device == "cuda" and os.environ.get("PROBE_SHARE_GPU") == "1":
-            # every rank on GPU 0 (scripts/gpu/parallel-check.sh, one-GPU mode): NCCL
+            # every rank on GPU 0 (scripts/gpu/parallel.sh, one-GPU mode): NCCL
             # refuses two ranks on one GPU of one host, so each rank is its own host
             # for NCCL (socket transport on loopback)
             torch.cuda.set_device(0)

@@ -2,7 +2,7 @@
 """Kernel-path evidence on a GPU (docs/kernels.md), for the H200 with
 torch 2.11 + CUDA 13 at `python3`:
 
-    python3 scripts/gpu/kernels_check.py [--build build] [--out DIR]
+    python3 scripts/gpu/kernel_log.py [--build build] [--out DIR]
 
 Runs a small attention module twice under probe-run, tapped as dit.step
 (`--tap 'dit.step=__main__:Attn.forward'`): once under

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # GPU check of NCCL interposition and per-rank capture files (docs/nccl.md),
 # run on a host with 2 GPUs from the repo root (about a minute):
-#   bash scripts/gpu/nccl-check.sh
-# torchrun --nproc_per_node 2 scripts/gpu/nccl_check.py (NCCL backend) runs
+#   bash scripts/gpu/nccl.sh
+# torchrun --nproc_per_node 2 scripts/gpu/nccl.py (NCCL backend) runs
 # once without probe and once under
 #   probe-run --out on.h5 --capture '*nccl*' --shard '/nccl/*/all_gather.out=0'
 # Each rank makes all_reduce (in place), all_gather_into_tensor (bf16),
 # reduce_scatter_tensor, broadcast, send/recv, batch_isend_irecv (a group)
 # and all_to_all_single, and saves what torch passed and returned;
-# nccl_check.py verify then checks, per rank, that on.rank<R>.h5 holds every
+# nccl.py verify then checks, per rank, that on.rank<R>.h5 holds every
 # op's in/out bit-exact, the manifest's rank/world_size/"nccl", that on.h5 is
 # the index of the rank files, and that the results equal the run without
 # probe. Output: PASS/FAIL/INFO lines on stdout and in $OUT/nccl-check.txt,
@@ -25,13 +25,12 @@ W=$WORK/logs
 mkdir -p "$OUT" "$W" "$WORK/plain" "$WORK/probe"
 REPORT=$WORK/nccl-check.txt
 log() { echo "== $*" | tee -a "$REPORT"; }
-if [ -f scripts/gpu/debs-env.sh ]; then . scripts/gpu/debs-env.sh && probe_debs_env .; fi
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -2 | tr '\n' ' '); $(date -u +%FT%TZ)"
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
+log "$(probe_machine 2)"
 log "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())' 2>&1 | tail -1)"
 if [ ! -x "$BUILD/bin/probe-run" ]; then
   log "building probe into $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v "$PY")" \
-    > "$W/build.log" 2>&1 && cmake --build "$BUILD" >> "$W/build.log" 2>&1 ||
+  probe_build "$BUILD" "$W/build.log" "$PY" ||
     { tail -20 "$W/build.log"; tar czf "$OUT/nccl-check-logs.tar.gz" -C "$WORK" logs; exit 1; }
 fi
 B=$PWD/$BUILD/bin
@@ -39,14 +38,14 @@ B=$PWD/$BUILD/bin
 rc=0
 TR=("$TORCHRUN" --nproc_per_node 2 --master_port 29533)
 
-timeout 300 "${TR[@]}" scripts/gpu/nccl_check.py run "$WORK/plain" > "$W/plain.log" 2>&1
+timeout 300 "${TR[@]}" scripts/gpu/nccl.py run "$WORK/plain" > "$W/plain.log" 2>&1
 log "no probe: exit $? $(grep -c 'ops done' "$W/plain.log") ranks done"
 timeout 300 "$B/probe-run" --out "$WORK/on.h5" --label nccl --capture '*nccl*' \
-  --shard '/nccl/*/all_gather.out=0' -- "${TR[@]}" scripts/gpu/nccl_check.py run "$WORK/probe" \
+  --shard '/nccl/*/all_gather.out=0' -- "${TR[@]}" scripts/gpu/nccl.py run "$WORK/probe" \
   > "$W/probe.log" 2>&1
 log "probe-run: exit $? $(grep -c 'ops done' "$W/probe.log") ranks done; $(grep -c '^probe:' "$W/probe.log") probe: lines"
 grep '^probe:' "$W/probe.log" | head -5 | tee -a "$REPORT"
-"$PY" scripts/gpu/nccl_check.py verify "$WORK/probe" "$WORK/on.h5" "$WORK/plain" 2>&1 | tee -a "$REPORT"
+"$PY" scripts/gpu/nccl.py verify "$WORK/probe" "$WORK/on.h5" "$WORK/plain" 2>&1 | tee -a "$REPORT"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
 log "nccl-check: exit $rc"

@@ -8,7 +8,7 @@
  * the ncclX names as weak aliases of them. One process simulates rank
  * FAKE_NCCL_RANK of FAKE_NCCL_NRANKS ranks that all hold the same input as
  * this one ("device memory" is host memory; the copies go through
- * tests/gpu/mock_cudart.c):
+ * tests/fakes/mock_cudart.c):
  *   all_reduce      sum: out = nranks * in (float32; other types: in);
  *                   prod/max/min/avg: out = in
  *   all_gather      out[i*count + j] = in[j] for every rank i

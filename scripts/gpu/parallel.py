@@ -1,9 +1,9 @@
-"""Checks of scripts/gpu/parallel-check.sh (docs/parallel.md): a 2-rank
+"""Checks of scripts/gpu/parallel.sh (docs/parallel.md): a 2-rank
 NCCL sequence-parallel run of tests/programs/sp_block.py against its
 single-GPU capture, from the capture files alone (h5py + numpy, fp64).
 
-    python3 parallel_check.py verify REF.h5 ON.h5 STEPS [CMP.json]
-    python3 parallel_check.py summary CMP.json
+    python3 parallel.py verify REF.h5 ON.h5 STEPS [CMP.json]
+    python3 parallel.py summary CMP.json
 
 REF.h5 is the single-process capture, ON.h5 the index of the 2-rank run
 (its rank files ON.rank0.h5, ON.rank1.h5 next to it). Prints PASS / FAIL /
@@ -178,7 +178,7 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "summary":
         sys.exit(summary(sys.argv[2]))
     if len(sys.argv) not in (5, 6) or sys.argv[1] != "verify":
-        sys.exit("usage: parallel_check.py verify REF.h5 ON.h5 STEPS [CMP.json] | summary CMP.json")
+        sys.exit("usage: parallel.py verify REF.h5 ON.h5 STEPS [CMP.json] | summary CMP.json")
     verify(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) == 6 else None)
     print("parallel_check: %d check(s) failed" % len(FAILS) if FAILS else "parallel_check: all checks passed")
     sys.exit(1 if FAILS else 0)

@@ -12,16 +12,15 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/probe-study.XXXX)
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
-. scripts/gpu/debs-env.sh && probe_debs_env .
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
 probe_wheels . python3
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%FT%TZ)"
-log "torch $(python3 -c 'import torch;print(torch.__version__, torch.version.cuda)'); diffusers $(python3 -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+log "$(probe_machine)"
+log "$(probe_versions python3)"
 t0=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v python3)" \
-  > "$WORK/build.log" 2>&1 && cmake --build build-gpu >> "$WORK/build.log" 2>&1
+probe_build build-gpu "$WORK/build.log"
 log "build: exit $? ($(( $(date +%s) - t0 )) s)"
-if [ -x scripts/gpu/metrics-selftest ]; then
-  scripts/gpu/metrics-selftest --quick --build-dir "$PWD/build-gpu" --out "$WORK/ms" > "$WORK/metrics-selftest.log" 2>&1
+if [ -f scripts/gpu/metrics.sh ]; then
+  bash scripts/gpu/metrics.sh --quick --build-dir "$PWD/build-gpu" --out "$WORK/ms" > "$WORK/metrics-selftest.log" 2>&1
   log "metrics-selftest: exit $?"; grep -cE "^PASS" "$WORK/metrics-selftest.log" | sed 's/^/PASS lines: /' | tee -a "$OUT/summary.txt"
   grep -E "^FAIL" "$WORK/metrics-selftest.log" | head -20 | tee -a "$OUT/summary.txt"
 fi

@@ -1,7 +1,7 @@
 """GPU check of NCCL interposition and per-rank files (docs/nccl.md), used
-by scripts/gpu/nccl-check.sh on a host with 2 GPUs:
+by scripts/gpu/nccl.sh on a host with 2 GPUs:
 
-  torchrun --nproc_per_node 2 nccl_check.py run DIR
+  torchrun --nproc_per_node 2 nccl.py run DIR
       Each rank (NCCL backend, one GPU per rank) makes, with inputs that
       differ per rank and sizes that differ per op (so each dataset is
       recognisable by its length):
@@ -11,7 +11,7 @@ by scripts/gpu/nccl-check.sh on a host with 2 GPUs:
         way: ncclGroupStart/End), all_to_all_single (f32, 2 x 41)
       and saves what it passed and what torch returned (CPU copies) as
       DIR/rankR.pt.
-  nccl_check.py verify DIR CAPTURE.h5 [PLAIN_DIR]
+  nccl.py verify DIR CAPTURE.h5 [PLAIN_DIR]
       For each rank: CAPTURE's rank file (<stem>.rank<R><ext>) must hold,
       for every saved op, an `in` and an `out` dataset under /nccl/ with the
       op's name whose bytes equal torch's tensors bit-exact (in: the value

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU capture benchmark and observer-effect proof (docs/observer.md), run on
 # the device machine from the repo root (about 6-8 minutes on one H200):
-#   bash scripts/gpu/capture-bench.sh
+#   bash scripts/gpu/capture_bench.sh
 # bench/capture_wan.py on the diffusers Wan pipeline at the Wan2.1-T2V-1.3B
 # transformer configuration (random bf16 weights), 480 x 832, 33 frames,
 # 8 steps, CFG 5.0: interleaved processes A (no probe), B (probe capturing
@@ -23,16 +23,15 @@ OUT=${OUT:-$PWD/gpu-out}
 BUILD=${BUILD:-build}
 WORK=$(mktemp -d /tmp/probe-capture-bench.XXXX)
 mkdir -p "$OUT"
-. scripts/gpu/debs-env.sh && probe_debs_env .
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
 probe_wheels . "$PY"
 {
-  echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(date -u +%FT%TZ)"
-  echo "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>&1 | tail -1); diffusers $("$PY" -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+  probe_machine
+  probe_versions "$PY"
 } | tee "$WORK/capture_wan.txt"
 if [ ! -x "$BUILD/bin/probe-run" ]; then
   echo "building probe into $BUILD" | tee -a "$WORK/capture_wan.txt"
-  cmake -S . -B "$BUILD" -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v "$PY")" \
-    > "$WORK/build.log" 2>&1 && cmake --build "$BUILD" >> "$WORK/build.log" 2>&1 ||
+  probe_build "$BUILD" "$WORK/build.log" "$PY" ||
     { tail -20 "$WORK/build.log"; cp "$WORK/build.log" "$OUT/"; exit 1; }
 fi
 mkdir -p "$WORK/logs"

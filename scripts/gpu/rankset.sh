@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of probe-compare over rank sets (docs/nccl.md "Comparing rank
 # sets"), on a host with 2 GPUs, from the repo root (about a minute):
-#   bash scripts/gpu/rankset-check.sh
-# Runs scripts/gpu/nccl_check.py (torchrun, 2 ranks, NCCL backend: all_reduce,
+#   bash scripts/gpu/rankset.sh
+# Runs scripts/gpu/nccl.py (torchrun, 2 ranks, NCCL backend: all_reduce,
 # all_gather, reduce_scatter, broadcast, send/recv, all_to_all) twice under
 #   probe-run --out A.h5|B.h5 --capture '*nccl*'
 # and then checks with probe-compare:
@@ -32,12 +32,11 @@ mkdir -p "$OUT" "$W" "$WORK/a" "$WORK/b"
 REPORT=$WORK/rankset-check.txt
 log() { echo "== $*" | tee -a "$REPORT"; }
 say() { echo "$1 $2" | tee -a "$REPORT"; [ "$1" = PASS ] || rc=1; }
-if [ -f scripts/gpu/debs-env.sh ]; then . scripts/gpu/debs-env.sh && probe_debs_env .; fi
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -2 | tr '\n' ' '); $(date -u +%FT%TZ)"
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
+log "$(probe_machine 2)"
 if [ ! -x "$BUILD/bin/probe-run" ]; then
   log "building probe into $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v "$PY")" \
-    > "$W/build.log" 2>&1 && cmake --build "$BUILD" >> "$W/build.log" 2>&1 ||
+  probe_build "$BUILD" "$W/build.log" "$PY" ||
     { tail -20 "$W/build.log"; tar czf "$OUT/rankset-check-logs.tar.gz" -C "$WORK" logs; exit 1; }
 fi
 B=$PWD/$BUILD/bin
@@ -51,7 +50,7 @@ for run in a b; do
     continue
   fi
   timeout 300 "$B/probe-run" --out "$WORK/$run.h5" --label "rankset-$run" --capture '*nccl*' \
-    -- "${TR[@]}" scripts/gpu/nccl_check.py run "$WORK/$run" > "$W/$run.log" 2>&1
+    -- "${TR[@]}" scripts/gpu/nccl.py run "$WORK/$run" > "$W/$run.log" 2>&1
   e=$?
   [ $e = 0 ] && [ -f "$WORK/$run.rank0.h5" ] && [ -f "$WORK/$run.rank1.h5" ] && [ -f "$WORK/$run.h5" ]
   say "$([ $? = 0 ] && echo PASS || echo FAIL)" "run $run under probe-run: exit $e, rank files and index"

@@ -2,7 +2,7 @@
 # GPU check of a sequence-parallel DiT block against its single-GPU run
 # (docs/parallel.md), on a host with 2 GPUs, from the repo root:
 #
-#   bash scripts/gpu/parallel-check.sh [BUILD_DIR [OUTDIR]]     (default: build gpu-out)
+#   bash scripts/gpu/parallel.sh [BUILD_DIR [OUTDIR]]     (default: build gpu-out)
 #
 # tests/programs/sp_block.py (SPBlockDiT = dit.step, SPScheduler = scheduler.step;
 # --seq 512 --dim 256 --heads 8 --steps 4), for float32 and bfloat16:
@@ -13,7 +13,7 @@
 #            probe-run --shard ... --capture '*' --capture '*nccl*';
 #   probe-compare ref.h5 on.h5 with --gate T1 and with
 #            --gate T1-relaxed:parallel-partial-sum (JSON in OUTDIR);
-#   parallel_check.py verify: the rank files and manifests, every captured
+#   parallel.py verify: the rank files and manifests, every captured
 #            all_gather output bit-identical on both ranks and equal to the
 #            ranks' inputs joined, numpy's rel_l2/max_abs of the reassembled
 #            tensors equal to probe-compare's;
@@ -49,7 +49,7 @@ SHARD=(--shard '/dit.step/*/out=1' --shard '/dit.step/*/in.hidden_states=1'
        --shard '/scheduler.step/*/in.model_output=1')
 RELAXED=T1-relaxed:parallel-partial-sum
 PROG=tests/programs/sp_block.py
-CHECK=scripts/gpu/parallel_check.py
+CHECK=scripts/gpu/parallel.py
 [ -f "$PROG" ] && [ -f "$CHECK" ] || { echo "parallel-check: run from the repository root ($PROG not found)"; exit 2; }
 mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
@@ -66,13 +66,12 @@ finish() {
   tar czf "$OUT/parallel-check-logs.tar.gz" -C "$WORK" logs
   exit $rc
 }
-if [ -f scripts/gpu/debs-env.sh ]; then . scripts/gpu/debs-env.sh && probe_debs_env .; fi
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -2 | tr '\n' ' '); $(date -u +%FT%TZ)"
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
+log "$(probe_machine 2)"
 log "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.device_count(), "GPUs")' 2>&1 | tail -1)"
 if [ ! -x "$BUILD/bin/probe-run" ]; then
   log "building probe into $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v "$PY")" \
-    > "$W/build.log" 2>&1 && cmake --build "$BUILD" >> "$W/build.log" 2>&1 ||
+  probe_build "$BUILD" "$W/build.log" "$PY" ||
     { tail -20 "$W/build.log"; say FAIL "build"; finish; }
 fi
 B=$(cd "$BUILD/bin" && pwd)

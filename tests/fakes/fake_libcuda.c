@@ -3,11 +3,6 @@
  * the shim's dlopen("libcuda.so.1", RTLD_NOLOAD) finds it) and loaded by
  * tests/programs/shim_kernels.c the way cudart and Triton load the driver.
  *
- * It lives in tests/programs/ with the programs that use it but is not one:
- * tests/CMakeLists.txt builds every C file of programs/ as an executable, so the
- * whole file is compiled only with -DFAKE_LIBCUDA (the test's build); the
- * executable built from it otherwise has an empty main.
- *
  * CUfunction values are any pointers: cuFuncGetName answers the names set
  * with fake_cuda_set_name and fails (CUDA_ERROR_INVALID_HANDLE, 400) for
  * others; cuKernelGetName answers those set with fake_cuda_set_kernel_name
@@ -18,7 +13,6 @@
  * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2 in flags: the _ptsz
  * launches, which are distinct functions, as in the real driver).
  * Signatures and values: cuda.h (CUDA 13). */
-#ifdef FAKE_LIBCUDA
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -180,9 +174,3 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned 
     *pfn = lookup(sym, flags);
     return *pfn ? 0 : 500;
 }
-#else
-int main(void)
-{
-    return 0;
-}
-#endif

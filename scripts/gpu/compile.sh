@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # GPU check of capture under CUDA graphs (docs/observer.md), run on the
 # device machine from the repo root (a few minutes; most of it torch.compile):
-#   bash scripts/gpu/compile-check.sh
+#   bash scripts/gpu/compile.sh
 # 1. torch.compile(mode="reduce-overhead"): the diffusers Wan pipeline
-#    (scripts/gpu/wan_run.py, tiny configuration, bf16, 256 x 256, 17 frames,
+#    (scripts/gpu/lib/wan_run.py, tiny configuration, bf16, 256 x 256, 17 frames,
 #    4 steps) with its transformer compiled, once without probe and once
 #    under probe-run with a forward hook that clones the transformer's output
-#    right after each call (--clone-dit). Checked (compile_check.py
+#    right after each call (--clone-dit). Checked (compile.py
 #    verify-compile): every /dit.step/NNNN/out.0 is bit-identical to clone
 #    NNNN or is in probe.skips with a reason; the videos are identical.
 # 2. torch.cuda.graph: a small module tapped as dit.step, captured manually
 #    into a CUDA graph and replayed 8 times, without and under probe-run;
-#    compile_check.py verify-graph reports what the capture file holds
+#    compile.py verify-graph reports what the capture file holds
 #    (datasets and which call or replay they equal, skips, replays without
 #    a dataset) and whether the replays' outputs are identical.
 # Output: the report on stdout and in $OUT/compile-check.txt, logs in
@@ -29,14 +29,13 @@ W=$WORK/logs
 mkdir -p "$OUT" "$W"
 REPORT=$WORK/compile-check.txt
 log() { echo "== $*" | tee -a "$REPORT"; }
-. scripts/gpu/debs-env.sh && probe_debs_env .
+. scripts/gpu/lib/preamble.sh && probe_debs_env .
 probe_wheels . "$PY"
-log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(date -u +%FT%TZ)"
-log "torch $("$PY" -c 'import torch;print(torch.__version__, torch.version.cuda)' 2>&1 | tail -1); diffusers $("$PY" -c 'import diffusers;print(diffusers.__version__)' 2>&1 | tail -1)"
+log "$(probe_machine)"
+log "$(probe_versions "$PY")"
 if [ ! -x "$BUILD/bin/probe-run" ]; then
   log "building probe into $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_PYTHON="$(command -v "$PY")" \
-    > "$W/build.log" 2>&1 && cmake --build "$BUILD" >> "$W/build.log" 2>&1 ||
+  probe_build "$BUILD" "$W/build.log" "$PY" ||
     { tail -20 "$W/build.log"; tar czf "$OUT/compile-check-logs.tar.gz" -C "$WORK" logs; exit 1; }
 fi
 B=$PWD/$BUILD/bin
@@ -46,24 +45,24 @@ rc=0
 WAN=(--dtype bf16 --steps 4 --frames 17 --size 256 --deterministic --compile reduce-overhead
      --no-time ${WAN_ARGS:-})
 
-timeout 600 "$PY" scripts/gpu/wan_run.py "${WAN[@]}" --json "$W/plain.json" > "$W/plain.log" 2>&1
+timeout 600 "$PY" scripts/gpu/lib/wan_run.py "${WAN[@]}" --json "$W/plain.json" > "$W/plain.log" 2>&1
 log "compile, no probe: exit $? $(grep wan_run: "$W/plain.log")"
 timeout 600 "$B/probe-run" --out "$WORK/compile.h5" --label compile -- \
-  "$PY" scripts/gpu/wan_run.py "${WAN[@]}" --clone-dit "$WORK/clones.pt" --json "$W/probe.json" \
+  "$PY" scripts/gpu/lib/wan_run.py "${WAN[@]}" --clone-dit "$WORK/clones.pt" --json "$W/probe.json" \
   > "$W/probe.log" 2>&1
 log "compile, probe-run: exit $? $(grep wan_run: "$W/probe.log"); $(grep -c '^probe:' "$W/probe.log") probe: lines"
 grep '^probe:' "$W/probe.log" | head -5 | tee -a "$REPORT"
-"$PY" scripts/gpu/compile_check.py verify-compile "$WORK/compile.h5" "$WORK/clones.pt" \
+"$PY" scripts/gpu/compile.py verify-compile "$WORK/compile.h5" "$WORK/clones.pt" \
   "$W/plain.json" "$W/probe.json" 2>&1 | tee -a "$REPORT"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
-timeout 300 "$PY" scripts/gpu/compile_check.py graph --out "$WORK/graph-plain.pt" > "$W/graph-plain.log" 2>&1
+timeout 300 "$PY" scripts/gpu/compile.py graph --out "$WORK/graph-plain.pt" > "$W/graph-plain.log" 2>&1
 log "cuda graph, no probe: exit $? $(tail -1 "$W/graph-plain.log")"
 timeout 300 "$B/probe-run" --out "$WORK/graph.h5" --label graph -- \
-  "$PY" scripts/gpu/compile_check.py graph --out "$WORK/graph.pt" > "$W/graph.log" 2>&1
+  "$PY" scripts/gpu/compile.py graph --out "$WORK/graph.pt" > "$W/graph.log" 2>&1
 log "cuda graph, probe-run: exit $? $(tail -1 "$W/graph.log"); $(grep -c '^probe:' "$W/graph.log") probe: lines"
 grep '^probe:' "$W/graph.log" | head -5 | tee -a "$REPORT"
-"$PY" scripts/gpu/compile_check.py verify-graph "$WORK/graph.h5" "$WORK/graph.pt" "$WORK/graph-plain.pt" \
+"$PY" scripts/gpu/compile.py verify-graph "$WORK/graph.h5" "$WORK/graph.pt" "$WORK/graph-plain.pt" \
   2>&1 | tee -a "$REPORT"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 

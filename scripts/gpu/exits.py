@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Abnormal exits with device tensors (docs/intercept.md "Abnormal exits"), on a GPU.
 
-Usage: exits_check.py BUILD_DIR WORK_DIR [STEPS]
+Usage: exits.py BUILD_DIR WORK_DIR [STEPS]
 
 A small CUDA pipeline (a *Denoiser* module and a *Scheduler*, classes the
 component table matches) runs STEPS denoising steps on [4, 64, 64, 64]

@@ -1,7 +1,7 @@
 """CUDA-graph checks of probe's capture (docs/observer.md), used by
-scripts/gpu/compile-check.sh:
+scripts/gpu/compile.sh:
 
-  compile_check.py verify-compile CAPTURE.h5 CLONES.pt [PLAIN.json PROBE.json]
+  compile.py verify-compile CAPTURE.h5 CLONES.pt [PLAIN.json PROBE.json]
       The Wan transformer ran under torch.compile(mode="reduce-overhead")
       (CUDA graphs) under probe-run, with a forward hook that cloned its
       output right after each call (wan_run.py --clone-dit). Every
@@ -9,13 +9,13 @@ scripts/gpu/compile-check.sh:
       or be listed in probe.skips with a reason; a clone without either is
       a failure. With the two wan_run.py --json files (the same run without
       probe, and with it) the decoded videos' SHA-256 must agree.
-  compile_check.py graph --out RESULT.pt [--replays N]
+  compile.py graph --out RESULT.pt [--replays N]
       A small module whose class matches the component table's *DiT*.forward
       (so the adapter taps it as dit.step): 3 eager warm-up calls on a side
       stream, one call captured into a torch.cuda.graph, N replays with new
       inputs copied into the static input; each replay's output is cloned.
       Saves the inputs, the clones, the warm-up output and any error.
-  compile_check.py verify-graph CAPTURE.h5 RESULT.pt [PLAIN_RESULT.pt]
+  compile.py verify-graph CAPTURE.h5 RESULT.pt [PLAIN_RESULT.pt]
       Reports what the capture holds for that run: each dit.step dataset
       and which eager call or replay it equals, the skips and their reasons,
       the replays without a dataset. With the result of the same run without

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# scripts/gpu/metrics-selftest - libprobe_cuda (probe/device.h) on a real GPU.
+# scripts/gpu/metrics.sh - libprobe_cuda (probe/device.h) on a real GPU.
 #
-#   scripts/gpu/metrics-selftest [--quick] [--bench] [--sanitize] [--build-dir DIR] [--out DIR]
+#   scripts/gpu/metrics.sh [--quick] [--bench] [--sanitize] [--build-dir DIR] [--out DIR]
 #
 # 1. Builds libprobe, libprobe_cuda and tests/gpu/check_device_metrics with
 #    CMake into build-gpu-metrics (or --build-dir; reused when it exists).
@@ -41,7 +41,7 @@ if [ -z "$out" ]; then
 fi
 mkdir -p "$out" || exit 2
 note() { echo "metrics-selftest: $*"; }
-. "$src"/scripts/gpu/debs-env.sh && probe_debs_env "$src"
+. "$src"/scripts/gpu/lib/preamble.sh && probe_debs_env "$src"
 gen=; command -v ninja >/dev/null && gen="-G Ninja"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$src" -B "$build" $gen -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_CUDA=ON > "$out/cmake.log" 2>&1 \

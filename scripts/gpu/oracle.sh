@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# scripts/gpu/oracle-selftest - probe-oracle's error bounds against real
+# scripts/gpu/oracle.sh - probe-oracle's error bounds against real
 # cuBLAS / cuBLASLt results (docs/oracle.md "On a GPU").
 #
-#   scripts/gpu/oracle-selftest [--build-dir DIR] [--out DIR]
+#   scripts/gpu/oracle.sh [--build-dir DIR] [--out DIR]
 #
 # Builds probe-oracle with CMake into build-gpu-oracle (or --build-dir;
 # reused when it exists; headers a bare GPU machine lacks come from .debs/
@@ -27,7 +27,7 @@ if [ -z "$out" ]; then
   if [ -n "${OUT:-}" ]; then out=$OUT/oracle-selftest; else out=$(mktemp -d /tmp/probe-oracle-selftest.XXXX); fi
 fi
 mkdir -p "$out" || exit 2
-. "$src"/scripts/gpu/debs-env.sh && probe_debs_env "$src"
+. "$src"/scripts/gpu/lib/preamble.sh && probe_debs_env "$src"
 gen=; command -v ninja >/dev/null && gen="-G Ninja"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$src" -B "$build" $gen -DPROBE_REQUIRE_CRITERION=OFF -DPROBE_BUILD_TESTS=OFF > "$out/cmake.log" 2>&1 \

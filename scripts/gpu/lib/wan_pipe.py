@@ -1,5 +1,5 @@
 """Build and run a Hugging Face diffusers WanPipeline with random weights
-(no downloads), shared by scripts/gpu/wan_run.py (the GPU evidence scripts),
+(no downloads), shared by scripts/gpu/lib/wan_run.py (the GPU evidence scripts),
 bench/capture_wan.py and tests/e2e/test_observer_wan.py.
 
 Configurations (CONFIGS):

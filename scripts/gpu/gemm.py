@@ -1,7 +1,7 @@
 """GEMM interposition on a real GPU (docs/gemm.md): run by the lead on the
 H200 with torch 2.11+cu130 at `python3`:
 
-    python3 scripts/gpu/gemm_check.py [--build-dir build] [--out DIR]
+    python3 scripts/gpu/gemm.py [--build-dir build] [--out DIR]
 
 It runs itself (`work` mode) under `BUILD/bin/probe-run --capture '*gemm*'
 --scope gblock=GemmCheckBlock.forward`, then checks the capture against the
