@@ -1,4 +1,4 @@
-/* launch_overhead.c - what the kernel log (intercept/kernels.c) adds to one
+/* launch_overhead.c - what the kernel log (intercept/hooks/kernels.c) adds to one
  * kernel launch, measured in one process against a direct call into the
  * same library.
  *

@@ -1,6 +1,6 @@
 /* weights.c - compare the weight fingerprints of two runs (probe/weights.h,
  * docs/gemm.md "Weights"). The fingerprints are written by the preloaded
- * shim (intercept/weights.c) into the manifest key
+ * shim (intercept/capture/weights.c) into the manifest key
  *   "weights": {"overflow": N, "components": {C: {"gemms", "bytes",
  *               "complete", "dtypes", "xxh64", "operands": [{"k", "shape",
  *               "dtype", "xxh64"}, ...]}}} */

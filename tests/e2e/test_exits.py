@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every way the capturing process can end keeps what it tapped
-(intercept/exits.c; docs/file-format.md "Exec continuation", docs/hardening.md).
+(intercept/capture/exits.c; docs/file-format.md "Exec continuation", docs/hardening.md).
 
 With tests/exits_proc (N float32 tensors /exits/<i:04>/out, element k of
 tensor i = image * 4e6 + i * 1000 + k % 1000, computed here with numpy) under

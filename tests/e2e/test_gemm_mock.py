@@ -1,4 +1,4 @@
-"""The shim's cuBLAS / cuBLASLt GEMM hooks (intercept/gemm.c) on a CPU.
+"""The shim's cuBLAS / cuBLASLt GEMM hooks (intercept/hooks/gemm.c) on a CPU.
 
 tests/fakes/fake_cublas.c and fake_cublaslt.c are built here as
 libcublas.so.13 / libcublasLt.so.13 (real sonames; loaded RTLD_LOCAL by

@@ -1,4 +1,4 @@
-"""Kernel-path evidence on a CPU (intercept/kernels.c, docs/kernels.md).
+"""Kernel-path evidence on a CPU (intercept/hooks/kernels.c, docs/kernels.md).
 
 tests/fakes/mock_cudart.c (libcudart.so.13) and tests/fakes/fake_libcuda.c
 (libcuda.so.1) are built here; tests/programs/shim_kernels launches through

@@ -1,4 +1,4 @@
-"""NCCL interposition (intercept/nccl.c) on a CPU, against a fake NCCL.
+"""NCCL interposition (intercept/hooks/nccl.c) on a CPU, against a fake NCCL.
 
 tests/fakes/fake_nccl.c is built here as libnccl.so.2 (pnccl* entry points,
 ncclX weak aliases; one process simulating rank 1 of 4) and

@@ -29,10 +29,10 @@ EXPORTS = {
     "InitializeInjectionNvtx2",
     "probe_inject_v1",
     "probe_scope_enter_v1",
-    # intercept/nccl.c
+    # intercept/hooks/nccl.c
     "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclBcast",
     "ncclSend", "ncclRecv", "ncclAlltoAll", "ncclGroupStart", "ncclGroupEnd",
-    # intercept/exits.c
+    # intercept/capture/exits.c
     "_exit", "_Exit", "quick_exit", "abort", "execve", "execv", "execvp", "execvpe", "execl",
     "execle", "execlp", "fexecve", "sigaction", "signal",
     "probe_scope_exit_v1",
@@ -53,7 +53,7 @@ EXPORTS = {
     "cublasSgemmStridedBatched",
     "cublasHgemmStridedBatched",
     "cublasLtMatmul",
-    # kernel-path evidence (intercept/kernels.c, dlsym_x86_64.S)
+    # kernel-path evidence (intercept/hooks/kernels.c, hooks/dlsym_x86_64.S)
     "dlsym",
     "__cudaLaunchKernel",
     "__cudaLaunchKernel_ptsz",

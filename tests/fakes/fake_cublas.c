@@ -1,5 +1,5 @@
 /* fake_cublas.c - a CPU stand-in for libcublas.so.13, so the shim's GEMM
- * hooks (intercept/gemm.c) run and are checked without a GPU. Built by
+ * hooks (intercept/hooks/gemm.c) run and are checked without a GPU. Built by
  * tests/e2e/test_gemm_mock.py under the real soname and loaded RTLD_LOCAL
  * (as torch loads cuBLAS), so the shim must find it with
  * dlopen("libcublas.so.13", RTLD_NOLOAD). Arithmetic: fake_gemm.h. It

@@ -1,5 +1,5 @@
 /* fake_nccl.c - a CPU stand-in for NCCL 2.28 (libnccl.so.2), so the shim's
- * NCCL hooks (intercept/nccl.c) run and are checked without a GPU. Built by
+ * NCCL hooks (intercept/hooks/nccl.c) run and are checked without a GPU. Built by
  * tests/e2e/test_nccl_fake.py with the soname libnccl.so.2 and loaded by
  * tests/programs/shim_nccl.c (RTLD_GLOBAL, or RTLD_LOCAL the way torch
  * loads NCCL, where only dlopen(RTLD_NOLOAD) finds it).

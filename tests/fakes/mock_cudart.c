@@ -1,5 +1,5 @@
 /* mock_cudart.c - a CPU stand-in for the CUDA runtime, so the shim's device
- * path (intercept/cuda.c) runs and is checked on machines without a GPU.
+ * path (intercept/capture/cuda.c) runs and is checked on machines without a GPU.
  * Built by tests/e2e/test_shim_cuda_mock.py as libcudart.so.13 (same soname
  * as the real one, so the shim's dlopen("libcudart.so.13", RTLD_NOLOAD)
  * finds it) and loaded RTLD_GLOBAL by tests/programs/shim_tap_device_mock.

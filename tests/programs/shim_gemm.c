@@ -1,5 +1,5 @@
 /* shim_gemm.c - GEMM calls through the preloaded shim's cuBLAS/cuBLASLt hooks
- * (intercept/gemm.c) against CPU stand-ins: tests/fakes/mock_cudart.c (loaded
+ * (intercept/hooks/gemm.c) against CPU stand-ins: tests/fakes/mock_cudart.c (loaded
  * RTLD_GLOBAL, as torch's runtime is) and tests/fakes/fake_cublas.c /
  * fake_cublaslt.c (loaded RTLD_LOCAL under their real sonames, as torch
  * loads cuBLAS, so the shim must find them with RTLD_NOLOAD).

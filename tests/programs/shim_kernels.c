@@ -1,5 +1,5 @@
 /* shim_kernels.c - kernel launches by every route the shim logs
- * (intercept/kernels.c), against the mock runtime (tests/fakes/mock_cudart.c,
+ * (intercept/hooks/kernels.c), against the mock runtime (tests/fakes/mock_cudart.c,
  * libcudart.so.13) and the fake driver (tests/fakes/fake_libcuda.c,
  * libcuda.so.1), both built by tests/e2e/test_kernels.py.
  *

@@ -1,4 +1,4 @@
-/* shim_nccl.c - NCCL collectives through the shim's hooks (intercept/nccl.c)
+/* shim_nccl.c - NCCL collectives through the shim's hooks (intercept/hooks/nccl.c)
  * against a CPU fake of NCCL (tests/fakes/fake_nccl.c, soname libnccl.so.2)
  * and the mock CUDA runtime (tests/fakes/mock_cudart.c), both built by
  * tests/e2e/test_nccl_fake.py.
