@@ -1,4 +1,4 @@
-/* probe/journal.c - the capture journal (probe/journal.h,
+/* probe/capture/journal.c - the capture journal (probe/capture/journal.h,
  * docs/file-format.md "Journal").
  *
  * File: the 8-byte magic "PRBJRNL\n", then records. A record is

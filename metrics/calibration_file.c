@@ -1,4 +1,4 @@
-/* calibration.c - T2 calibration files (probe/gate.h; format in
+/* calibration_file.c - T2 calibration files (probe/gate.h; format in
  * docs/calibration.md). JSON read with jansson.
  */
 #include "probe/gate.h"

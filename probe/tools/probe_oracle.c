@@ -24,7 +24,7 @@
 #include "probe/gate.h"
 #include "probe/metrics.h"
 #include "probe/references.h"
-#include "../metrics/textsafe.h"
+#include "../../metrics/textsafe.h"
 
 #define MAX_ONLY 64
 #define MAX_OPERANDS 16

@@ -25,8 +25,8 @@
 
 #include <jansson.h>
 
-#include "../metrics/textsafe.h"
-#include "weights.h"
+#include "../../metrics/textsafe.h"
+#include "../compare/weight_check.h"
 #include "probe/compare.h"
 #include "probe/components.h"
 #include "probe/kernels.h"
@@ -1232,7 +1232,7 @@ static void note_recovered(const char *const paths[2])
     }
 }
 
-/* The runs' weight fingerprints side by side (probe/weights.h): the JSON
+/* The runs' weight fingerprints side by side (probe/compare/weight_check.h): the JSON
  * object for the key "weights", or NULL when neither run has fingerprints. */
 static char *weights_json;
 
