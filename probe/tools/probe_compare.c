@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "../../metrics/textsafe.h"
+#include "../compare/engine.h"
 #include "../compare/weight_check.h"
 #include "../report/text.h"
 #include "probe/compare.h"
@@ -455,8 +456,10 @@ static void show_progress(void *ctx, size_t done, size_t total, uint64_t bytes_d
 static json_t *recovered_json[2];
 
 /* For each input that has a journal next to it (its writer was killed):
- * one line on stderr, and its entry for the JSON. Reads only such files. */
-static void note_recovered(const char *const paths[2]);
+ * one line on stderr, and its entry for the JSON, from the file as the
+ * compare opened it (sets[k]; opened here only when it is not one of the
+ * set's files: an index). */
+static void note_recovered(const char *const paths[2], probe_rankset *const sets[2]);
 
 /* Tensors each input tapped and never wrote, as JSON for the "lost" key:
  * null when none, else {"count", "refused", "first", "reason", "source"}:
@@ -532,7 +535,17 @@ static void note_lost(const char *const paths[2], const probe_compare_result *r)
     }
 }
 
-static void note_recovered(const char *const paths[2])
+/* The file of set whose path is path, or NULL. */
+static probe_file *set_file(probe_rankset *set, const char *path)
+{
+    int n = probe_rankset_world(set);
+    for (int r = 0; r < (n ? n : 1); r++)
+        if (strcmp(probe_rankset_file_path(set, r), path) == 0)
+            return probe_rankset_file(set, r);
+    return NULL;
+}
+
+static void note_recovered(const char *const paths[2], probe_rankset *const sets[2])
 {
     for (int k = 0; k < 2; k++) {
         recovered_json[k] = json_null();
@@ -540,8 +553,10 @@ static void note_recovered(const char *const paths[2])
         if (j == NULL)
             continue;
         sprintf(j, "%s.journal", paths[k]);
-        probe_file *f = NULL;
-        if (access(j, F_OK) == 0 && probe_file_open(paths[k], &f) == PROBE_OK) {
+        probe_file *f = NULL, *opened = NULL;
+        if (access(j, F_OK) == 0 &&
+            ((f = set_file(sets[k], paths[k])) ||
+             (probe_file_open(paths[k], &opened) == PROBE_OK && (f = opened)))) {
             const probe_recovery_info *ri = probe_file_recovery(f);
             if (ri->recovered) {
                 fprintf(stderr, "probe-compare: %s was not closed by its writer (process killed?): "
@@ -561,7 +576,7 @@ static void note_recovered(const char *const paths[2])
                 if (recovered_json[k] == NULL)
                     recovered_json[k] = json_null();
             }
-            probe_file_close(f);
+            probe_file_close(opened);
         }
         free(j);
     }
@@ -571,12 +586,6 @@ static void note_recovered(const char *const paths[2])
  * object for the key "weights", or NULL when neither run has fingerprints. */
 static char *weights_json;
 
-/* The compare JSON (html 0) or HTML report (html 1) with the keys
- * "recovered" (an input was recovered) and "weights" (a run has weight
- * fingerprints, docs/gemm.md) added first in the result object (in the HTML:
- * in its inline probe-data JSON, so that it stays equal to --json), the rest
- * byte for byte as the library wrote it. When neither applies the output is
- * exactly the library's. */
 /* The manifest of the capture file at path (malloc'd), or NULL when the file
  * cannot be read or has none. */
 static char *file_manifest(const char *path)
@@ -591,17 +600,15 @@ static char *file_manifest(const char *path)
 }
 
 /* The manifest of a side given as files (one file, an index, or per-rank files): rank 0's
- * file's for a rank set (the index itself records no weights), else the file's; NULL when
- * it cannot be read (the compare then reports why). */
-static char *side_manifest(const char *const *paths, size_t n)
+ * file's for a rank set rs (the index itself records no weights), else the file's; NULL when
+ * it cannot be read (the compare then reports why). rs is NULL when the side could not be
+ * opened as a rank set: then a single file is read alone (an index whose rank files fail). */
+static char *side_manifest(probe_rankset *rs, const char *const *paths, size_t n)
 {
-    probe_rankset *rs = NULL;
-    if (probe_rankset_open(paths, n, &rs) != PROBE_OK)
+    if (!rs)
         return n == 1 ? file_manifest(paths[0]) : NULL;
     const char *m = probe_file_manifest(probe_rankset_file(rs, 0));
-    char *copy = m ? strdup(m) : NULL;
-    probe_rankset_close(rs);
-    return copy;
+    return m ? strdup(m) : NULL;
 }
 
 /* --- kernel-path evidence (docs/kernels.md) --- */
@@ -788,15 +795,246 @@ static int write_to(const char *path, const probe_compare_result *r, int html)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* --- the tool: options, inputs, run, output --- */
+
+/* The command line, parsed. */
+typedef struct cli {
+    const char *gate_spec, *cal_path, *json_path, *html_path, *junit_path;
+    const char *only[MAX_ONLY + 1];
+    size_t nonly;
+    const char *allow[MAX_ALLOW + 1];
+    size_t nallow;
+    const char *iso_path, *oracle_path;
+    const char *expect_kernel[MAX_EXPECT_KERNEL + 1];
+    size_t nexpect_kernel;
+    int all_kernels;
+    const char *ref_ranks[PROBE_RANKSET_MAX];
+    size_t nref_ranks;
+    int quiet, allow_weight_diff;
+    /* the reference: --reference-rank files, else the first file; then the candidate's */
+    const char *const *refs;
+    size_t nrefs;
+    const char *const *cands;
+    size_t ncands;
+    probe_compare_opts opts;
+} cli;
+
+/* What main holds and frees once, on its one way out. */
+typedef struct run_state {
+    probe_calibration *cal;
+    char **roots;
+    char **axis_names;
+    int *axis_values, *axis_ranks;
+    probe_class_axis *class_axes;
+    size_t n_class_axes;
+    progress_state prog;
+    probe_rankset *sets[2]; /* the reference and candidate, each opened once */
+    probe_weights_verdict wv;
+    int have_wv;
+    probe_compare_result *res;
+} run_state;
+
+static void run_state_free(run_state *st)
 {
-    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
-     * instead of the signal killing the tool */
-    signal(SIGXFSZ, SIG_IGN);
-    enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
-           OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
-           OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF, OPT_EXPECT_KERNEL,
-           OPT_KERNELS, OPT_REFERENCE_RANK, OPT_ORACLE, OPT_ORACLE_HEADROOM };
+    probe_compare_result_free(st->res);
+    if (st->have_wv)
+        probe_weights_verdict_free(&st->wv);
+    probe_rankset_close(st->sets[0]);
+    probe_rankset_close(st->sets[1]);
+    probe_component_names_free(st->roots);
+    probe_calibration_free(st->cal);
+    probe_component_names_free(st->axis_names);
+    free(st->axis_values);
+    free(st->axis_ranks);
+    probe_component_class_axes_free(st->class_axes, st->n_class_axes);
+    json_decref(recovered_json[0]);
+    json_decref(recovered_json[1]);
+    json_decref(lost_json[0]);
+    json_decref(lost_json[1]);
+    free(weights_json);
+    probe_kernel_diff_free(kdiff);
+    json_decref(kernels_json);
+    json_decref(expect_json);
+}
+
+enum { OPT_GATE = 256, OPT_CAL, OPT_ATOL, OPT_RTOL, OPT_ONLY, OPT_JSON, OPT_HTML, OPT_QUIET,
+       OPT_HELP, OPT_VERSION, OPT_JUNIT, OPT_EXPECT_IDENTICAL, OPT_CHANNEL_AXIS, OPT_THREADS,
+       OPT_DEVICE, OPT_ALLOW_ROOT_DIFF, OPT_ISOLATED, OPT_ALLOW_WEIGHT_DIFF, OPT_EXPECT_KERNEL,
+       OPT_KERNELS, OPT_REFERENCE_RANK, OPT_ORACLE, OPT_ORACLE_HEADROOM };
+
+/* A GLOB option into list[*n] (at most max of them). 0, or 2 after one line. */
+static int add_glob(const char *opt, const char *arg, const char **list, size_t *n, size_t max)
+{
+    if (*n == max) {
+        fprintf(stderr, "probe-compare: at most %zu %s options\n", max, opt);
+        return 2;
+    }
+    if (!*arg) {
+        fprintf(stderr, "probe-compare: %s needs a non-empty GLOB\n", opt);
+        return 2;
+    }
+    list[(*n)++] = arg;
+    return 0;
+}
+
+static int parse_device(const char *arg, probe_compare_opts *opts)
+{
+    if (!strcmp(arg, "cpu")) {
+        opts->use_cuda = 0;
+    } else if (!strcmp(arg, "cuda")) {
+        opts->use_cuda = 1;
+        opts->cuda_device = 0;
+    } else if (!strncmp(arg, "cuda:", 5)) {
+        if (parse_int("--device cuda:N", arg + 5, 0, 1023, &opts->cuda_device))
+            return 2;
+        opts->use_cuda = 1;
+    } else {
+        fprintf(stderr, "probe-compare: --device: '%s' is not cpu, cuda or cuda:N\n", arg);
+        return 2;
+    }
+    return 0;
+}
+
+/* One option c with its argument. -1 to go on, else the exit status (0 after
+ * --help or --version, 2 after one line on stderr). */
+static int parse_option(cli *a, int c, const char *arg, char **argv)
+{
+    probe_compare_opts *opts = &a->opts;
+    switch (c) {
+    case OPT_GATE: a->gate_spec = arg; break;
+    case OPT_CAL: a->cal_path = arg; break;
+    case OPT_ATOL:
+        if (parse_tol("--atol", arg, &opts->atol))
+            return 2;
+        opts->atol_set = 1;
+        break;
+    case OPT_RTOL:
+        if (parse_tol("--rtol", arg, &opts->rtol))
+            return 2;
+        opts->rtol_set = 1;
+        break;
+    case OPT_ONLY: return add_glob("--only", arg, a->only, &a->nonly, MAX_ONLY) ? 2 : -1;
+    case OPT_JSON: a->json_path = arg; break;
+    case OPT_HTML: a->html_path = arg; break;
+    case OPT_JUNIT: a->junit_path = arg; break;
+    case OPT_EXPECT_IDENTICAL: opts->expect_identical = 1; break;
+    case OPT_CHANNEL_AXIS:
+        if (parse_int("--channel-axis", arg, -PROBE_MAX_RANK, PROBE_MAX_RANK - 1,
+                      &opts->channel_axis))
+            return 2;
+        opts->channel_axis_set = 1;
+        break;
+    case OPT_THREADS:
+        if (parse_int("--threads", arg, 1, 16, &opts->threads))
+            return 2;
+        break;
+    case OPT_DEVICE: return parse_device(arg, opts) ? 2 : -1;
+    case OPT_ALLOW_ROOT_DIFF:
+        return add_glob("--allow-root-diff", arg, a->allow, &a->nallow, MAX_ALLOW) ? 2 : -1;
+    case OPT_ISOLATED: a->iso_path = arg; break;
+    case OPT_ORACLE:
+        if (a->oracle_path) {
+            fprintf(stderr, "probe-compare: --oracle given twice (%s, %s): one oracle per "
+                            "comparison\n", a->oracle_path, arg);
+            return 2;
+        }
+        a->oracle_path = arg;
+        break;
+    case OPT_ORACLE_HEADROOM: {
+        char *end = NULL;
+        errno = 0;
+        double h = strtod(arg, &end);
+        if (errno || end == arg || *end || !(h >= 1.0 && h <= 1e6)) {
+            fprintf(stderr, "probe-compare: --oracle-headroom: '%s' is not a ratio from 1 to "
+                            "1e6 (e.g. 1.05)\n", arg);
+            return 2;
+        }
+        opts->oracle_headroom = h;
+        break;
+    }
+    case OPT_ALLOW_WEIGHT_DIFF: a->allow_weight_diff = 1; break;
+    case OPT_EXPECT_KERNEL:
+        return add_glob("--expect-kernel", arg, a->expect_kernel, &a->nexpect_kernel,
+                        MAX_EXPECT_KERNEL) ? 2 : -1;
+    case OPT_KERNELS: a->all_kernels = 1; break;
+    case OPT_REFERENCE_RANK:
+        if (a->nref_ranks == PROBE_RANKSET_MAX) {
+            fprintf(stderr, "probe-compare: at most %d --reference-rank options\n",
+                    PROBE_RANKSET_MAX);
+            return 2;
+        }
+        a->ref_ranks[a->nref_ranks++] = arg;
+        break;
+    case OPT_QUIET: a->quiet = 1; break;
+    case 'h':
+    case OPT_HELP: usage(stdout); return 0;
+    case OPT_VERSION: printf("probe-compare %s\n", PROBE_VERSION); return 0;
+    default:
+        if (optopt)
+            fprintf(stderr, "probe-compare: option needs an argument or is unknown: %s "
+                            "(probe-compare --help)\n", probe_tesc(argv[optind - 1]));
+        else
+            fprintf(stderr, "probe-compare: unknown option '%s' (probe-compare --help)\n",
+                    probe_tesc(argv[optind - 1]));
+        return 2;
+    }
+    return -1;
+}
+
+/* The input files after the options: the reference's and the candidate's.
+ * -1 to go on, else 2 after one line. */
+static int parse_files(cli *a, int argc, char **argv)
+{
+    int npos = argc - optind, need = a->nref_ranks ? 1 : 2;
+    if (npos < need || npos - (need - 1) > PROBE_RANKSET_MAX) {
+        fprintf(stderr, "probe-compare: expected %s, got %d file%s (usage: probe-compare [options] "
+                        "REF.h5 CAND.h5 [CAND.h5...]; probe-compare --help)\n",
+                a->nref_ranks ? "1 or more candidate files after --reference-rank"
+                              : "2 files (REF.h5 CAND.h5) or more (several per-rank CAND files)",
+                npos, npos == 1 ? "" : "s");
+        return 2;
+    }
+    a->refs = a->nref_ranks ? a->ref_ranks : (const char *const *)argv + optind;
+    a->nrefs = a->nref_ranks ? a->nref_ranks : 1;
+    a->cands = (const char *const *)argv + optind + (a->nref_ranks ? 0 : 1);
+    a->ncands = (size_t)npos - (a->nref_ranks ? 0 : 1);
+    for (int i = optind; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1] && access(argv[i], F_OK) != 0) {
+            fprintf(stderr, "probe-compare: '%s' is taken as a file name (it follows '--') and "
+                            "there is no such file; options go before '--'\n",
+                    probe_tesc(argv[i]));
+            return 2;
+        }
+    return -1;
+}
+
+/* --json, --html and --junit: at most one on stdout, none onto an input.
+ * -1 to go on, else 2 after one line. */
+static int check_outputs(const cli *a)
+{
+    const char *outs[3] = {a->json_path, a->html_path, a->junit_path};
+    const char *out_opt[3] = {"--json", "--html", "--junit"};
+    for (int x = 0; x < 3; x++)
+        for (int y = x + 1; y < 3; y++)
+            if (outs[x] && outs[y] && !strcmp(outs[x], "-") && !strcmp(outs[y], "-")) {
+                fprintf(stderr, "probe-compare: %s - and %s - cannot both write to stdout\n",
+                        out_opt[x], out_opt[y]);
+                return 2;
+            }
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; outs[k] && strcmp(outs[k], "-") && i < a->nrefs + a->ncands; i++)
+            if (same_file(outs[k], i < a->nrefs ? a->refs[i] : a->cands[i - a->nrefs])) {
+                fprintf(stderr, "probe-compare: %s %s is the %s input file; refusing to overwrite "
+                                "it\n", out_opt[k], probe_tesc(outs[k]),
+                        i >= a->nrefs ? "candidate" : "reference");
+                return 2;
+            }
+    return -1;
+}
+
+/* The whole command line into *a. -1 to go on, else the exit status. */
+static int parse_cli(cli *a, int argc, char **argv)
+{
     static const struct option longopts[] = {
         {"gate", required_argument, 0, OPT_GATE},   {"calibration", required_argument, 0, OPT_CAL},
         {"atol", required_argument, 0, OPT_ATOL},   {"rtol", required_argument, 0, OPT_RTOL},
@@ -817,200 +1055,33 @@ int main(int argc, char **argv)
         {"oracle", required_argument, 0, OPT_ORACLE},
         {"oracle-headroom", required_argument, 0, OPT_ORACLE_HEADROOM},
         {0, 0, 0, 0}};
-    const char *gate_spec = "T1", *cal_path = NULL, *json_path = NULL, *html_path = NULL;
-    const char *junit_path = NULL;
-    const char *only[MAX_ONLY + 1] = {0};
-    size_t nonly = 0;
-    const char *allow[MAX_ALLOW + 1] = {0};
-    size_t nallow = 0;
-    const char *iso_path = NULL, *oracle_path = NULL;
-    const char *expect_kernel[MAX_EXPECT_KERNEL + 1] = {0};
-    size_t nexpect_kernel = 0;
-    int all_kernels = 0;
-    const char *ref_ranks[PROBE_RANKSET_MAX];
-    size_t nref_ranks = 0;
-    int quiet = 0, allow_weight_diff = 0;
-    probe_compare_opts opts;
-    memset(&opts, 0, sizeof opts);
-    /* Large buffers (HDF5 decompresses whole chunks) go to mmap and back to
-     * the system when freed: glibc's adaptive threshold would otherwise move
-     * them onto the heap, where a 16 MiB chunk read again and again grows the
-     * resident size well past the engine's bound (docs/metrics.md, Memory). */
-    mallopt(M_MMAP_THRESHOLD, 1 << 20);
-
+    memset(a, 0, sizeof *a);
+    a->gate_spec = "T1";
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_GATE: gate_spec = optarg; break;
-        case OPT_CAL: cal_path = optarg; break;
-        case OPT_ATOL:
-            if (parse_tol("--atol", optarg, &opts.atol))
-                return 2;
-            opts.atol_set = 1;
-            break;
-        case OPT_RTOL:
-            if (parse_tol("--rtol", optarg, &opts.rtol))
-                return 2;
-            opts.rtol_set = 1;
-            break;
-        case OPT_ONLY:
-            if (nonly == MAX_ONLY) {
-                fprintf(stderr, "probe-compare: at most %d --only options\n", MAX_ONLY);
-                return 2;
-            }
-            if (!*optarg) {
-                fprintf(stderr, "probe-compare: --only needs a non-empty GLOB\n");
-                return 2;
-            }
-            only[nonly++] = optarg;
-            break;
-        case OPT_JSON: json_path = optarg; break;
-        case OPT_HTML: html_path = optarg; break;
-        case OPT_JUNIT: junit_path = optarg; break;
-        case OPT_EXPECT_IDENTICAL: opts.expect_identical = 1; break;
-        case OPT_CHANNEL_AXIS:
-            if (parse_int("--channel-axis", optarg, -PROBE_MAX_RANK, PROBE_MAX_RANK - 1,
-                          &opts.channel_axis))
-                return 2;
-            opts.channel_axis_set = 1;
-            break;
-        case OPT_THREADS:
-            if (parse_int("--threads", optarg, 1, 16, &opts.threads))
-                return 2;
-            break;
-        case OPT_DEVICE:
-            if (!strcmp(optarg, "cpu")) {
-                opts.use_cuda = 0;
-            } else if (!strcmp(optarg, "cuda")) {
-                opts.use_cuda = 1;
-                opts.cuda_device = 0;
-            } else if (!strncmp(optarg, "cuda:", 5)) {
-                if (parse_int("--device cuda:N", optarg + 5, 0, 1023, &opts.cuda_device))
-                    return 2;
-                opts.use_cuda = 1;
-            } else {
-                fprintf(stderr, "probe-compare: --device: '%s' is not cpu, cuda or cuda:N\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case OPT_ALLOW_ROOT_DIFF:
-            if (nallow == MAX_ALLOW) {
-                fprintf(stderr, "probe-compare: at most %d --allow-root-diff options\n", MAX_ALLOW);
-                return 2;
-            }
-            if (!*optarg) {
-                fprintf(stderr, "probe-compare: --allow-root-diff needs a non-empty GLOB\n");
-                return 2;
-            }
-            allow[nallow++] = optarg;
-            break;
-        case OPT_ISOLATED: iso_path = optarg; break;
-        case OPT_ORACLE:
-            if (oracle_path) {
-                fprintf(stderr, "probe-compare: --oracle given twice (%s, %s): one oracle per "
-                                "comparison\n", oracle_path, optarg);
-                return 2;
-            }
-            oracle_path = optarg;
-            break;
-        case OPT_ORACLE_HEADROOM: {
-            char *end = NULL;
-            errno = 0;
-            double h = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(h >= 1.0 && h <= 1e6)) {
-                fprintf(stderr, "probe-compare: --oracle-headroom: '%s' is not a ratio from 1 to "
-                                "1e6 (e.g. 1.05)\n", optarg);
-                return 2;
-            }
-            opts.oracle_headroom = h;
-            break;
-        }
-        case OPT_ALLOW_WEIGHT_DIFF: allow_weight_diff = 1; break;
-        case OPT_EXPECT_KERNEL:
-            if (nexpect_kernel == MAX_EXPECT_KERNEL) {
-                fprintf(stderr, "probe-compare: at most %d --expect-kernel options\n",
-                        MAX_EXPECT_KERNEL);
-                return 2;
-            }
-            if (!*optarg) {
-                fprintf(stderr, "probe-compare: --expect-kernel needs a non-empty GLOB\n");
-                return 2;
-            }
-            expect_kernel[nexpect_kernel++] = optarg;
-            break;
-        case OPT_KERNELS: all_kernels = 1; break;
-        case OPT_REFERENCE_RANK:
-            if (nref_ranks == PROBE_RANKSET_MAX) {
-                fprintf(stderr, "probe-compare: at most %d --reference-rank options\n",
-                        PROBE_RANKSET_MAX);
-                return 2;
-            }
-            ref_ranks[nref_ranks++] = optarg;
-            break;
-        case OPT_QUIET: quiet = 1; break;
-        case 'h':
-        case OPT_HELP: usage(stdout); return 0;
-        case OPT_VERSION: printf("probe-compare %s\n", PROBE_VERSION); return 0;
-        default:
-            if (optopt)
-                fprintf(stderr, "probe-compare: option needs an argument or is unknown: %s "
-                                "(probe-compare --help)\n", probe_tesc(argv[optind - 1]));
-            else
-                fprintf(stderr, "probe-compare: unknown option '%s' (probe-compare --help)\n",
-                        probe_tesc(argv[optind - 1]));
-            return 2;
-        }
-    }
-    int npos = argc - optind, need = nref_ranks ? 1 : 2;
-    if (npos < need || npos - (need - 1) > PROBE_RANKSET_MAX) {
-        fprintf(stderr, "probe-compare: expected %s, got %d file%s (usage: probe-compare [options] "
-                        "REF.h5 CAND.h5 [CAND.h5...]; probe-compare --help)\n",
-                nref_ranks ? "1 or more candidate files after --reference-rank"
-                           : "2 files (REF.h5 CAND.h5) or more (several per-rank CAND files)",
-                npos, npos == 1 ? "" : "s");
-        return 2;
-    }
-    /* The reference: --reference-rank files, else the first file; then the candidate's. */
-    const char *const *refs = nref_ranks ? ref_ranks : (const char *const *)argv + optind;
-    size_t nrefs = nref_ranks ? nref_ranks : 1;
-    const char *const *cands = (const char *const *)argv + optind + (nref_ranks ? 0 : 1);
-    size_t ncands = (size_t)npos - (nref_ranks ? 0 : 1);
-    for (int i = optind; i < argc; i++)
-        if (argv[i][0] == '-' && argv[i][1] && access(argv[i], F_OK) != 0) {
-            fprintf(stderr, "probe-compare: '%s' is taken as a file name (it follows '--') and "
-                            "there is no such file; options go before '--'\n",
-                    probe_tesc(argv[i]));
-            return 2;
-        }
-    const char *outs[3] = {json_path, html_path, junit_path};
-    const char *out_opt[3] = {"--json", "--html", "--junit"};
-    for (int a = 0; a < 3; a++)
-        for (int b = a + 1; b < 3; b++)
-            if (outs[a] && outs[b] && !strcmp(outs[a], "-") && !strcmp(outs[b], "-")) {
-                fprintf(stderr, "probe-compare: %s - and %s - cannot both write to stdout\n",
-                        out_opt[a], out_opt[b]);
-                return 2;
-            }
-    for (int k = 0; k < 3; k++)
-        for (size_t i = 0; outs[k] && strcmp(outs[k], "-") && i < nrefs + ncands; i++)
-            if (same_file(outs[k], i < nrefs ? refs[i] : cands[i - nrefs])) {
-                fprintf(stderr, "probe-compare: %s %s is the %s input file; refusing to overwrite "
-                                "it\n", out_opt[k], probe_tesc(outs[k]), i >= nrefs ? "candidate" : "reference");
-                return 2;
-            }
-    if (probe_gate_parse(gate_spec, &opts.gate) != PROBE_OK) {
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+        if ((rc = parse_option(a, c, optarg, argv)) >= 0)
+            return rc;
+    if ((rc = parse_files(a, argc, argv)) >= 0 || (rc = check_outputs(a)) >= 0)
+        return rc;
+    return -1;
+}
+
+/* The gate, its calibration, and the --oracle/--isolated runs checked against
+ * the inputs. 0, or 2 after one line on stderr. */
+static int load_gate(cli *a, run_state *st)
+{
+    probe_compare_opts *opts = &a->opts;
+    if (probe_gate_parse(a->gate_spec, &opts->gate) != PROBE_OK) {
         fprintf(stderr, "probe-compare: --gate: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
-    if (cal_path && opts.gate.kind != PROBE_GATE_T2) {
+    if (a->cal_path && opts->gate.kind != PROBE_GATE_T2) {
         fprintf(stderr, "probe-compare: --calibration %s is used only with --gate T2 (gate is %s)\n",
-                cal_path, opts.gate.name);
+                a->cal_path, opts->gate.name);
         return 2;
     }
-    probe_calibration *cal = NULL;
-    if (cal_path) {
+    if (a->cal_path) {
         /* Calibration entries must name components of the table (any name
          * when no table is installed next to this tool). */
         char **names = NULL;
@@ -1019,183 +1090,197 @@ int main(int argc, char **argv)
             fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
             return 2;
         }
-        s = probe_calibration_load(cal_path, (const char *const *)names, &cal);
+        s = probe_calibration_load(a->cal_path, (const char *const *)names, &st->cal);
         probe_component_names_free(names);
         if (s != PROBE_OK) {
             fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
             return 2;
         }
     }
-    if (opts.gate.kind == PROBE_GATE_T2 && !cal) {
+    if (opts->gate.kind == PROBE_GATE_T2 && !st->cal) {
         fprintf(stderr, "probe-compare: --gate T2 needs --calibration FILE\n");
         return 2;
     }
-    if (oracle_path && (same_file(oracle_path, refs[0]) || same_file(oracle_path, cands[0]) ||
-                        (iso_path && same_file(oracle_path, iso_path)))) {
+    const char *ref = a->refs[0], *cand = a->cands[0], *iso = a->iso_path, *oracle = a->oracle_path;
+    if (oracle && (same_file(oracle, ref) || same_file(oracle, cand) ||
+                   (iso && same_file(oracle, iso)))) {
         fprintf(stderr, "probe-compare: --oracle %s is the %s file; it must be a run of its own "
-                        "(the reference's experiment in higher precision)\n", oracle_path,
-                same_file(oracle_path, refs[0]) ? "reference"
-                : same_file(oracle_path, cands[0]) ? "candidate" : "--isolated");
-        probe_calibration_free(cal);
+                        "(the reference's experiment in higher precision)\n", oracle,
+                same_file(oracle, ref) ? "reference" : same_file(oracle, cand) ? "candidate"
+                                                                                : "--isolated");
         return 2;
     }
-    if (opts.oracle_headroom > 0 && !oracle_path) {
+    if (opts->oracle_headroom > 0 && !oracle) {
         fprintf(stderr, "probe-compare: --oracle-headroom needs --oracle FILE\n");
-        probe_calibration_free(cal);
         return 2;
     }
-    if (iso_path && (same_file(iso_path, refs[0]) || same_file(iso_path, cands[0]))) {
+    if (iso && (same_file(iso, ref) || same_file(iso, cand))) {
         fprintf(stderr, "probe-compare: --isolated %s is the %s file; it must be a third run "
-                        "(probe-run --replay REF.h5)\n", iso_path,
-                same_file(iso_path, refs[0]) ? "reference" : "candidate");
-        probe_calibration_free(cal);
+                        "(probe-run --replay REF.h5)\n", iso,
+                same_file(iso, ref) ? "reference" : "candidate");
         return 2;
     }
+    return 0;
+}
+
+/* The component table's root inputs and channel axes into the options, and
+ * the rest of the options from the command line. 0, or 2 after one line. */
+static int load_tables(cli *a, run_state *st)
+{
+    probe_compare_opts *opts = &a->opts;
     /* Root inputs: the table's "root" rows (the built-in list without a table). */
-    char **roots = NULL;
-    probe_status rs = probe_component_roots_load(NULL, &roots);
+    probe_status rs = probe_component_roots_load(NULL, &st->roots);
     if (rs != PROBE_OK && rs != PROBE_ENOTFOUND) {
         fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
-        probe_calibration_free(cal);
         return 2;
     }
-    opts.check_roots = 1;
-    opts.root_components = (const char *const *)roots;
-    opts.allow_root_diff = nallow ? allow : NULL;
-    opts.isolated = iso_path;
-    opts.oracle = oracle_path;
-    opts.calibration = cal;
+    opts->check_roots = 1;
+    opts->root_components = (const char *const *)st->roots;
+    opts->allow_root_diff = a->nallow ? a->allow : NULL;
+    opts->isolated = a->iso_path;
+    opts->oracle = a->oracle_path;
+    opts->calibration = st->cal;
     /* The component table's channel axes (none when no table is installed). */
-    char **axis_names = NULL;
-    int *axis_values = NULL, *axis_ranks = NULL;
-    probe_status ts = probe_component_axes_load(NULL, &axis_names, &axis_values, &axis_ranks);
+    probe_status ts =
+        probe_component_axes_load(NULL, &st->axis_names, &st->axis_values, &st->axis_ranks);
     if (ts != PROBE_OK && ts != PROBE_ENOTFOUND) {
         fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
-        probe_calibration_free(cal);
-        probe_component_names_free(roots);
         return 2;
     }
-    opts.axis_components = axis_names;
-    opts.axis_values = axis_values;
-    opts.axis_ranks = axis_ranks;
-    probe_class_axis *class_axes = NULL;
-    size_t n_class_axes = 0;
+    opts->axis_components = st->axis_names;
+    opts->axis_values = st->axis_values;
+    opts->axis_ranks = st->axis_ranks;
     if (ts == PROBE_OK &&
-        probe_component_class_axes_load(NULL, &class_axes, &n_class_axes) == PROBE_OK) {
-        opts.class_axes = class_axes;
-        opts.n_class_axes = n_class_axes;
+        probe_component_class_axes_load(NULL, &st->class_axes, &st->n_class_axes) == PROBE_OK) {
+        opts->class_axes = st->class_axes;
+        opts->n_class_axes = st->n_class_axes;
     }
-    opts.only = nonly ? only : NULL;
-    opts.want_stats = html_path != NULL; /* only the HTML report shows them */
-    progress_state prog = {0, 0};
-    if (!quiet && isatty(STDERR_FILENO)) {
-        opts.progress = show_progress;
-        opts.progress_ctx = &prog;
+    opts->only = a->nonly ? a->only : NULL;
+    opts->want_stats = a->html_path != NULL; /* only the HTML report shows them */
+    if (!a->quiet && isatty(STDERR_FILENO)) {
+        opts->progress = show_progress;
+        opts->progress_ctx = &st->prog;
     }
+    return 0;
+}
 
-    int report_fd = -1;
-    contain(refs[0], cands[0], iso_path, oracle_path, &report_fd); /* returns in the child */
-    /* Weight fingerprints (docs/gemm.md "Weights"), read from both manifests
-     * before comparing: different weights make the comparison meaningless;
-     * refuse unless allowed. An unreadable file is reported by the compare. */
-    probe_weights_verdict wv;
-    char *wm[2] = {side_manifest(refs, nrefs), side_manifest(cands, ncands)};
-    probe_status wst = probe_weights_check(wm[0], wm[1], &wv);
+/* Open both captures once, check their weight fingerprints (docs/gemm.md
+ * "Weights"), and compare them. 0, or 2 after one line on stderr. */
+static int run_compare(cli *a, run_state *st)
+{
+    /* A side that cannot be opened is reported as the compare's error, the
+     * reference's first; the weights are checked before that either way. */
+    char open_err[2][1024] = {"", ""}; /* the size of probe_last_error() */
+    probe_status open_st[2];
+    const char *const *paths[2] = {a->refs, a->cands};
+    size_t npaths[2] = {a->nrefs, a->ncands};
+    for (int k = 0; k < 2; k++)
+        if ((open_st[k] = probe_rankset_open(paths[k], npaths[k], &st->sets[k])) != PROBE_OK)
+            snprintf(open_err[k], sizeof open_err[k], "%s", probe_last_error());
+    /* Different weights make the comparison meaningless: refuse unless allowed. An
+     * unreadable file is reported by the compare. */
+    char *wm[2] = {side_manifest(st->sets[0], a->refs, a->nrefs),
+                   side_manifest(st->sets[1], a->cands, a->ncands)};
+    probe_status wst = probe_weights_check(wm[0], wm[1], &st->wv);
+    st->have_wv = 1;
     free(wm[0]);
     free(wm[1]);
-    if (wst != PROBE_OK || (!strcmp(wv.status, "differ") && !allow_weight_diff)) {
+    if (wst != PROBE_OK || (!strcmp(st->wv.status, "differ") && !a->allow_weight_diff)) {
         if (wst != PROBE_OK)
             fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
         else
             fprintf(stderr, "probe-compare: %s; not comparing (--allow-weight-diff compares "
-                            "anyway)\n", probe_tesc(wv.line));
-        probe_weights_verdict_free(&wv);
-        probe_component_names_free(roots);
-        probe_calibration_free(cal);
-        probe_component_names_free(axis_names);
-        free(axis_values);
-        free(axis_ranks);
-        probe_component_class_axes_free(class_axes, n_class_axes);
-        return report(report_fd, 2);
+                            "anyway)\n", probe_tesc(st->wv.line));
+        return 2;
     }
-    probe_compare_result *res = NULL;
-    probe_status cs = probe_compare_sets(refs, nrefs, cands, ncands, &opts, &res);
-    if (prog.shown) {
+    int bad = open_st[0] != PROBE_OK ? 0 : open_st[1] != PROBE_OK ? 1 : -1;
+    probe_status cs = bad >= 0 ? open_st[bad]
+                               : probe_compare_ranksets(st->sets[0], a->refs, a->nrefs,
+                                                        st->sets[1], a->cands, a->ncands,
+                                                        &a->opts, &st->res);
+    if (st->prog.shown) {
         fprintf(stderr, "\r\033[K");
         fflush(stderr);
     }
-    probe_component_names_free(roots);
     if (cs != PROBE_OK) {
-        if (ncands > 1 || nrefs > 1)
+        const char *err = bad >= 0 ? open_err[bad] : probe_last_error();
+        if (a->ncands > 1 || a->nrefs > 1)
             fprintf(stderr, "probe-compare: %zu %s files, read as the per-rank captures of one run: "
-                            "%s\n", ncands > 1 ? ncands : nrefs,
-                    ncands > 1 ? "candidate" : "reference", probe_tesc(probe_last_error()));
+                            "%s\n", a->ncands > 1 ? a->ncands : a->nrefs,
+                    a->ncands > 1 ? "candidate" : "reference", probe_tesc(err));
         else
-            fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
-        probe_weights_verdict_free(&wv);
-        probe_calibration_free(cal);
-        probe_component_names_free(axis_names);
-        free(axis_values);
-        free(axis_ranks);
-        probe_component_class_axes_free(class_axes, n_class_axes);
-        return report(report_fd, 2);
+            fprintf(stderr, "probe-compare: %s\n", probe_tesc(err));
+        return 2;
     }
-    if (check_kernels(res, expect_kernel, nexpect_kernel)) {
-        probe_compare_result_free(res);
-        probe_kernel_diff_free(kdiff);
-        json_decref(kernels_json);
-        json_decref(expect_json);
-        probe_calibration_free(cal);
-        probe_component_names_free(axis_names);
-        free(axis_values);
-        free(axis_ranks);
-        probe_component_class_axes_free(class_axes, n_class_axes);
-        return report(report_fd, 2);
-    }
+    return 0;
+}
+
+/* Everything the comparison found, on the terminal and into the output
+ * files. Returns the exit status: 0 pass, 1 fail, 2 an output failed. */
+static int run_report(cli *a, run_state *st)
+{
+    probe_compare_result *res = st->res;
+    probe_weights_verdict *wv = &st->wv;
     /* With the JSON or JUnit on stdout, the human-readable text goes to stderr. */
-    FILE *human = (json_path && strcmp(json_path, "-") == 0) ||
-                          (junit_path && strcmp(junit_path, "-") == 0)
+    FILE *human = (a->json_path && strcmp(a->json_path, "-") == 0) ||
+                          (a->junit_path && strcmp(a->junit_path, "-") == 0)
                       ? stderr
                       : stdout;
-    if (wv.line[0])
-        weights_json = wv.json, wv.json = NULL;
+    if (wv->line[0])
+        weights_json = wv->json, wv->json = NULL;
     char gate[160];
-    probe_text_gate_label(gate, sizeof gate, &opts);
-    note_recovered((const char *const[2]){refs[0], cands[0]});
-    note_lost((const char *const[2]){refs[0], cands[0]}, res);
-    if (!quiet && wv.line[0])
-        fprintf(human, "%s%s\n", !strcmp(wv.status, "differ") ? "weights: DIFFER: " : "",
-                probe_tesc(!strcmp(wv.status, "differ")
-                               ? wv.line + strlen("the runs loaded different weights: ")
-                               : wv.line));
-    probe_weights_verdict_free(&wv);
-    if (!quiet)
-        probe_text_details(human, res, gate, kdiff, all_kernels);
+    probe_text_gate_label(gate, sizeof gate, &a->opts);
+    note_recovered((const char *const[2]){a->refs[0], a->cands[0]}, st->sets);
+    note_lost((const char *const[2]){a->refs[0], a->cands[0]}, res);
+    if (!a->quiet && wv->line[0])
+        fprintf(human, "%s%s\n", !strcmp(wv->status, "differ") ? "weights: DIFFER: " : "",
+                probe_tesc(!strcmp(wv->status, "differ")
+                               ? wv->line + strlen("the runs loaded different weights: ")
+                               : wv->line));
+    if (!a->quiet)
+        probe_text_details(human, res, gate, kdiff, a->all_kernels);
     probe_text_verdict(human, res, gate);
     int rc = res->pass ? 0 : 1;
-    if (nrefs == 1 && ncands == 1) {
-        int prc = compare_procs(human, res, refs[0], cands[0], &opts, quiet);
+    if (a->nrefs == 1 && a->ncands == 1) {
+        int prc = compare_procs(human, res, a->refs[0], a->cands[0], &a->opts, a->quiet);
         rc = prc > rc ? prc : rc;
     }
-    if (json_path && write_to(json_path, res, 0))
+    if (a->json_path && write_to(a->json_path, res, 0))
         rc = 2;
-    if (html_path && write_to(html_path, res, 1))
+    if (a->html_path && write_to(a->html_path, res, 1))
         rc = 2;
-    if (junit_path && write_to(junit_path, res, 2))
+    if (a->junit_path && write_to(a->junit_path, res, 2))
         rc = 2;
-    probe_compare_result_free(res);
-    probe_calibration_free(cal);
-    probe_component_names_free(axis_names);
-    free(axis_values);
-    free(axis_ranks);
-    probe_component_class_axes_free(class_axes, n_class_axes);
-    json_decref(recovered_json[0]);
-    json_decref(recovered_json[1]);
-    json_decref(lost_json[0]);
-    json_decref(lost_json[1]);
-    free(weights_json);
-    probe_kernel_diff_free(kdiff);
-    json_decref(kernels_json);
-    json_decref(expect_json);
-    return report(report_fd, rc);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
+    /* Large buffers (HDF5 decompresses whole chunks) go to mmap and back to
+     * the system when freed: glibc's adaptive threshold would otherwise move
+     * them onto the heap, where a 16 MiB chunk read again and again grows the
+     * resident size well past the engine's bound (docs/metrics.md, Memory). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    cli a;
+    int rc = parse_cli(&a, argc, argv);
+    if (rc >= 0)
+        return rc;
+    run_state st;
+    memset(&st, 0, sizeof st);
+    int report_fd = -1, forked = 0;
+    if ((rc = load_gate(&a, &st)) || (rc = load_tables(&a, &st)))
+        goto done;
+    contain(a.refs[0], a.cands[0], a.iso_path, a.oracle_path, &report_fd); /* returns in the child */
+    forked = 1;
+    if ((rc = run_compare(&a, &st)))
+        goto done;
+    if ((rc = check_kernels(st.res, a.expect_kernel, a.nexpect_kernel)))
+        goto done;
+    rc = run_report(&a, &st);
+done:
+    run_state_free(&st);
+    return forked ? report(report_fd, rc) : rc;
 }
