@@ -1,5 +1,5 @@
 /* gate.c - T1 / T1-relaxed / T2 gates applied to probe_metrics (probe/gate.h,
- * docs/gates.md). T2 thresholds come from calibration.c.
+ * docs/gates.md). T2 thresholds come from calibration_file.c.
  */
 #include "probe/gate.h"
 

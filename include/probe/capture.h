@@ -130,7 +130,7 @@ probe_status probe_writer_close(probe_writer *w);
 /* xxh64 (seed 0) of n bytes, the content hash stored in probe.hash. */
 uint64_t probe_capture_hash(const void *data, size_t n);
 
-/* --- how the run ended (probe/run_end.c; docs/file-format.md "run_end") --- */
+/* --- how the run ended (probe/capture/run_end.c; docs/file-format.md "run_end") --- */
 
 typedef struct probe_run_end {
     int exit_status; /* the command's exit status (0..255), or -1 when a signal ended it */

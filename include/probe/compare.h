@@ -89,7 +89,7 @@ typedef struct probe_compare_opts {
 /* What the HTML report shows per tensor beyond the metrics: the error
  * histogram, the per-channel mean shift and a spatial map of the error.
  * Computed by probe_tensor_stats_compute() from the fp64 arrays while they
- * are in memory (probe/tensor_stats.c). d = c - r over the indices finite on
+ * are in memory (probe/compare/tensor_stats.c). d = c - r over the indices finite on
  * both sides; non-finite indices are only counted (hist_nonfinite). */
 #define PROBE_STATS_HIST_BINS 32      /* log-spaced bins of |d| > 0 */
 #define PROBE_STATS_MAX_CHANNELS 4096 /* more channels: no channel shift */
@@ -378,7 +378,7 @@ typedef struct probe_compare_result {
     int isolated_complete;
     /* Identity: calls_by_module, the reference calls paired with a candidate
      * call of another index because their component's calls were paired by module path
-     * (probe/identity.h), calls_unpaired_by_module, those whose module has no counterpart
+     * (probe/compare/identity.h), calls_unpaired_by_module, those whose module has no counterpart
      * call, by_module_component the first such component ("" none); class_mismatches, the
      * compared tensors whose two calls have different known classes, and
      * first_class_mismatch the first of them ("" none). Neither fails the run by itself. */

@@ -63,24 +63,12 @@ typedef struct probe_gate_verdict {
 /* Apply gate g to metrics m. Returns PROBE_EINVAL on NULL arguments. */
 probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe_gate_verdict *v);
 
-/* --- T2 calibration files (JSON, docs/calibration.md) --- */
-typedef struct probe_calibration probe_calibration;
-
-/* Load and validate a calibration file. Errors: PROBE_ENOTFOUND (cannot open),
- * PROBE_EFORMAT (not JSON, wrong "format"/"version", a threshold that is not
- * a number), PROBE_EINVAL (a component name not in known_components, a
- * NULL-terminated list; NULL accepts any name). */
-probe_status probe_calibration_load(const char *path, const char *const *known_components,
-                                    probe_calibration **out);
-void probe_calibration_free(probe_calibration *c);
-
-/* Fill *g (kind T2) with the thresholds for a tensor of `component` at
- * dataset `path`: a "tensors" entry whose glob matches path wins over the
- * component entry. Returns PROBE_ENOTFOUND if the file has neither. */
-probe_status probe_calibration_gate(const probe_calibration *c, const char *component,
-                                    const char *path, probe_gate *g);
-
 #ifdef __cplusplus
 }
 #endif
+
+/* The T2 calibration file loader (probe_calibration_load and the rest)
+ * is declared in probe/calibration_file.h, included here for the callers
+ * that find it through this header. */
+#include "probe/calibration_file.h"
 #endif

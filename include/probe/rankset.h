@@ -101,7 +101,7 @@ typedef struct probe_rankset_entry {
     int nholders;           /* ranks that hold the path */
     int *holders;           /* their ranks, increasing */
     size_t *index;          /* their tensor indices in their files */
-    int nmismatch;          /* replicated: ranks whose copy differs (see rankset.c) */
+    int nmismatch;          /* replicated: ranks whose copy differs (see probe/compare/rankset.c) */
     int *mismatch;
     char error[256];        /* why it cannot be joined ("" if it can) */
 } probe_rankset_entry;

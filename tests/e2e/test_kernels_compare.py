@@ -1,4 +1,4 @@
-"""probe-compare's kernel-path evidence (probe/kernels.c, docs/kernels.md):
+"""probe-compare's kernel-path evidence (probe/compare/kernel_diff.c, docs/kernels.md):
 the kernels only one run launched, per component (text and JSON "kernels"),
 and --expect-kernel as the feature-active check, on files written by h5py
 whose manifests carry hand-written "kernels" objects. Exit codes: 0 pass,

@@ -164,7 +164,7 @@ def reexec_in_diffusers_venv(flag):
 
 
 def bf16_type():
-    """The HDF5 file type probe's writer gives bfloat16 (probe/h5types.c):
+    """The HDF5 file type probe's writer gives bfloat16 (probe/capture/h5types.c):
     IEEE binary32 cut to its upper 16 bits (sign 15, exponent 7..14, bias 127,
     mantissa 0..6), little-endian."""
     import h5py

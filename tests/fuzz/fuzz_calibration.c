@@ -1,5 +1,5 @@
 /* fuzz_calibration - libFuzzer harness for T2 calibration files
- * (metrics/calibration.c, docs/calibration.md).
+ * (metrics/calibration_file.c, docs/calibration.md).
  *
  * The input is a calibration JSON file. It is loaded twice (with the
  * component table's names as the known components, and with any name

@@ -1,4 +1,4 @@
-/* fuzz_reader - libFuzzer harness for the capture-file reader (probe/reader.c).
+/* fuzz_reader - libFuzzer harness for the capture-file reader (probe/capture/reader.c).
  *
  * The input is a whole file (a mutated probe capture or h5py file). It is
  * opened with probe_file_open; every query is made (count, tensor, find,

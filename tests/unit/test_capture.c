@@ -1,5 +1,5 @@
-/* Unit tests for the capture file: probe/writer.c, probe/reader.c,
- * probe/h5types.c (include/probe/capture.h, docs/file-format.md).
+/* Unit tests for the capture file: probe/capture/writer.c, probe/capture/reader.c,
+ * probe/capture/h5types.c (include/probe/capture.h, docs/file-format.md).
  *
  * Expected values are derived independently of the code under test: by hand
  * (commented), by the small fp64 decoders below written from the format

@@ -1,5 +1,5 @@
-/* Crash consistency of the capture writer (probe/writer.c, probe/journal.c,
- * probe/reader.c's recovery; docs/file-format.md "Journal").
+/* Crash consistency of the capture writer (probe/capture/writer.c, probe/capture/journal.c,
+ * probe/capture/reader.c's recovery; docs/file-format.md "Journal").
  *
  * kill_loop: a child process runs a fixed write pattern (puts of tensors of
  * 0 B .. 4 MiB in three element types, skips, manifest updates, close) and

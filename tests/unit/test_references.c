@@ -1,5 +1,5 @@
 /* Unit tests for references/ (include/probe/references.h) and
- * probe_file_tensor_attr (probe/reader.c).
+ * probe_file_tensor_attr (probe/capture/reader.c).
  *
  * Expected values: hand-derived cases (commented), and test vectors computed
  * with numpy 1.24 in fp64 by the script at the end of this comment (plain

@@ -1,4 +1,4 @@
-/* test_run_end.c - probe_run_end_record (probe/run_end.c): the manifest key
+/* test_run_end.c - probe_run_end_record (probe/capture/run_end.c): the manifest key
  * "run_end" that probe-run records after the command exits, in each state a
  * run leaves its capture in (closed by its writer, left with its journal by
  * a killed writer, never written), and the refusals that leave a file as it

@@ -1,5 +1,5 @@
-/* test_run_level.c - the compare engine's run-level verdicts (probe/compare.c,
- * probe/experiment.c) on files written by probe's writer: "feature not
+/* test_run_level.c - the compare engine's run-level verdicts (probe/compare/compare.c,
+ * probe/compare/experiment.c) on files written by probe's writer: "feature not
  * active" only for complete captures with nothing missing, incomplete
  * captures from the manifests' run_end (reason text, counts, rank of
  * reasons), an isolated run that is not a complete replay (no isolated

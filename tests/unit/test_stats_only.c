@@ -1,7 +1,7 @@
-/* Unit tests for stats-only capture: probe_writer_put_summary (probe/writer.c),
+/* Unit tests for stats-only capture: probe_writer_put_summary (probe/capture/writer.c),
  * the reader's stats-only records, probe_file_summary / probe_file_hash
- * (probe/reader.c), the rel_l2 lower bound and stats-only pairs in the compare
- * engine (probe/compare.c). docs/file-format.md "Stats-only records",
+ * (probe/capture/reader.c), the rel_l2 lower bound and stats-only pairs in the compare
+ * engine (probe/compare/compare.c). docs/file-format.md "Stats-only records",
  * docs/compare-json.md "Stats-only pairs".
  *
  * Expected values are derived by hand (commented) and by reading the files

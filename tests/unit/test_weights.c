@@ -1,4 +1,4 @@
-/* Unit tests for probe_weights_check (probe/weights.c): the verdict on two
+/* Unit tests for probe_weights_check (probe/compare/weight_check.c): the verdict on two
  * runs' weight fingerprints (docs/gemm.md "Weights"). Manifests are written
  * here by hand; expected verdicts and lines follow the documented table. */
 #include <criterion/criterion.h>
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../probe/weights.h"
+#include "../../probe/compare/weight_check.h"
 
 /* A manifest with component C fingerprinted: operands k 0 [4, 2] and k 1
  * [3, 4] of dtype dt with hashes h0, h1 and combined hash hc (JSON null

@@ -1,4 +1,4 @@
-/* probe/journal.h - the capture journal, <capture>.journal (internal to
+/* probe/capture/journal.h - the capture journal, <capture>.journal (internal to
  * libprobe; docs/file-format.md "Journal").
  *
  * The writer appends one record per event with a single write(2): BEGIN
@@ -83,13 +83,13 @@ PROBE_JOURNAL_API int probe_journal_reserve(probe_journal *j, uint64_t room);
 PROBE_JOURNAL_API void probe_journal_close(probe_journal *j, int remove);
 
 /* 1 when a writer of this process has the file (st_dev, st_ino) open
- * (probe/owned.c). */
+ * (probe/capture/owned.c). */
 PROBE_JOURNAL_API int probe_writer_owns_(uint64_t dev, uint64_t ino);
 /* Record (add 1) or forget (add 0) the file behind descriptor fd as held by a
- * writer of this process (probe/owned.c). */
+ * writer of this process (probe/capture/owned.c). */
 PROBE_JOURNAL_API void probe_writer_owned_set_(int fd, int add);
 
-/* probe_file_open without HDF5's file lock (probe/reader.c), for a writer
+/* probe_file_open without HDF5's file lock (probe/capture/reader.c), for a writer
  * of this process whose caller holds the file's flock. */
 PROBE_JOURNAL_API probe_status probe_file_open_unlocked_(const char *path, probe_file **out);
 

@@ -1,4 +1,4 @@
-/* experiment.c - is the pair the same experiment? (probe/experiment.h,
+/* experiment.c - is the pair the same experiment? (probe/compare/experiment.h,
  * docs/inject.md): the root-input check, the injection status recorded in a
  * run's manifest, and the isolated run's metrics. */
 #include "experiment.h"

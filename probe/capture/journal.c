@@ -1,4 +1,4 @@
-/* probe/journal.c - the capture journal (probe/journal.h,
+/* probe/capture/journal.c - the capture journal (probe/capture/journal.h,
  * docs/file-format.md "Journal").
  *
  * File: the 8-byte magic "PRBJRNL\n", then records. A record is
@@ -549,17 +549,138 @@ static int add_lost(probe_journal_data *d, char **tapped, size_t ntapped, size_t
     return rc;
 }
 
+/* The parse in progress: the data being filled, capacities, the TAPPED paths. */
+typedef struct parse_state {
+    probe_journal_data *d;
+    const char *jpath;
+    size_t tcap, scap;
+    char **tapped;
+    size_t ntapped, tapcap;
+    int seen_header;
+} parse_state;
+
+/* The HEADER record: version, token, capture name. PROBE_OK or the error (set). */
+static probe_status apply_header(parse_state *ps, rd_t *r)
+{
+    probe_journal_data *d = ps->d;
+    uint32_t version = get_u32(r);
+    d->token = get_u64(r);
+    get_str(r, d->capture_name, sizeof d->capture_name);
+    if (ps->seen_header || r->bad)
+        return probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: bad header record", ps->jpath);
+    if (version != PROBE_JOURNAL_VERSION)
+        return probe_set_error(PROBE_EUNSUPPORTED, "%s: journal version %u is not supported (%u is)",
+                               ps->jpath, version, PROBE_JOURNAL_VERSION);
+    ps->seen_header = 1;
+    return PROBE_OK;
+}
+
+/* A TENSOR record: the capture it completes (or an ignored one). */
+static void apply_tensor(parse_state *ps, rd_t *r, int *oom)
+{
+    probe_journal_data *d = ps->d;
+    int dr;
+    if (grow((void **)&d->t, &ps->tcap, d->n, sizeof *d->t) != 0) {
+        *oom = 1;
+    } else if ((d->t[d->n].op = NULL, dr = decode_tensor(r, &d->t[d->n])) < 0) {
+        r->bad = dr == -1;
+        *oom = dr == -2;
+    } else if (dr == 1) {
+        d->partial[0] = '\0';
+        d->ignored++;
+    } else {
+        if (strcmp(d->partial, d->t[d->n].info.path) == 0)
+            d->partial[0] = '\0';
+        d->n++;
+    }
+}
+
+/* A CALL record: the component call of the TENSOR record just before it;
+ * otherwise ignored. */
+static void apply_call(parse_state *ps, rd_t *r)
+{
+    probe_journal_data *d = ps->d;
+    char path[512], parent[256], cls[256], mod[256] = "";
+    get_str_cut(r, path, sizeof path);
+    get_str_cut(r, parent, sizeof parent);
+    int64_t block = (int64_t)get_u64(r);
+    get_str_cut(r, cls, sizeof cls);
+    if (!r->bad && r->at < r->len) /* module path: absent from records of older writers */
+        get_str_cut(r, mod, sizeof mod);
+    if (!r->bad && d->n > 0 && strcmp(d->t[d->n - 1].info.path, path) == 0) {
+        probe_tensor_info *i = &d->t[d->n - 1].info;
+        snprintf(i->parent, sizeof i->parent, "%s", parent);
+        i->block = parent[0] != '\0' && block >= 0 ? block : -1;
+        snprintf(i->class_name, sizeof i->class_name, "%s", cls);
+        snprintf(i->module, sizeof i->module, "%s", mod);
+    }
+}
+
+/* One record of the given type (its checksum checked) into ps->d. PROBE_OK
+ * (with r->bad or *oom set for a malformed record or no memory), or a
+ * header's error (set). Unknown types are skipped (a later version's
+ * additions). */
+static probe_status apply_record(parse_state *ps, uint32_t type, rd_t *r, int *oom)
+{
+    probe_journal_data *d = ps->d;
+    if (!ps->seen_header && type != PROBE_JREC_HEADER)
+        return probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: no header record", ps->jpath);
+    if (type == PROBE_JREC_HEADER) {
+        return apply_header(ps, r);
+    } else if (type == PROBE_JREC_BEGIN) {
+        get_str(r, d->partial, sizeof d->partial);
+    } else if (type == PROBE_JREC_TENSOR) {
+        apply_tensor(ps, r, oom);
+    } else if (type == PROBE_JREC_SKIP) {
+        if (grow((void **)&d->skips, &ps->scap, d->nskips, sizeof *d->skips) != 0) {
+            *oom = 1;
+        } else {
+            probe_skip_info *k = &d->skips[d->nskips];
+            get_str_cut(r, k->path, sizeof k->path);
+            get_str_cut(r, k->reason, sizeof k->reason);
+            if (!r->bad)
+                d->nskips++;
+        }
+    } else if (type == PROBE_JREC_OP) {
+        char *path = get_str_dup(r, oom), *op = get_str_dup(r, oom);
+        /* attached to the TENSOR record just before it; otherwise ignored */
+        if (!r->bad && !*oom && d->n > 0 && path != NULL && op != NULL &&
+            strcmp(d->t[d->n - 1].info.path, path) == 0 && d->t[d->n - 1].op == NULL) {
+            d->t[d->n - 1].op = op;
+            op = NULL;
+        }
+        free(path);
+        free(op);
+    } else if (type == PROBE_JREC_CALL) {
+        apply_call(ps, r);
+    } else if (type == PROBE_JREC_TAPPED) {
+        char *path = get_str_dup(r, oom);
+        if (!r->bad && !*oom && path != NULL && path[0] == '/' &&
+            grow((void **)&ps->tapped, &ps->tapcap, ps->ntapped, sizeof *ps->tapped) == 0)
+            ps->tapped[ps->ntapped++] = path;
+        else
+            free(path);
+    } else if (type == PROBE_JREC_MANIFEST) {
+        char *m = get_str_dup(r, oom);
+        if (!r->bad && !*oom) {
+            free(d->manifest);
+            d->manifest = m;
+        } else {
+            free(m);
+        }
+    }
+    return PROBE_OK;
+}
+
 probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, size_t len,
                                   probe_journal_data *d)
 {
-    char **tapped = NULL;
-    size_t ntapped = 0, tapcap = 0;
+    parse_state ps = {d, jpath, 0, 0, NULL, 0, 0, 0};
     memset(d, 0, sizeof *d);
     if (len < 8 || memcmp(buf, PROBE_JOURNAL_MAGIC, 8) != 0)
         return probe_set_error(PROBE_EFORMAT, "%s: not a probe capture journal (%s)", jpath,
                                len < 8 ? "shorter than its magic" : "wrong magic");
-    size_t at = 8, tcap = 0, scap = 0;
-    int seen_header = 0;
+    size_t at = 8;
     probe_status s = PROBE_OK;
     if (len == 8)
         d->torn = 1; /* the header's write cut short: nothing was recorded */
@@ -592,93 +713,9 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
         rd_t r = {buf + at, rlen - 8, 8, 0};
         uint32_t type = (uint32_t)buf[at + 4] | (uint32_t)buf[at + 5] << 8 |
                         (uint32_t)buf[at + 6] << 16 | (uint32_t)buf[at + 7] << 24;
-        int oom = 0, dr;
-        if (!seen_header && type != PROBE_JREC_HEADER) {
-            s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: no header record", jpath);
+        int oom = 0;
+        if ((s = apply_record(&ps, type, &r, &oom)) != PROBE_OK)
             break;
-        }
-        if (type == PROBE_JREC_HEADER) {
-            uint32_t version = get_u32(&r);
-            d->token = get_u64(&r);
-            get_str(&r, d->capture_name, sizeof d->capture_name);
-            if (seen_header || r.bad) {
-                s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: bad header record", jpath);
-                break;
-            }
-            if (version != PROBE_JOURNAL_VERSION) {
-                s = probe_set_error(PROBE_EUNSUPPORTED, "%s: journal version %u is not supported (%u is)",
-                                    jpath, version, PROBE_JOURNAL_VERSION);
-                break;
-            }
-            seen_header = 1;
-        } else if (type == PROBE_JREC_BEGIN) {
-            get_str(&r, d->partial, sizeof d->partial);
-        } else if (type == PROBE_JREC_TENSOR) {
-            if (grow((void **)&d->t, &tcap, d->n, sizeof *d->t) != 0) {
-                oom = 1;
-            } else if ((d->t[d->n].op = NULL, dr = decode_tensor(&r, &d->t[d->n])) < 0) {
-                r.bad = dr == -1;
-                oom = dr == -2;
-            } else if (dr == 1) {
-                d->partial[0] = '\0';
-                d->ignored++;
-            } else {
-                if (strcmp(d->partial, d->t[d->n].info.path) == 0)
-                    d->partial[0] = '\0';
-                d->n++;
-            }
-        } else if (type == PROBE_JREC_SKIP) {
-            if (grow((void **)&d->skips, &scap, d->nskips, sizeof *d->skips) != 0) {
-                oom = 1;
-            } else {
-                probe_skip_info *k = &d->skips[d->nskips];
-                get_str_cut(&r, k->path, sizeof k->path);
-                get_str_cut(&r, k->reason, sizeof k->reason);
-                if (!r.bad)
-                    d->nskips++;
-            }
-        } else if (type == PROBE_JREC_OP) {
-            char *path = get_str_dup(&r, &oom), *op = get_str_dup(&r, &oom);
-            /* attached to the TENSOR record just before it; otherwise ignored */
-            if (!r.bad && !oom && d->n > 0 && path != NULL && op != NULL &&
-                strcmp(d->t[d->n - 1].info.path, path) == 0 && d->t[d->n - 1].op == NULL) {
-                d->t[d->n - 1].op = op;
-                op = NULL;
-            }
-            free(path);
-            free(op);
-        } else if (type == PROBE_JREC_CALL) {
-            char path[512], parent[256], cls[256], mod[256] = "";
-            get_str_cut(&r, path, sizeof path);
-            get_str_cut(&r, parent, sizeof parent);
-            int64_t block = (int64_t)get_u64(&r);
-            get_str_cut(&r, cls, sizeof cls);
-            if (!r.bad && r.at < r.len) /* module path: absent from records of older writers */
-                get_str_cut(&r, mod, sizeof mod);
-            /* attached to the TENSOR record just before it; otherwise ignored */
-            if (!r.bad && d->n > 0 && strcmp(d->t[d->n - 1].info.path, path) == 0) {
-                probe_tensor_info *i = &d->t[d->n - 1].info;
-                snprintf(i->parent, sizeof i->parent, "%s", parent);
-                i->block = parent[0] != '\0' && block >= 0 ? block : -1;
-                snprintf(i->class_name, sizeof i->class_name, "%s", cls);
-                snprintf(i->module, sizeof i->module, "%s", mod);
-            }
-        } else if (type == PROBE_JREC_TAPPED) {
-            char *path = get_str_dup(&r, &oom);
-            if (!r.bad && !oom && path != NULL && path[0] == '/' &&
-                grow((void **)&tapped, &tapcap, ntapped, sizeof *tapped) == 0)
-                tapped[ntapped++] = path;
-            else
-                free(path);
-        } else if (type == PROBE_JREC_MANIFEST) {
-            char *m = get_str_dup(&r, &oom);
-            if (!r.bad && !oom) {
-                free(d->manifest);
-                d->manifest = m;
-            } else {
-                free(m);
-            }
-        } /* unknown types: skipped (a later version's additions) */
         if (oom) {
             s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
             break;
@@ -691,14 +728,14 @@ probe_status probe_journal_parse(const char *jpath, const unsigned char *buf, si
         at += rlen;
     }
     d->valid_len = at < len ? at : len;
-    d->header = seen_header;
-    if (s == PROBE_OK && !seen_header && !d->torn)
+    d->header = ps.seen_header;
+    if (s == PROBE_OK && !ps.seen_header && !d->torn)
         s = probe_set_error(PROBE_EFORMAT, "%s: corrupt journal: no header record", jpath);
-    if (s == PROBE_OK && ntapped > 0 && add_lost(d, tapped, ntapped, &scap) != 0)
+    if (s == PROBE_OK && ps.ntapped > 0 && add_lost(d, ps.tapped, ps.ntapped, &ps.scap) != 0)
         s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", jpath);
-    for (size_t i = 0; i < ntapped; i++)
-        free(tapped[i]);
-    free(tapped);
+    for (size_t i = 0; i < ps.ntapped; i++)
+        free(ps.tapped[i]);
+    free(ps.tapped);
     if (s != PROBE_OK)
         probe_journal_data_free(d);
     return s;

@@ -1,4 +1,4 @@
-/* probe/writer.c - the capture-file writer (include/probe/capture.h,
+/* probe/capture/writer.c - the capture-file writer (include/probe/capture.h,
  * docs/file-format.md).
  *
  * One HDF5 dataset per tensor, contiguous, with probe.* attributes; root
@@ -11,7 +11,7 @@
  *
  * Crash consistency: a kill during HDF5's flush can leave its metadata half
  * updated, so every completed put, skip and manifest change is also appended
- * to the journal <path>.journal (probe/journal.c) with one write(2), after
+ * to the journal <path>.journal (probe/capture/journal.c) with one write(2), after
  * the flush that put the tensor's bytes in the file. The raw bytes of a
  * completed put are never moved or overwritten (contiguous storage is
  * allocated once and only freed by deleting the dataset, which happens only

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../metrics/textsafe.h"
+#include "../../metrics/textsafe.h"
 
 #define MAX_FEATURES 256
 #define MAX_CELL_REASONS 3
@@ -509,32 +509,35 @@ static void print_table(FILE *out, matrix *m)
         }
 }
 
-int main(int argc, char **argv)
+/* The command line, parsed. */
+typedef struct cli {
+    const char *out_path, *html_path;
+    const char **cell_args; /* the --cells lists */
+    size_t ncell_args;
+    int quiet;
+} cli;
+
+/* -1 to go on, else the exit status (0 after --help or --version, 2 after one line). */
+static int parse_cli(cli *a, int argc, char **argv)
 {
-    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
-     * instead of the signal killing the tool */
-    signal(SIGXFSZ, SIG_IGN);
     enum { OPT_OUT = 256, OPT_HTML, OPT_CELLS, OPT_QUIET, OPT_HELP, OPT_VERSION };
     static const struct option longopts[] = {
         {"out", required_argument, 0, OPT_OUT},     {"html", required_argument, 0, OPT_HTML},
         {"cells", required_argument, 0, OPT_CELLS}, {"cell", required_argument, 0, OPT_CELLS},
         {"quiet", no_argument, 0, OPT_QUIET},       {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},   {0, 0, 0, 0}};
-    const char *out_path = NULL, *html_path = NULL;
-    const char **cell_args = calloc((size_t)argc + 1, sizeof *cell_args);
-    size_t ncell_args = 0;
-    int quiet = 0, c;
-    if (!cell_args) {
+    int c;
+    if (!(a->cell_args = calloc((size_t)argc + 1, sizeof *a->cell_args))) {
         fprintf(stderr, "probe-matrix: out of memory\n");
         return 2;
     }
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case OPT_OUT: out_path = optarg; break;
-        case OPT_HTML: html_path = optarg; break;
-        case OPT_CELLS: cell_args[ncell_args++] = optarg; break;
-        case OPT_QUIET: quiet = 1; break;
+        case OPT_OUT: a->out_path = optarg; break;
+        case OPT_HTML: a->html_path = optarg; break;
+        case OPT_CELLS: a->cell_args[a->ncell_args++] = optarg; break;
+        case OPT_QUIET: a->quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
         case OPT_VERSION: printf("probe-matrix %s\n", PROBE_VERSION); return 0;
@@ -552,11 +555,17 @@ int main(int argc, char **argv)
                         "(--help for more)\n");
         return 2;
     }
-    if (out_path && html_path && !strcmp(out_path, "-") && !strcmp(html_path, "-")) {
+    if (a->out_path && a->html_path && !strcmp(a->out_path, "-") && !strcmp(a->html_path, "-")) {
         fprintf(stderr, "probe-matrix: --out - and --html - cannot both write to stdout\n");
         return 2;
     }
-    static matrix m;
+    return -1;
+}
+
+/* Every FEATURE=COMPARE.json argument loaded into m, then classified. 0, or 2
+ * after one line. */
+static int load_features(matrix *m, int argc, char **argv)
+{
     for (int i = optind; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
         if (!eq || eq == argv[i] || !eq[1]) {
@@ -569,96 +578,137 @@ int main(int argc, char **argv)
                     argv[i]);
             return 2;
         }
-        for (size_t f = 0; f < m.nfeat; f++)
-            if (!strcmp(m.feat[f].name, argv[i])) {
+        for (size_t f = 0; f < m->nfeat; f++)
+            if (!strcmp(m->feat[f].name, argv[i])) {
                 fprintf(stderr, "probe-matrix: feature '%s' given twice\n", argv[i]);
                 return 2;
             }
-        if (m.nfeat == MAX_FEATURES) {
+        if (m->nfeat == MAX_FEATURES) {
             fprintf(stderr, "probe-matrix: at most %d features\n", MAX_FEATURES);
             return 2;
         }
-        m.feat[m.nfeat].name = argv[i];
-        m.feat[m.nfeat].source = eq + 1;
-        if (load_feature(&m, m.nfeat))
+        m->feat[m->nfeat].name = argv[i];
+        m->feat[m->nfeat].source = eq + 1;
+        if (load_feature(m, m->nfeat))
             return 2;
-        m.nfeat++;
+        m->nfeat++;
     }
-    classify(&m);
+    classify(m);
+    return 0;
+}
 
-    /* Requested cells: every id must name a known component and feature. */
-    size_t nreq = 0, capreq = 0;
-    req *reqs = NULL;
-    for (size_t a = 0; a < ncell_args; a++) {
-        char *list = strdup(cell_args[a]), *save = NULL;
+/* The requested cells (--cells lists): every id must name a known component
+ * and feature. 0, or 2 after one line. */
+static int parse_requests(const matrix *m, const cli *a, req **reqs, size_t *nreq)
+{
+    size_t capreq = 0;
+    for (size_t k = 0; k < a->ncell_args; k++) {
+        char *list = strdup(a->cell_args[k]), *save = NULL;
         if (!list) {
             fprintf(stderr, "probe-matrix: out of memory\n");
             return 2;
         }
         if (!list[strspn(list, ",")]) {
             fprintf(stderr, "probe-matrix: --cells '%s': empty list\n", probe_tesc(list));
+            free(list);
             return 2;
         }
         if (list[0] == ',' || list[strlen(list) - 1] == ',' || strstr(list, ",,")) {
             fprintf(stderr, "probe-matrix: --cells '%s': empty cell id\n", probe_tesc(list));
+            free(list);
             return 2;
         }
         for (char *id = strtok_r(list, ",", &save); id; id = strtok_r(NULL, ",", &save)) {
-            if (nreq == capreq) {
+            if (*nreq == capreq) {
                 capreq = capreq ? 2 * capreq : 16;
-                req *r = realloc(reqs, capreq * sizeof *r);
+                req *r = realloc(*reqs, capreq * sizeof *r);
                 if (!r) {
                     fprintf(stderr, "probe-matrix: out of memory\n");
+                    free(list);
                     return 2;
                 }
-                reqs = r;
+                *reqs = r;
             }
-            if (parse_cell(&m, id, &reqs[nreq]))
+            if (parse_cell(m, id, &(*reqs)[*nreq])) {
+                free(list);
                 return 2;
-            nreq++;
+            }
+            (*nreq)++;
         }
         free(list);
     }
+    return 0;
+}
 
+/* 1 when the requested cells (or, with none, every cell) pass. */
+static int matrix_pass(matrix *m, const req *reqs, size_t nreq)
+{
     int pass = 1;
     if (nreq) {
         for (size_t i = 0; i < nreq; i++) {
-            int st = cell_at(&m, reqs[i].comp, reqs[i].feat)->status;
+            int st = cell_at(m, reqs[i].comp, reqs[i].feat)->status;
             if (st == ST_FAILED || st == ST_INHERITED || st == ST_ABSENT)
                 pass = 0;
         }
     } else {
-        for (size_t ci = 0; ci < m.ncomp; ci++)
-            for (size_t f = 0; f < m.nfeat; f++)
-                if (cell_at(&m, ci, f)->status >= ST_INHERITED)
+        for (size_t ci = 0; ci < m->ncomp; ci++)
+            for (size_t f = 0; f < m->nfeat; f++)
+                if (cell_at(m, ci, f)->status >= ST_INHERITED)
                     pass = 0;
     }
-    json_t *doc = matrix_json(&m, reqs, nreq, pass);
-    FILE *human = out_path && !strcmp(out_path, "-") ? stderr : stdout;
-    if (html_path && !strcmp(html_path, "-"))
-        human = stderr;
-    if (!quiet)
-        print_table(human, &m);
+    return pass;
+}
+
+/* The table, the requested cells and the summary line on human. */
+static void print_summary(FILE *human, const cli *a, matrix *m, const req *reqs,
+                          size_t nreq, json_t *doc, int pass)
+{
+    if (!a->quiet)
+        print_table(human, m);
     for (size_t i = 0; i < nreq; i++) {
-        cell *x = cell_at(&m, reqs[i].comp, reqs[i].feat);
+        const cell *x = cell_at(m, reqs[i].comp, reqs[i].feat);
         fprintf(human, "requested %s: %s%s%s\n", probe_tesc(reqs[i].id), st_name[x->status],
                 x->nreasons ? ": " : "", probe_tesc(x->nreasons ? x->reasons[0] : ""));
     }
     json_t *sum = json_object_get(doc, "summary");
     fprintf(human, "%s: %zu components x %zu features: %lld passed, %lld failed, %lld inherited, "
                    "%lld skipped, %lld absent%s\n",
-            pass ? "PASS" : "FAIL", m.ncomp, m.nfeat,
+            pass ? "PASS" : "FAIL", m->ncomp, m->nfeat,
             (long long)json_integer_value(json_object_get(sum, "passed")),
             (long long)json_integer_value(json_object_get(sum, "failed")),
             (long long)json_integer_value(json_object_get(sum, "inherited")),
             (long long)json_integer_value(json_object_get(sum, "skipped")),
             (long long)json_integer_value(json_object_get(sum, "absent")),
             nreq ? " (exit status from the requested cells)" : "");
-    int rc = pass ? 0 : 1;
-    if (out_path && write_out(out_path, &m, doc, 0))
+}
+
+int main(int argc, char **argv)
+{
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
+    static matrix m;
+    cli a = {0};
+    req *reqs = NULL;
+    size_t nreq = 0;
+    json_t *doc = NULL;
+    int rc = parse_cli(&a, argc, argv);
+    if (rc >= 0)
+        goto done;
+    if ((rc = load_features(&m, argc, argv)) || (rc = parse_requests(&m, &a, &reqs, &nreq)))
+        goto done;
+    int pass = matrix_pass(&m, reqs, nreq);
+    doc = matrix_json(&m, reqs, nreq, pass);
+    FILE *human = a.out_path && !strcmp(a.out_path, "-") ? stderr : stdout;
+    if (a.html_path && !strcmp(a.html_path, "-"))
+        human = stderr;
+    print_summary(human, &a, &m, reqs, nreq, doc, pass);
+    rc = pass ? 0 : 1;
+    if (a.out_path && write_out(a.out_path, &m, doc, 0))
         rc = 2;
-    if (html_path && write_out(html_path, &m, doc, 1))
+    if (a.html_path && write_out(a.html_path, &m, doc, 1))
         rc = 2;
+done:
     json_decref(doc);
     for (size_t f = 0; f < m.nfeat; f++)
         json_decref(m.feat[f].doc);
@@ -667,6 +717,6 @@ int main(int argc, char **argv)
     free(m.comp);
     free(m.cells);
     free(reqs);
-    free(cell_args);
+    free(a.cell_args);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* probe/reader.c - the capture-file reader (include/probe/capture.h,
+/* probe/capture/reader.c - the capture-file reader (include/probe/capture.h,
  * docs/file-format.md). Reads probe capture files and any other HDF5 file:
  * every numeric dataset reachable through hard links is a tensor.
  *

@@ -1,4 +1,4 @@
-/* weights.c - compare the weight fingerprints of two runs (probe/weights.h,
+/* weight_check.c - compare the weight fingerprints of two runs (probe/compare/weight_check.h,
  * docs/gemm.md "Weights"). The fingerprints are written by the preloaded
  * shim (intercept/capture/weights.c) into the manifest key
  *   "weights": {"overflow": N, "components": {C: {"gemms", "bytes",
@@ -10,7 +10,7 @@
 
 #include <jansson.h>
 
-#include "weights.h"
+#include "weight_check.h"
 
 static json_t *components(json_t *m)
 {

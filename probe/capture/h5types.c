@@ -1,4 +1,4 @@
-/* probe/h5types.c - HDF5 element types of the capture file (see h5types.h,
+/* probe/capture/h5types.c - HDF5 element types of the capture file (see h5types.h,
  * docs/file-format.md) and the HDF5 error text. */
 #include "h5types.h"
 

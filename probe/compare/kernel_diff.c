@@ -1,4 +1,4 @@
-/* kernels.c - the kernel logs of two run manifests side by side, and the
+/* kernel_diff.c - the kernel logs of two run manifests side by side, and the
  * --expect-kernel check (include/probe/kernels.h, docs/kernels.md). */
 #include <fnmatch.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* probe/h5types.h - private: HDF5 element types of the capture file and the
+/* probe/capture/h5types.h - private: HDF5 element types of the capture file and the
  * HDF5 error text, shared by writer.c and reader.c. Not installed; the
  * functions are hidden (not exported from libprobe.so).
  *

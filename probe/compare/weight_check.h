@@ -1,4 +1,4 @@
-/* probe/weights.h - weight fingerprints of two runs side by side
+/* probe/compare/weight_check.h - weight fingerprints of two runs side by side
  * (docs/gemm.md "Weights"): used by probe-compare. Internal to the build
  * tree (not installed). */
 #ifndef PROBE_WEIGHTS_H

@@ -1,7 +1,7 @@
-/* calibration.c - T2 calibration files (probe/gate.h; format in
+/* calibration_file.c - T2 calibration files (probe/calibration_file.h; format in
  * docs/calibration.md). JSON read with jansson.
  */
-#include "probe/gate.h"
+#include "probe/calibration_file.h"
 
 #include <errno.h>
 #include <fnmatch.h>

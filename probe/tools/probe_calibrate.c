@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "probe/calibrate.h"
-#include "../metrics/textsafe.h"
+#include "../../metrics/textsafe.h"
 #include "probe/components.h"
 
 #define MAX_FILES 256
@@ -112,13 +112,106 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
     fprintf(out, "\n");
 }
 
-int main(int argc, char **argv)
+/* The command line, parsed: the builder's options and the output file. */
+typedef struct cli {
+    const char *refs[MAX_FILES], *cands[MAX_FILES], *reps[MAX_FILES];
+    size_t nref, ncand, nrep;
+    const char *out_path;
+    probe_calibrate_opts o;
+} cli;
+
+enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
+       OPT_DIFFER, OPT_OUT, OPT_HELP, OPT_VERSION };
+
+/* One option c. -1 to go on, else the exit status (0 after --help or
+ * --version, 2 after one line). */
+static int parse_option(cli *a, int c, char **argv)
 {
-    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
-     * instead of the signal killing the tool */
-    signal(SIGXFSZ, SIG_IGN);
-    enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
-           OPT_DIFFER, OPT_OUT, OPT_HELP, OPT_VERSION };
+    switch (c) {
+    case OPT_FEATURE: a->o.feature = optarg; break;
+    case OPT_HEADROOM:
+        if (parse_num("--headroom", optarg, 1.0, &a->o.headroom))
+            return 2;
+        break;
+    case OPT_ATOL:
+        if (parse_num("--atol", optarg, 0.0, &a->o.atol))
+            return 2;
+        break;
+    case OPT_RTOL:
+        if (parse_num("--rtol", optarg, 0.0, &a->o.rtol))
+            return 2;
+        break;
+    case OPT_REF:
+    case OPT_CAND:
+    case OPT_REPEAT: {
+        size_t *n = c == OPT_REF ? &a->nref : c == OPT_CAND ? &a->ncand : &a->nrep;
+        const char **v = c == OPT_REF ? a->refs : c == OPT_CAND ? a->cands : a->reps;
+        if (*n == MAX_FILES) {
+            fprintf(stderr, "probe-calibrate: at most %d files per option\n", MAX_FILES);
+            return 2;
+        }
+        v[(*n)++] = optarg;
+        break;
+    }
+    case OPT_DIFFER: a->o.references_differ = 1; break;
+    case OPT_OUT: a->out_path = optarg; break;
+    case 'h':
+    case OPT_HELP: usage(stdout); return 0;
+    case OPT_VERSION: printf("probe-calibrate %s\n", PROBE_VERSION); return 0;
+    default:
+        if (optopt)
+            fprintf(stderr, "probe-calibrate: option needs an argument or is unknown: %s\n",
+                    argv[optind - 1]);
+        else
+            fprintf(stderr, "probe-calibrate: unknown option '%s'\n", argv[optind - 1]);
+        fprintf(stderr, USAGE_LINE);
+        return 2;
+    }
+    return -1;
+}
+
+/* The options together: required ones given, candidates pair with
+ * references, --out is no input. -1 to go on, else 2 after one line. */
+static int check_cli(cli *a, int argc, char **argv)
+{
+    if (optind < argc) {
+        fprintf(stderr, "probe-calibrate: unexpected argument '%s' (files go after --reference, "
+                        "--candidate or --reference-repeat)\n", argv[optind]);
+        return 2;
+    }
+    if (!a->o.feature || !*a->o.feature) {
+        fprintf(stderr, "probe-calibrate: --feature NAME is required\n");
+        return 2;
+    }
+    if (!a->out_path) {
+        fprintf(stderr, "probe-calibrate: --out FILE is required\n");
+        return 2;
+    }
+    if (a->nref == 0 || a->ncand == 0) {
+        fprintf(stderr, "probe-calibrate: need at least one --reference and one --candidate "
+                        "(got %zu and %zu)\n", a->nref, a->ncand);
+        return 2;
+    }
+    if (a->ncand > a->nref) {
+        fprintf(stderr, "probe-calibrate: %zu candidates but %zu references: candidate i pairs "
+                        "with reference i\n", a->ncand, a->nref);
+        return 2;
+    }
+    const char *const *lists[3] = {a->refs, a->cands, a->reps};
+    size_t counts[3] = {a->nref, a->ncand, a->nrep};
+    for (int k = 0; k < 3 && strcmp(a->out_path, "-"); k++)
+        for (size_t i = 0; i < counts[k]; i++)
+            if (same_file(a->out_path, lists[k][i])) {
+                fprintf(stderr, "probe-calibrate: --out %s is the input file %s; refusing to "
+                                "overwrite it\n", probe_tesc(a->out_path), probe_tesc(lists[k][i]));
+                return 2;
+            }
+    return -1;
+}
+
+/* -1 to go on, else the exit status. */
+static int parse_cli(cli *a, int argc, char **argv)
+{
     static const struct option longopts[] = {
         {"feature", required_argument, 0, OPT_FEATURE},
         {"headroom", required_argument, 0, OPT_HEADROOM},
@@ -132,137 +225,81 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0}};
-    const char *refs[MAX_FILES], *cands[MAX_FILES], *reps[MAX_FILES];
-    size_t nref = 0, ncand = 0, nrep = 0;
-    const char *out_path = NULL;
-    probe_calibrate_opts o;
-    memset(&o, 0, sizeof o);
-    o.headroom = 1.5;
-    o.atol = o.rtol = 1e-3;
-
+    memset(a, 0, sizeof *a);
+    a->o.headroom = 1.5;
+    a->o.atol = a->o.rtol = 1e-3;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_FEATURE: o.feature = optarg; break;
-        case OPT_HEADROOM:
-            if (parse_num("--headroom", optarg, 1.0, &o.headroom))
-                return 2;
-            break;
-        case OPT_ATOL:
-            if (parse_num("--atol", optarg, 0.0, &o.atol))
-                return 2;
-            break;
-        case OPT_RTOL:
-            if (parse_num("--rtol", optarg, 0.0, &o.rtol))
-                return 2;
-            break;
-        case OPT_REF:
-        case OPT_CAND:
-        case OPT_REPEAT: {
-            size_t *n = c == OPT_REF ? &nref : c == OPT_CAND ? &ncand : &nrep;
-            const char **v = c == OPT_REF ? refs : c == OPT_CAND ? cands : reps;
-            if (*n == MAX_FILES) {
-                fprintf(stderr, "probe-calibrate: at most %d files per option\n", MAX_FILES);
-                return 2;
-            }
-            v[(*n)++] = optarg;
-            break;
-        }
-        case OPT_DIFFER: o.references_differ = 1; break;
-        case OPT_OUT: out_path = optarg; break;
-        case 'h':
-        case OPT_HELP: usage(stdout); return 0;
-        case OPT_VERSION: printf("probe-calibrate %s\n", PROBE_VERSION); return 0;
-        default:
-            if (optopt)
-                fprintf(stderr, "probe-calibrate: option needs an argument or is unknown: %s\n",
-                        argv[optind - 1]);
-            else
-                fprintf(stderr, "probe-calibrate: unknown option '%s'\n", argv[optind - 1]);
-            fprintf(stderr, USAGE_LINE);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "probe-calibrate: unexpected argument '%s' (files go after --reference, "
-                        "--candidate or --reference-repeat)\n", argv[optind]);
-        return 2;
-    }
-    if (!o.feature || !*o.feature) {
-        fprintf(stderr, "probe-calibrate: --feature NAME is required\n");
-        return 2;
-    }
-    if (!out_path) {
-        fprintf(stderr, "probe-calibrate: --out FILE is required\n");
-        return 2;
-    }
-    if (nref == 0 || ncand == 0) {
-        fprintf(stderr, "probe-calibrate: need at least one --reference and one --candidate "
-                        "(got %zu and %zu)\n", nref, ncand);
-        return 2;
-    }
-    if (ncand > nref) {
-        fprintf(stderr, "probe-calibrate: %zu candidates but %zu references: candidate i pairs "
-                        "with reference i\n", ncand, nref);
-        return 2;
-    }
-    const char *const *lists[3] = {refs, cands, reps};
-    size_t counts[3] = {nref, ncand, nrep};
-    for (int k = 0; k < 3 && strcmp(out_path, "-"); k++)
-        for (size_t i = 0; i < counts[k]; i++)
-            if (same_file(out_path, lists[k][i])) {
-                fprintf(stderr, "probe-calibrate: --out %s is the input file %s; refusing to "
-                                "overwrite it\n", probe_tesc(out_path), probe_tesc(lists[k][i]));
-                return 2;
-            }
-    o.references = refs;
-    o.nreferences = nref;
-    o.candidates = cands;
-    o.ncandidates = ncand;
-    o.repeats = reps;
-    o.nrepeats = nrep;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+        if ((rc = parse_option(a, c, argv)) >= 0)
+            return rc;
+    if ((rc = check_cli(a, argc, argv)) >= 0)
+        return rc;
+    a->o.references = a->refs;
+    a->o.nreferences = a->nref;
+    a->o.candidates = a->cands;
+    a->o.ncandidates = a->ncand;
+    a->o.repeats = a->reps;
+    a->o.nrepeats = a->nrep;
+    return -1;
+}
 
-    char **names = NULL;
-    probe_status s = probe_component_names_load(NULL, &names);
-    if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
-        fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
-        return 2;
-    }
-    o.known_components = (const char *const *)names; /* NULL: no table installed, any name */
-
-    probe_calibrate_result *r = NULL;
-    s = probe_calibrate_run(&o, &r);
-    probe_component_names_free(names);
-    if (s != PROBE_OK) {
-        fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
-        return 2;
-    }
-    int rc = r->t1_above_floor ? 0 : 1;
+/* The calibration file into path ('-': stdout), replaced only when complete.
+ * 0, or 2 after one line. */
+static int write_result(const char *path, const probe_calibrate_result *r, int *to_stdout)
+{
     probe_outfile of;
-    if (probe_outfile_open(&of, out_path) != 0) {
+    if (probe_outfile_open(&of, path) != 0) {
         fprintf(stderr, "probe-calibrate: %s\n", of.err);
-        probe_calibrate_result_free(r);
         return 2;
     }
-    FILE *f = of.f;
-    int to_stdout = f == stdout;
-    s = probe_calibrate_write_json(r, f);
+    *to_stdout = of.f == stdout;
+    probe_status s = probe_calibrate_write_json(r, of.f);
     if (s != PROBE_OK) {
         int kept = of.tmp != NULL;
         probe_outfile_abort(&of);
-        fprintf(stderr, "probe-calibrate: cannot write %s: %s%s\n", probe_tesc(out_path),
+        fprintf(stderr, "probe-calibrate: cannot write %s: %s%s\n", probe_tesc(path),
                 probe_tesc(probe_last_error()), kept ? " (the file is unchanged)" : "");
-        probe_calibrate_result_free(r);
         return 2;
     }
     if (probe_outfile_commit(&of) != 0) {
         fprintf(stderr, "probe-calibrate: %s\n", of.err);
-        probe_calibrate_result_free(r);
         return 2;
     }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
+     * instead of the signal killing the tool */
+    signal(SIGXFSZ, SIG_IGN);
+    static cli a;
+    int rc = parse_cli(&a, argc, argv);
+    if (rc >= 0)
+        return rc;
+    char **names = NULL;
+    probe_calibrate_result *r = NULL;
+    probe_status s = probe_component_names_load(NULL, &names);
+    if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
+        fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
+        rc = 2;
+        goto done;
+    }
+    a.o.known_components = (const char *const *)names; /* NULL: no table installed, any name */
+    if ((s = probe_calibrate_run(&a.o, &r)) != PROBE_OK) {
+        fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
+        rc = 2;
+        goto done;
+    }
+    int to_stdout = 0;
+    if ((rc = write_result(a.out_path, r, &to_stdout)))
+        goto done;
+    rc = r->t1_above_floor ? 0 : 1;
     /* With the file on stdout, the summary goes to stderr. */
     print_summary(to_stdout ? stderr : stdout, r);
+done:
+    probe_component_names_free(names);
     probe_calibrate_result_free(r);
     return rc;
 }

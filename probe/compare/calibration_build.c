@@ -1,4 +1,4 @@
-/* calibrate.c - T2 thresholds and the determinism floor from repeated runs
+/* calibration_build.c - T2 thresholds and the determinism floor from repeated runs
  * (probe/calibrate.h, docs/calibration.md "probe-calibrate"). Every metric
  * comes from the compare engine (probe_compare_files). */
 #include "probe/calibrate.h"

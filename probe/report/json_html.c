@@ -1,4 +1,4 @@
-/* report.c - compare results as probe-compare's JSON (version 1, docs/compare-json.md) and as a
+/* json_html.c - compare results as probe-compare's JSON (version 1, docs/compare-json.md) and as a
  * self-contained HTML page. */
 #include "probe/compare.h"
 

@@ -1,77 +1,27 @@
-/* probe-oracle: recompute the captured ops of a capture file in fp64
+/* oracle_check.c - recompute the captured ops of a capture file in fp64
  * (references/) and gate each captured output against the rounding-error
- * bound its precision implies (docs/oracle.md).
- *   exit 0  every checkable op passes (ops whose inputs are not in the file
- *           are listed as "not checkable", which is not a failure)
- *   exit 1  an op's output violates its bound
- *   exit 2  bad arguments, a file that cannot be read, or a probe.op record
- *           that is not valid JSON, lacks a required field or names an
- *           operand that is not in the file
- */
+ * bound its precision implies (probe/oracle/oracle_check.h, docs/oracle.md).
+ * probe-oracle (tools/probe_oracle.c) is its command line. */
 #include <errno.h>
 #include <fnmatch.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
-#include "probe/capture.h"
+#include "oracle_check.h"
 #include "probe/gate.h"
-#include "probe/metrics.h"
 #include "probe/references.h"
-#include "../metrics/textsafe.h"
+#include "../../metrics/textsafe.h"
 
-#define MAX_ONLY 64
 #define MAX_OPERANDS 16
-
-static const char *g_file;   /* the capture file, for messages */
-static double g_max_flops = 1e10;
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: probe-oracle [options] FILE.h5\n"
-            "Recompute every captured op whose probe.op record names an op it knows (gemm,\n"
-            "rmsnorm, layernorm, rope, attention, silu, gelu) and whose inputs are in the\n"
-            "file, in fp64, and gate the captured output against the rounding-error bound\n"
-            "of its precision (docs/oracle.md). T1 metrics are reported as information.\n\n"
-            "  --json FILE      write the result as JSON ('-' for stdout)\n"
-            "  --only GLOB      check only ops whose output path matches GLOB (repeatable)\n"
-            "  --max-flops N    refuse (not checkable) an op whose fp64 work exceeds N\n"
-            "                   floating-point operations (default 1e10)\n"
-            "  --quiet          print only the final line\n"
-            "  --help (-h)\n\n"
-            "exit status: 0 every checkable op passes, 1 an op fails its bound,\n"
-            "2 bad arguments, an unreadable file or a malformed probe.op record\n");
-}
 
 /* ---- one op's result ---- */
 
-enum verdict { V_PASS, V_FAIL, V_NC };
-
-typedef struct op_result {
-    char path[512];        /* the output's path (or the record's, without one) */
-    char op[32];
-    char api[64];
-    enum verdict v;
-    char reason[512];      /* not checkable: why; fail: the worst element */
-    char dtype[24];
-    int rank;
-    int64_t shape[PROBE_MAX_RANK];
-    uint64_t n;
-    double u_acc, u_out;
-    double max_ratio, worst_err, worst_bound, worst_ref, worst_cand;
-    int64_t worst_index[PROBE_MAX_RANK];
-    uint64_t violations;
-    probe_metrics m;
-    int have_metrics;
-    probe_gate_verdict t1;
-} op_result;
+typedef probe_oracle_op op_result;
 
 /* ---- helpers ---- */
 
@@ -123,7 +73,7 @@ static void format_index(const int64_t *idx, int rank, char *buf, size_t size)
         snprintf(buf + o, size - o, "]");
 }
 
-static void format_shape(const op_result *r, char *buf, size_t size)
+void probe_oracle_format_shape(const probe_oracle_op *r, char *buf, size_t size)
 {
     format_index(r->shape, r->rank, buf, size);
 }
@@ -145,6 +95,8 @@ typedef struct op_record {
     operand ops[MAX_OPERANDS];
     int nops;
     probe_file *f;
+    const char *file;   /* the capture file's name, for messages */
+    double max_flops;   /* --max-flops */
 } op_record;
 
 static operand *rec_operand(op_record *r, const char *slot)
@@ -184,12 +136,13 @@ static void rec_free(op_record *r)
 }
 
 /* bad input: one line naming file and path */
-static int bad(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(const char *path, const char *fmt, ...)
+static int bad(const op_record *r, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(const op_record *r, const char *path, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "probe-oracle: %s: %s: ", probe_tesc(g_file), probe_tesc(path));
+    fprintf(stderr, "probe-oracle: %s: %s: ", probe_tesc(r->file), probe_tesc(path));
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -203,7 +156,7 @@ static int nc(op_result *res, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(res->reason, sizeof res->reason, fmt, ap);
     va_end(ap);
-    res->v = V_NC;
+    res->v = PROBE_ORACLE_NOT_CHECKABLE;
     return 0;
 }
 
@@ -233,7 +186,7 @@ static int need(op_record *r, op_result *res, const char *const *slots, int *err
             return 0;
         }
         if (s != PROBE_OK) {
-            *err = bad(o->path, "%s", probe_last_error());
+            *err = bad(r, o->path, "%s", probe_last_error());
             return 0;
         }
     }
@@ -309,8 +262,8 @@ static void gate(op_result *res, const probe_tensor_info *out, const double *can
         }
     }
     flat_to_index(out, worst, res->worst_index);
-    res->v = res->violations == 0 ? V_PASS : V_FAIL;
-    if (res->v == V_FAIL) {
+    res->v = res->violations == 0 ? PROBE_ORACLE_PASS : PROBE_ORACLE_FAIL;
+    if (res->v == PROBE_ORACLE_FAIL) {
         char idx[256];
         format_index(res->worst_index, out->rank, idx, sizeof idx);
         snprintf(res->reason, sizeof res->reason,
@@ -337,6 +290,80 @@ static void set_out(op_result *res, const operand *out)
 
 /* ---- GEMM ---- */
 
+/* The precision model of a GEMM's compute type and epilogue: 1, or 0 when
+ * either is not modelled (res is then not checkable). */
+static int gemm_model(op_result *res, const char *compute, const char *epi,
+                      probe_ref_gemm_precision *p, probe_ref_epilogue *e, int *want_bias)
+{
+    memset(p, 0, sizeof *p);
+    p->lip = 1.0;
+    if (!strncmp(compute, "32F", 3) && (compute[3] == '\0' || !strcmp(compute + 3, "_PEDANTIC") ||
+                                        !strncmp(compute + 3, "_FAST", 5))) {
+        /* fp32 accumulation; tensor cores align and truncate (Fasi et al.
+         * 2021): one more bit than round-to-nearest's 2^-24 */
+        p->u_acc = ldexp(1, -23);
+        p->u_epi = ldexp(1, -24);
+        if (!strcmp(compute, "32F_FAST_TF32"))
+            p->u_in = ldexp(1, -11);
+        else if (!strcmp(compute, "32F_FAST_16F"))
+            p->u_in = ldexp(1, -11);
+        else if (!strcmp(compute, "32F_FAST_16BF"))
+            p->u_in = ldexp(1, -8);
+        else if (compute[3] != '\0' && strcmp(compute, "32F_PEDANTIC"))
+            return nc(res, "compute type %s is not modelled", compute);
+    } else if (!strcmp(compute, "16F") || !strcmp(compute, "16F_PEDANTIC")) {
+        p->u_acc = p->u_epi = ldexp(1, -11);
+    } else if (!strcmp(compute, "64F") || !strcmp(compute, "64F_PEDANTIC")) {
+        p->u_acc = p->u_epi = ldexp(1, -53);
+    } else {
+        return nc(res, "compute type %s is not modelled", compute);
+    }
+    *want_bias = strstr(epi, "BIAS") != NULL;
+    if (!strcmp(epi, "DEFAULT") || !strcmp(epi, "BIAS")) {
+        *e = PROBE_REF_EPI_NONE;
+    } else if (!strcmp(epi, "RELU") || !strcmp(epi, "RELU_BIAS")) {
+        *e = PROBE_REF_EPI_RELU;
+    } else if (!strcmp(epi, "GELU") || !strcmp(epi, "GELU_BIAS")) {
+        *e = PROBE_REF_EPI_GELU_TANH;
+        p->lip = 1.13;          /* max |d gelu/dx| = 1.1289... */
+        p->u_epi *= 16;         /* tanh/exp evaluated in the epilogue */
+    } else {
+        return nc(res, "epilogue %s is not modelled", epi);
+    }
+    return 1;
+}
+
+/* The operands' element counts against m, n, k and batch. 0, or 2 after one
+ * line (bad input). */
+static int gemm_check_sizes(op_record *r, const operand *oa, const operand *ob, const operand *oo,
+                            const operand *oc, const operand *obias, int64_t m, int64_t n,
+                            int64_t k, int64_t batch)
+{
+    /* element counts against m, n, k, batch (products checked for overflow
+     * in double: the counts of a real file are far below 2^53) */
+    double mk = (double)m * (double)k, kn = (double)k * (double)n, mn = (double)m * (double)n;
+    double B = (double)batch;
+    if ((double)oa->t->n != mk && (double)oa->t->n != mk * B)
+        return bad(r, oa->path, "probe.op: a holds %llu elements; m*k = %.0f (batch %lld)",
+                   (unsigned long long)oa->t->n, mk, (long long)batch);
+    if ((double)ob->t->n != kn && (double)ob->t->n != kn * B)
+        return bad(r, ob->path, "probe.op: b holds %llu elements; k*n = %.0f (batch %lld)",
+                   (unsigned long long)ob->t->n, kn, (long long)batch);
+    if ((double)oo->t->n != mn * B)
+        return bad(r, oo->path, "probe.op: out holds %llu elements; batch*n*m = %.0f",
+                   (unsigned long long)oo->t->n, mn * B);
+    if (oc && (double)oc->t->n != mn * B)
+        return bad(r, oc->path, "probe.op: c holds %llu elements; batch*n*m = %.0f",
+                   (unsigned long long)oc->t->n, mn * B);
+    if (obias && (double)obias->t->n != (double)m)
+        return bad(r, obias->path, "probe.op: bias holds %llu elements; m = %lld",
+                   (unsigned long long)obias->t->n, (long long)m);
+    if (oo->t->rank >= 2 && (oo->t->shape[oo->t->rank - 1] != m || oo->t->shape[oo->t->rank - 2] != n))
+        return bad(r, oo->path, "probe.op: out's last two axes are not [n, m] = [%lld, %lld]",
+                   (long long)n, (long long)m);
+    return 0;
+}
+
 static int check_gemm(op_record *r, op_result *res)
 {
     json_t *j = r->j;
@@ -346,13 +373,13 @@ static int check_gemm(op_record *r, op_result *res)
     double alpha, beta;
     if (ta == NULL || tb == NULL || strlen(ta) != 1 || strlen(tb) != 1 || !strchr("NTC", ta[0]) ||
         !strchr("NTC", tb[0]))
-        return bad(path, "probe.op: gemm needs \"transa\" and \"transb\" of \"N\" or \"T\"");
+        return bad(r, path, "probe.op: gemm needs \"transa\" and \"transb\" of \"N\" or \"T\"");
     if (!json_int(j, "m", -1, &m) || !json_int(j, "n", -1, &n) || !json_int(j, "k", -1, &k) ||
         !json_int(j, "batch", 1, &batch) || batch < 1)
-        return bad(path, "probe.op: gemm needs non-negative integers \"m\", \"n\", \"k\" (and "
+        return bad(r, path, "probe.op: gemm needs non-negative integers \"m\", \"n\", \"k\" (and "
                          "\"batch\" >= 1 when given)");
     if (!json_num(j, "alpha", 1.0, &alpha) || !json_num(j, "beta", 0.0, &beta))
-        return bad(path, "probe.op: gemm \"alpha\"/\"beta\" must be finite numbers");
+        return bad(r, path, "probe.op: gemm \"alpha\"/\"beta\" must be finite numbers");
     const char *api = json_str(j, "api");
     snprintf(res->api, sizeof res->api, "%s", api ? api : "");
     const char *compute = json_str(j, "compute");
@@ -363,41 +390,10 @@ static int check_gemm(op_record *r, op_result *res)
         epi = "DEFAULT";
 
     probe_ref_gemm_precision p = {0};
-    p.lip = 1.0;
-    if (!strncmp(compute, "32F", 3) && (compute[3] == '\0' || !strcmp(compute + 3, "_PEDANTIC") ||
-                                        !strncmp(compute + 3, "_FAST", 5))) {
-        /* fp32 accumulation; tensor cores align and truncate (Fasi et al.
-         * 2021): one more bit than round-to-nearest's 2^-24 */
-        p.u_acc = ldexp(1, -23);
-        p.u_epi = ldexp(1, -24);
-        if (!strcmp(compute, "32F_FAST_TF32"))
-            p.u_in = ldexp(1, -11);
-        else if (!strcmp(compute, "32F_FAST_16F"))
-            p.u_in = ldexp(1, -11);
-        else if (!strcmp(compute, "32F_FAST_16BF"))
-            p.u_in = ldexp(1, -8);
-        else if (compute[3] != '\0' && strcmp(compute, "32F_PEDANTIC"))
-            return nc(res, "compute type %s is not modelled", compute);
-    } else if (!strcmp(compute, "16F") || !strcmp(compute, "16F_PEDANTIC")) {
-        p.u_acc = p.u_epi = ldexp(1, -11);
-    } else if (!strcmp(compute, "64F") || !strcmp(compute, "64F_PEDANTIC")) {
-        p.u_acc = p.u_epi = ldexp(1, -53);
-    } else {
-        return nc(res, "compute type %s is not modelled", compute);
-    }
-    probe_ref_epilogue e;
-    int want_bias = strstr(epi, "BIAS") != NULL;
-    if (!strcmp(epi, "DEFAULT") || !strcmp(epi, "BIAS")) {
-        e = PROBE_REF_EPI_NONE;
-    } else if (!strcmp(epi, "RELU") || !strcmp(epi, "RELU_BIAS")) {
-        e = PROBE_REF_EPI_RELU;
-    } else if (!strcmp(epi, "GELU") || !strcmp(epi, "GELU_BIAS")) {
-        e = PROBE_REF_EPI_GELU_TANH;
-        p.lip = 1.13;          /* max |d gelu/dx| = 1.1289... */
-        p.u_epi *= 16;         /* tanh/exp evaluated in the epilogue */
-    } else {
-        return nc(res, "epilogue %s is not modelled", epi);
-    }
+    probe_ref_epilogue e = PROBE_REF_EPI_NONE;
+    int want_bias = 0;
+    if (!gemm_model(res, compute, epi, &p, &e, &want_bias))
+        return 0;
 
     const char *req[] = {"a", "b", "out", NULL};
     int err;
@@ -427,35 +423,17 @@ static int check_gemm(op_record *r, op_result *res)
         if (!need(r, res, rs, &err))
             return err;
         if (os->t->n != 1)
-            return bad(os->path, "probe.op: %s must hold one element, it holds %llu", sn[s],
+            return bad(r, os->path, "probe.op: %s must hold one element, it holds %llu", sn[s],
                        (unsigned long long)os->t->n);
         scales[s] = os->v[0];
     }
-    /* element counts against m, n, k, batch (products checked for overflow
-     * in double: the counts of a real file are far below 2^53) */
     double mk = (double)m * (double)k, kn = (double)k * (double)n, mn = (double)m * (double)n;
     double B = (double)batch;
-    if ((double)oa->t->n != mk && (double)oa->t->n != mk * B)
-        return bad(oa->path, "probe.op: a holds %llu elements; m*k = %.0f (batch %lld)",
-                   (unsigned long long)oa->t->n, mk, (long long)batch);
-    if ((double)ob->t->n != kn && (double)ob->t->n != kn * B)
-        return bad(ob->path, "probe.op: b holds %llu elements; k*n = %.0f (batch %lld)",
-                   (unsigned long long)ob->t->n, kn, (long long)batch);
-    if ((double)oo->t->n != mn * B)
-        return bad(oo->path, "probe.op: out holds %llu elements; batch*n*m = %.0f",
-                   (unsigned long long)oo->t->n, mn * B);
-    if (oc && (double)oc->t->n != mn * B)
-        return bad(oc->path, "probe.op: c holds %llu elements; batch*n*m = %.0f",
-                   (unsigned long long)oc->t->n, mn * B);
-    if (obias && (double)obias->t->n != (double)m)
-        return bad(obias->path, "probe.op: bias holds %llu elements; m = %lld",
-                   (unsigned long long)obias->t->n, (long long)m);
-    if (oo->t->rank >= 2 && (oo->t->shape[oo->t->rank - 1] != m || oo->t->shape[oo->t->rank - 2] != n))
-        return bad(oo->path, "probe.op: out's last two axes are not [n, m] = [%lld, %lld]",
-                   (long long)n, (long long)m);
+    if ((err = gemm_check_sizes(r, oa, ob, oo, oc, obias, m, n, k, batch)))
+        return err;
     double flops = 2.0 * B * mn * (double)k;
-    if (flops > g_max_flops)
-        return nc(res, "fp64 work %.3g flops is above --max-flops %.3g", flops, g_max_flops);
+    if (flops > r->max_flops)
+        return nc(res, "fp64 work %.3g flops is above --max-flops %.3g", flops, r->max_flops);
 
     /* FP8 operands: Hopper's FP8 tensor cores keep about 14 bits in the
      * accumulator (DeepSeek-V3 technical report, sec. 3.3.2) */
@@ -484,7 +462,7 @@ static int check_gemm(op_record *r, op_result *res)
     if (probe_ref_gemm(&g, ref, S) != PROBE_OK) {
         free(ref);
         free(S);
-        return bad(oo->path, "probe.op: gemm arguments rejected by the fp64 reference");
+        return bad(r, oo->path, "probe.op: gemm arguments rejected by the fp64 reference");
     }
     double aas = fabs(alpha * scales[0] * scales[1]);
     size_t mm = (size_t)m;
@@ -575,7 +553,7 @@ static int check_pointwise(op_record *r, op_result *res)
     if (!common_prec(r, res, oo, &u))
         return 0;
     if (!same_shape(ox->t, oo->t))
-        return bad(oo->path, "probe.op: %s: out's shape differs from x's", r->name);
+        return bad(r, oo->path, "probe.op: %s: out's shape differs from x's", r->name);
     probe_ref_gelu_approx approx = PROBE_REF_GELU_ERF;
     int is_gelu = !strcmp(r->name, "gelu");
     if (is_gelu) {
@@ -585,7 +563,7 @@ static int check_pointwise(op_record *r, op_result *res)
         else if (!strcmp(a, "tanh"))
             approx = PROBE_REF_GELU_TANH;
         else
-            return bad(oo->path, "probe.op: gelu \"approximate\" must be \"none\" or \"tanh\"");
+            return bad(r, oo->path, "probe.op: gelu \"approximate\" must be \"none\" or \"tanh\"");
     }
     size_t n = (size_t)ox->t->n;
     double *ref = malloc((n ? n : 1) * sizeof(double)), *mag = malloc((n ? n : 1) * sizeof(double));
@@ -633,13 +611,13 @@ static int check_norm(op_record *r, op_result *res, int layer)
     if (!common_prec(r, res, oo, &u))
         return 0;
     if (!json_num(r->j, "eps", layer ? 1e-5 : 1e-6, &eps) || eps < 0)
-        return bad(oo->path, "probe.op: %s \"eps\" must be a finite number >= 0", r->name);
+        return bad(r, oo->path, "probe.op: %s \"eps\" must be a finite number >= 0", r->name);
     int64_t d, rows;
     if (!same_shape(ox->t, oo->t) || !last_axis(ox->t, &d, &rows))
-        return bad(oo->path, "probe.op: %s: out's shape differs from x's or x has no last axis",
+        return bad(r, oo->path, "probe.op: %s: out's shape differs from x's or x has no last axis",
                    r->name);
     if ((ow && ow->t->n != (uint64_t)d) || (ob && ob->t->n != (uint64_t)d))
-        return bad(oo->path, "probe.op: %s: weight/bias must hold %lld elements (x's last axis)",
+        return bad(r, oo->path, "probe.op: %s: weight/bias must hold %lld elements (x's last axis)",
                    r->name, (long long)d);
     size_t n = (size_t)ox->t->n;
     double *ref = malloc((n ? n : 1) * sizeof(double)), *bound = malloc((n ? n : 1) * sizeof(double));
@@ -696,10 +674,10 @@ static int check_rope(op_record *r, op_result *res)
     else if (conv && !strcmp(conv, "half"))
         cv = PROBE_REF_ROPE_HALF;
     else
-        return bad(oo->path, "probe.op: rope needs \"convention\": \"interleaved\" or \"half\"");
+        return bad(r, oo->path, "probe.op: rope needs \"convention\": \"interleaved\" or \"half\"");
     int64_t d, rows;
     if (!same_shape(ox->t, oo->t) || !last_axis(ox->t, &d, &rows) || d % 2)
-        return bad(oo->path, "probe.op: rope: out's shape differs from x's or x's last axis is odd");
+        return bad(r, oo->path, "probe.op: rope: out's shape differs from x's or x's last axis is odd");
     size_t n = (size_t)ox->t->n;
     double *buf = malloc(4 * (n ? n : 1) * sizeof(double));
     if (buf == NULL)
@@ -707,7 +685,7 @@ static int check_rope(op_record *r, op_result *res)
     double *cs = buf, *sn = buf + n, *ref = buf + 2 * n, *rot = buf + 3 * n;
     if (!broadcast(ox->t, oc->t, oc->v, cs) || !broadcast(ox->t, os->t, os->v, sn)) {
         free(buf);
-        return bad(oo->path, "probe.op: rope: cos/sin do not broadcast to x's shape");
+        return bad(r, oo->path, "probe.op: rope: cos/sin do not broadcast to x's shape");
     }
     probe_ref_rope(ox->v, cs, sn, rows, d, cv, ref, rot);
     double eta;
@@ -738,32 +716,32 @@ static int check_attention(op_record *r, op_result *res)
         return 0;
     const probe_tensor_info *q = oq->t, *k = ok->t, *v = ov->t, *o = oo->t;
     if (q->rank < 2 || k->rank != q->rank || v->rank != q->rank || o->rank != q->rank)
-        return bad(oo->path, "probe.op: attention: q, k, v, out must have the same rank >= 2");
+        return bad(r, oo->path, "probe.op: attention: q, k, v, out must have the same rank >= 2");
     int R = q->rank;
     int64_t sq = q->shape[R - 2], d = q->shape[R - 1], sk = k->shape[R - 2], dv = v->shape[R - 1];
     int64_t heads = 1;
     for (int i = 0; i < R - 2; i++) {
         if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i] || o->shape[i] != q->shape[i])
-            return bad(oo->path, "probe.op: attention: leading axes of q, k, v, out differ");
+            return bad(r, oo->path, "probe.op: attention: leading axes of q, k, v, out differ");
         heads *= q->shape[i];
     }
     if (k->shape[R - 1] != d || v->shape[R - 2] != sk || o->shape[R - 2] != sq ||
         o->shape[R - 1] != dv)
-        return bad(oo->path, "probe.op: attention: shapes must be q [.., Sq, D], k [.., Sk, D], "
+        return bad(r, oo->path, "probe.op: attention: shapes must be q [.., Sq, D], k [.., Sk, D], "
                              "v [.., Sk, Dv], out [.., Sq, Dv]");
     if (om && om->t->n != (uint64_t)(sq * sk))
-        return bad(om->path, "probe.op: attention: mask must hold Sq*Sk = %lld elements",
+        return bad(r, om->path, "probe.op: attention: mask must hold Sq*Sk = %lld elements",
                    (long long)(sq * sk));
     double scale;
     if (!json_num(r->j, "scale", d > 0 ? 1.0 / sqrt((double)d) : 1.0, &scale))
-        return bad(oo->path, "probe.op: attention \"scale\" must be a finite number");
+        return bad(r, oo->path, "probe.op: attention \"scale\" must be a finite number");
     json_t *cj = json_object_get(r->j, "causal");
     if (cj != NULL && !json_is_boolean(cj))
-        return bad(oo->path, "probe.op: attention \"causal\" must be true or false");
+        return bad(r, oo->path, "probe.op: attention \"causal\" must be true or false");
     int causal = cj != NULL && json_is_true(cj);
     double flops = 2.0 * (double)heads * (double)sq * (double)sk * (double)(d + dv);
-    if (flops > g_max_flops)
-        return nc(res, "fp64 work %.3g flops is above --max-flops %.3g", flops, g_max_flops);
+    if (flops > r->max_flops)
+        return nc(res, "fp64 work %.3g flops is above --max-flops %.3g", flops, r->max_flops);
     size_t n = (size_t)o->n;
     double *ref = malloc((n ? n : 1) * sizeof(double)), *bound = malloc((n ? n : 1) * sizeof(double));
     if (!ref || !bound) {
@@ -775,7 +753,7 @@ static int check_attention(op_record *r, op_result *res)
     if (s != PROBE_OK) {
         free(ref), free(bound);
         return s == PROBE_ENOMEM ? nc(res, "out of memory")
-                                 : bad(oo->path, "probe.op: attention arguments rejected");
+                                 : bad(r, oo->path, "probe.op: attention arguments rejected");
     }
     double eta;
     res->u_out = unit_roundoff(o->dtype, &eta);
@@ -788,7 +766,7 @@ static int check_attention(op_record *r, op_result *res)
 
 /* ---- the driver ---- */
 
-static int only_match(char **only, int nonly, const char *path)
+static int only_match(const char *const *only, int nonly, const char *path)
 {
     if (nonly == 0)
         return 1;
@@ -799,21 +777,24 @@ static int only_match(char **only, int nonly, const char *path)
 }
 
 /* Parse the record of tensor i into r; 2 = bad input (printed) */
-static int parse_record(probe_file *f, size_t i, const char *text, op_record *r)
+static int parse_record(probe_file *f, size_t i, const char *text,
+                        const probe_oracle_opts *opts, const char *file, op_record *r)
 {
     const probe_tensor_info *t = probe_file_tensor(f, i);
     memset(r, 0, sizeof *r);
     r->f = f;
+    r->file = file;
+    r->max_flops = opts->max_flops;
     json_error_t je;
     r->j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     if (r->j == NULL)
-        return bad(t->path, "probe.op is not valid JSON (line %d: %s)", je.line, je.text);
+        return bad(r, t->path, "probe.op is not valid JSON (line %d: %s)", je.line, je.text);
     if (!json_is_object(r->j) || !json_is_string(json_object_get(r->j, "op")))
-        return bad(t->path, "probe.op is not a JSON object with a string \"op\"");
+        return bad(r, t->path, "probe.op is not a JSON object with a string \"op\"");
     r->name = json_string_value(json_object_get(r->j, "op"));
     json_t *ops = json_object_get(r->j, "operands");
     if (!json_is_object(ops))
-        return bad(t->path, "probe.op has no \"operands\" object");
+        return bad(r, t->path, "probe.op has no \"operands\" object");
     snprintf(r->dir, sizeof r->dir, "%s", t->path);
     char *slash = strrchr(r->dir, '/');
     if (slash)
@@ -822,18 +803,18 @@ static int parse_record(probe_file *f, size_t i, const char *text, op_record *r)
     json_t *val;
     json_object_foreach(ops, key, val) {
         if (!json_is_string(val) || strlen(key) >= sizeof r->ops[0].slot)
-            return bad(t->path, "probe.op: operand \"%s\" is not a dataset name", key);
+            return bad(r, t->path, "probe.op: operand \"%s\" is not a dataset name", key);
         if (r->nops == MAX_OPERANDS)
-            return bad(t->path, "probe.op: more than %d operands", MAX_OPERANDS);
+            return bad(r, t->path, "probe.op: more than %d operands", MAX_OPERANDS);
         operand *o = &r->ops[r->nops];
         const char *name = json_string_value(val);
         int w = name[0] == '/' ? snprintf(o->path, sizeof o->path, "%s", name)
                                : snprintf(o->path, sizeof o->path, "%s%s", r->dir, name);
         if (w < 0 || (size_t)w >= sizeof o->path)
-            return bad(t->path, "probe.op: operand \"%s\": path too long", key);
+            return bad(r, t->path, "probe.op: operand \"%s\": path too long", key);
         snprintf(o->slot, sizeof o->slot, "%s", key);
         if (probe_file_find(f, o->path, &o->index) != PROBE_OK)
-            return bad(t->path, "probe.op names operand %s = %s, which is not in the file", key,
+            return bad(r, t->path, "probe.op names operand %s = %s, which is not in the file", key,
                        o->path);
         o->t = probe_file_tensor(f, o->index);
         r->nops++;
@@ -843,7 +824,7 @@ static int parse_record(probe_file *f, size_t i, const char *text, op_record *r)
 
 static json_t *result_json(const op_result *r)
 {
-    static const char *vs[] = {"pass", "fail", "not-checkable"};
+    static const char *const vs[] = {"pass", "fail", "not-checkable"};
     json_t *o = json_object();
     json_object_set_new(o, "path", json_string(r->path));
     json_object_set_new(o, "op", json_string(r->op));
@@ -851,7 +832,7 @@ static json_t *result_json(const op_result *r)
         json_object_set_new(o, "api", json_string(r->api));
     json_object_set_new(o, "verdict", json_string(vs[r->v]));
     json_object_set_new(o, "reason", r->reason[0] ? json_string(r->reason) : json_null());
-    if (r->v == V_NC)
+    if (r->v == PROBE_ORACLE_NOT_CHECKABLE)
         return o;
     json_object_set_new(o, "dtype", json_string(r->dtype));
     json_t *sh = json_array(), *wi = json_array();
@@ -887,193 +868,133 @@ static json_t *result_json(const op_result *r)
     return o;
 }
 
-int main(int argc, char **argv)
+/* Check the record r of one op into x. 0, or 2 after one line (bad input). */
+static int check_op(op_record *r, op_result *x)
 {
-    /* past RLIMIT_FSIZE a write fails with EFBIG (one line, the earlier output kept)
-     * instead of the signal killing the tool */
-    signal(SIGXFSZ, SIG_IGN);
-    enum { OPT_JSON = 256, OPT_ONLY, OPT_QUIET, OPT_MAXF, OPT_HELP };
-    static const struct option lo[] = {
-        {"json", required_argument, 0, OPT_JSON},   {"only", required_argument, 0, OPT_ONLY},
-        {"quiet", no_argument, 0, OPT_QUIET},       {"max-flops", required_argument, 0, OPT_MAXF},
-        {"help", no_argument, 0, OPT_HELP},         {0, 0, 0, 0}};
-    const char *json_out = NULL;
-    char *only[MAX_ONLY];
-    int nonly = 0, quiet = 0, c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        switch (c) {
-        case OPT_JSON: json_out = optarg; break;
-        case OPT_ONLY:
-            if (nonly == MAX_ONLY) {
-                fprintf(stderr, "probe-oracle: more than %d --only patterns\n", MAX_ONLY);
-                return 2;
-            }
-            only[nonly++] = optarg;
-            break;
-        case OPT_QUIET: quiet = 1; break;
-        case OPT_MAXF: {
-            char *end;
-            errno = 0;
-            double v = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(v > 0) || !isfinite(v)) {
-                fprintf(stderr, "probe-oracle: --max-flops '%s': not a positive number\n", optarg);
-                return 2;
-            }
-            g_max_flops = v;
-            break;
-        }
-        case 'h':
-        case OPT_HELP: usage(stdout); return 0;
-        default:
-            fprintf(stderr, "probe-oracle: unknown or incomplete option '%s' (--help for usage)\n",
-                    argv[optind - 1]);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        fprintf(stderr, "usage: probe-oracle [options] FILE.h5 (--help for more)\n");
-        return 2;
-    }
-    g_file = argv[optind];
-    probe_file *f = NULL;
-    if (probe_file_open(g_file, &f) != PROBE_OK) {
+    operand *out = rec_operand(r, "out");
+    int rc;
+    if (out == NULL)
+        rc = nc(x, "output 'out' was not captured");
+    else if (!strcmp(r->name, "gemm"))
+        rc = check_gemm(r, x);
+    else if (!strcmp(r->name, "rmsnorm"))
+        rc = check_norm(r, x, 0);
+    else if (!strcmp(r->name, "layernorm"))
+        rc = check_norm(r, x, 1);
+    else if (!strcmp(r->name, "rope"))
+        rc = check_rope(r, x);
+    else if (!strcmp(r->name, "attention"))
+        rc = check_attention(r, x);
+    else if (!strcmp(r->name, "silu") || !strcmp(r->name, "gelu"))
+        rc = check_pointwise(r, x);
+    else
+        rc = nc(x, "op \"%s\" is not known to probe-oracle", r->name);
+    if (rc == 0 && out != NULL && x->v != PROBE_ORACLE_NOT_CHECKABLE && out->t->stats_only)
+        rc = nc(x, "output is a stats-only record");
+    return rc;
+}
+
+/* The ops already checked: each op's probe.op text, and which op owns each tensor. */
+typedef struct op_owners {
+    char **seen;   /* each op's probe.op text */
+    size_t *owner; /* 1 + the op owning tensor i; 0 none */
+    size_t nseen;
+} op_owners;
+
+/* Tensor i's probe.op record, checked unless an op already checked owns it.
+ * 0, or 2 after one line on stderr. */
+static int check_tensor(probe_file *f, size_t i, const probe_oracle_opts *opts, const char *file,
+                        op_owners *ow, probe_oracle_report *out)
+{
+    char *text = NULL;
+    probe_status s = probe_file_tensor_attr(f, i, "probe.op", &text);
+    if (s == PROBE_ENOTFOUND)
+        return 0;
+    if (s != PROBE_OK) {
         fprintf(stderr, "probe-oracle: %s\n", probe_tesc(probe_last_error()));
         return 2;
     }
+    /* Every operand of one op carries the same text: the op is checked
+     * once, from the first of its datasets; its operands are then owned
+     * by it and skipped when they carry the same text. */
+    const probe_tensor_info *t = probe_file_tensor(f, i);
+    if (ow->owner[i] != 0 && strcmp(ow->seen[ow->owner[i] - 1], text) == 0) {
+        free(text);
+        return 0;
+    }
+    op_record r;
+    int rc = parse_record(f, i, text, opts, file, &r);
+    if (rc != 0) {
+        free(text);
+        rec_free(&r);
+        return rc;
+    }
+    ow->seen[ow->nseen++] = text;
+    ow->owner[i] = ow->nseen;
+    for (int q = 0; q < r.nops; q++)
+        if (ow->owner[r.ops[q].index] == 0)
+            ow->owner[r.ops[q].index] = ow->nseen;
+    operand *o = rec_operand(&r, "out");
+    op_result *x = &out->ops[out->nops];
+    memset(x, 0, sizeof *x);
+    snprintf(x->path, sizeof x->path, "%s", o ? o->path : t->path);
+    snprintf(x->op, sizeof x->op, "%s", r.name);
+    if (!only_match(opts->only, opts->nonly, x->path)) {
+        rec_free(&r);
+        return 0;
+    }
+    out->nops++;
+    rc = check_op(&r, x);
+    rec_free(&r);
+    return rc;
+}
+
+int probe_oracle_check_file(probe_file *f, const char *file, const probe_oracle_opts *opts,
+                            probe_oracle_report *out)
+{
+    memset(out, 0, sizeof *out);
     size_t nt = probe_file_count(f);
-    op_result *res = calloc(nt ? nt : 1, sizeof *res);
-    char **seen = calloc(nt ? nt : 1, sizeof *seen); /* each op's probe.op text */
-    size_t *owner = calloc(nt ? nt : 1, sizeof *owner); /* 1 + the op owning tensor i; 0 none */
-    size_t nres = 0, nseen = 0;
+    op_owners ow = {calloc(nt ? nt : 1, sizeof(char *)), calloc(nt ? nt : 1, sizeof(size_t)), 0};
+    out->ops = calloc(nt ? nt : 1, sizeof *out->ops);
     int rc = 0;
-    if (res == NULL || seen == NULL || owner == NULL) {
+    if (out->ops == NULL || ow.seen == NULL || ow.owner == NULL) {
         fprintf(stderr, "probe-oracle: out of memory\n");
         rc = 2;
     }
-    for (size_t i = 0; i < nt && rc == 0; i++) {
-        char *text = NULL;
-        probe_status s = probe_file_tensor_attr(f, i, "probe.op", &text);
-        if (s == PROBE_ENOTFOUND)
-            continue;
-        if (s != PROBE_OK) {
-            fprintf(stderr, "probe-oracle: %s\n", probe_tesc(probe_last_error()));
-            rc = 2;
-            break;
-        }
-        /* Every operand of one op carries the same text: the op is checked
-         * once, from the first of its datasets; its operands are then owned
-         * by it and skipped when they carry the same text. */
-        const probe_tensor_info *t = probe_file_tensor(f, i);
-        if (owner[i] != 0 && strcmp(seen[owner[i] - 1], text) == 0) {
-            free(text);
-            continue;
-        }
-        op_record r;
-        rc = parse_record(f, i, text, &r);
-        if (rc != 0) {
-            free(text);
-            rec_free(&r);
-            break;
-        }
-        seen[nseen++] = text;
-        owner[i] = nseen;
-        for (int q = 0; q < r.nops; q++)
-            if (owner[r.ops[q].index] == 0)
-                owner[r.ops[q].index] = nseen;
-        operand *out = rec_operand(&r, "out");
-        op_result *x = &res[nres];
-        memset(x, 0, sizeof *x);
-        snprintf(x->path, sizeof x->path, "%s", out ? out->path : t->path);
-        snprintf(x->op, sizeof x->op, "%s", r.name);
-        if (!only_match(only, nonly, x->path)) {
-            rec_free(&r);
-            continue;
-        }
-        nres++;
-        if (out == NULL)
-            rc = nc(x, "output 'out' was not captured");
-        else if (!strcmp(r.name, "gemm"))
-            rc = check_gemm(&r, x);
-        else if (!strcmp(r.name, "rmsnorm"))
-            rc = check_norm(&r, x, 0);
-        else if (!strcmp(r.name, "layernorm"))
-            rc = check_norm(&r, x, 1);
-        else if (!strcmp(r.name, "rope"))
-            rc = check_rope(&r, x);
-        else if (!strcmp(r.name, "attention"))
-            rc = check_attention(&r, x);
-        else if (!strcmp(r.name, "silu") || !strcmp(r.name, "gelu"))
-            rc = check_pointwise(&r, x);
-        else
-            rc = nc(x, "op \"%s\" is not known to probe-oracle", r.name);
-        if (rc == 0 && out != NULL && x->v != V_NC && out->t->stats_only)
-            rc = nc(x, "output is a stats-only record");
-        rec_free(&r);
+    for (size_t i = 0; i < nt && rc == 0; i++)
+        rc = check_tensor(f, i, opts, file, &ow, out);
+    for (size_t i = 0; i < out->nops; i++) {
+        out->npass += out->ops[i].v == PROBE_ORACLE_PASS;
+        out->nfail += out->ops[i].v == PROBE_ORACLE_FAIL;
+        out->nnot_checkable += out->ops[i].v == PROBE_ORACLE_NOT_CHECKABLE;
     }
-    size_t npass = 0, nfail = 0, nnc = 0;
-    for (size_t i = 0; i < nres; i++)
-        npass += res[i].v == V_PASS, nfail += res[i].v == V_FAIL, nnc += res[i].v == V_NC;
-    int json_stdout = json_out != NULL && strcmp(json_out, "-") == 0;
-    if (rc == 0 && !quiet && !json_stdout && nres > 0) {
-        printf("%-13s %-10s %-10s %-10s %-10s %-20s %s\n", "verdict", "err/bound", "rel_l2",
-               "cosine", "op", "shape", "path");
-        for (size_t i = 0; i < nres; i++) {
-            const op_result *x = &res[i];
-            char sh[128] = "-";
-            if (x->v == V_NC) {
-                printf("%-13s %-10s %-10s %-10s %-10s %-20s %s\n", "not-checkable", "-", "-", "-",
-                       probe_tesc(x->op), sh, probe_tesc(x->path));
-                printf("    why: %s\n", probe_tesc(x->reason));
-                continue;
-            }
-            format_shape(x, sh, sizeof sh);
-            printf("%-13s %-10.3g %-10.3g %-10.8f %-10s %-20s %s\n",
-                   x->v == V_PASS ? "pass" : "FAIL", x->max_ratio, x->m.rel_l2, x->m.cosine,
-                   probe_tesc(x->op), sh, probe_tesc(x->path));
-            if (x->v == V_FAIL)
-                printf("    %s\n", probe_tesc(x->reason));
-        }
-    }
-    if (rc == 0) {
-        fprintf(json_stdout ? stderr : stdout,
-                "probe-oracle: %s: %zu op%s: %zu pass, %zu fail, %zu not checkable -> %s\n", g_file,
-               nres, nres == 1 ? "" : "s", npass, nfail, nnc,
-               nfail ? "FAIL"
-               : npass ? "pass"
-                       : "nothing checked (no checkable op: capture GEMM operands with "
-                         "probe-run --capture 'COMPONENT/*/gemm.*', docs/gemm.md)");
-        rc = nfail ? 1 : 0;
-        if (json_out != NULL) {
-            json_t *root = json_object(), *arr = json_array();
-            json_object_set_new(root, "format", json_string("probe-oracle"));
-            json_object_set_new(root, "version", json_integer(1));
-            json_object_set_new(root, "file", json_string(g_file));
-            json_object_set_new(root, "verdict", json_string(nfail ? "fail" : "pass"));
-            json_object_set_new(root, "checked", json_integer((json_int_t)(npass + nfail)));
-            json_object_set_new(root, "passed", json_integer((json_int_t)npass));
-            json_object_set_new(root, "failed", json_integer((json_int_t)nfail));
-            json_object_set_new(root, "not_checkable", json_integer((json_int_t)nnc));
-            for (size_t i = 0; i < nres; i++)
-                json_array_append_new(arr, result_json(&res[i]));
-            json_object_set_new(root, "ops", arr);
-            int w = strcmp(json_out, "-") == 0
-                        ? json_dumpf(root, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(17))
-                        : json_dump_file(root, json_out, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
-            if (w == 0 && strcmp(json_out, "-") == 0)
-                fputc('\n', stdout);
-            json_decref(root);
-            if (w != 0) {
-                fprintf(stderr, "probe-oracle: %s: cannot write the JSON result\n", json_out);
-                rc = 2;
-            }
-        }
-    }
-    for (size_t i = 0; i < nseen; i++)
-        free(seen[i]);
-    free(seen);
-    free(owner);
-    free(res);
-    probe_file_close(f);
+    for (size_t i = 0; i < ow.nseen; i++)
+        free(ow.seen[i]);
+    free(ow.seen);
+    free(ow.owner);
     return rc;
+}
+
+void probe_oracle_report_free(probe_oracle_report *r)
+{
+    free(r->ops);
+    r->ops = NULL;
+    r->nops = 0;
+}
+
+json_t *probe_oracle_report_json(const probe_oracle_report *rep, const char *file)
+{
+    json_t *root = json_object(), *arr = json_array();
+    json_object_set_new(root, "format", json_string("probe-oracle"));
+    json_object_set_new(root, "version", json_integer(1));
+    json_object_set_new(root, "file", json_string(file));
+    json_object_set_new(root, "verdict", json_string(rep->nfail ? "fail" : "pass"));
+    json_object_set_new(root, "checked", json_integer((json_int_t)(rep->npass + rep->nfail)));
+    json_object_set_new(root, "passed", json_integer((json_int_t)rep->npass));
+    json_object_set_new(root, "failed", json_integer((json_int_t)rep->nfail));
+    json_object_set_new(root, "not_checkable", json_integer((json_int_t)rep->nnot_checkable));
+    for (size_t i = 0; i < rep->nops; i++)
+        json_array_append_new(arr, result_json(&rep->ops[i]));
+    json_object_set_new(root, "ops", arr);
+    return root;
 }

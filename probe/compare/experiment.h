@@ -1,6 +1,6 @@
-/* probe/experiment.h (private to libprobe) - is the pair the same experiment?
+/* probe/compare/experiment.h (private to libprobe) - is the pair the same experiment?
  * Root-input check, injection status and the isolated run's provenance for the compare engine
- * (probe/compare.c); see docs/inject.md. */
+ * (probe/compare/compare.c); see docs/inject.md. */
 #ifndef PROBE_EXPERIMENT_H
 #define PROBE_EXPERIMENT_H
 

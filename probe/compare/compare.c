@@ -5,6 +5,7 @@
 #include "identity.h"
 
 #include "device_loader.h"
+#include "engine.h"
 #include "probe/components.h"
 #include "probe/rankset.h"
 
@@ -1204,57 +1205,57 @@ probe_status probe_compare_files(const char *reference, const char *candidate,
     return probe_compare_sets(&reference, 1, &candidate, 1, opts, out);
 }
 
-probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
-                                const char *const *candidate, size_t ncands,
-                                const probe_compare_opts *opts, probe_compare_result **out)
+/* One comparison in progress: the two sides, the extra runs, what pairs
+ * tensors across them, and the result being filled. */
+typedef struct compare_run {
+    const probe_compare_opts *opts;
+    probe_rankset *rset, *cset; /* the caller's */
+    probe_file *rf, *cf;        /* rank 0's file of each side */
+    probe_file *isof, *of;      /* --isolated and --oracle, opened here */
+    probe_call_map *cmap;
+    cfg_batch cfg_cand, cfg_ref;
+    unsigned char *cfg_used;
+    int cfg_split;
+    char iso_why[256];
+    char how[2][320];
+    size_t ndiffer;
+    char first_differ[512];
+    size_t sel_total, sel_done;
+    uint64_t bytes_total, bytes_done;
+    probe_compare_result *res;
+} compare_run;
+
+/* Build both sides' logical tensor lists and, for two plain files, the call
+ * map that pairs calls by module path. */
+static probe_status run_build_sides(compare_run *cr)
 {
-    if (!reference || !candidate || !nrefs || !ncands || !opts || !out)
-        return probe_set_error(PROBE_EINVAL, "probe_compare_sets: NULL argument");
-    for (size_t i = 0; i < nrefs + ncands; i++)
-        if (!(i < nrefs ? reference[i] : candidate[i - nrefs]))
-            return probe_set_error(PROBE_EINVAL, "probe_compare_sets: NULL file name");
-    if (opts->gate.kind == PROBE_GATE_T2 && !opts->calibration)
-        return probe_set_error(PROBE_EINVAL, "gate T2 needs a calibration file");
-    *out = NULL;
-
-    probe_rankset *rset = NULL, *cset = NULL;
-    probe_file *isof = NULL, *of = NULL;
-    cfg_batch cfg_cand = {0}, cfg_ref = {0};
-    unsigned char *cfg_used = NULL;
-    int cfg_split = 0;
-    char iso_why[256] = "";
-    probe_status s = probe_rankset_open(reference, nrefs, &rset);
-    if (s != PROBE_OK)
-        return s;
-    if ((s = probe_rankset_open(candidate, ncands, &cset)) != PROBE_OK) {
-        probe_rankset_close(rset);
-        return s;
-    }
-    int wr = probe_rankset_world(rset), wc = probe_rankset_world(cset);
+    int wr = probe_rankset_world(cr->rset), wc = probe_rankset_world(cr->cset);
     int per_rank = wr && wr == wc;
+    probe_status s;
     /* Collectives have a counterpart only in a rank set of the same size. */
-    if ((s = probe_rankset_build(rset, per_rank ? PROBE_RANKSET_PER_RANK : PROBE_RANKSET_JOIN,
+    if ((s = probe_rankset_build(cr->rset, per_rank ? PROBE_RANKSET_PER_RANK : PROBE_RANKSET_JOIN,
                                  !per_rank)) != PROBE_OK ||
-        (s = probe_rankset_build(cset, per_rank ? PROBE_RANKSET_PER_RANK : PROBE_RANKSET_JOIN,
-                                 !per_rank)) != PROBE_OK) {
-        probe_rankset_close(rset);
-        probe_rankset_close(cset);
+        (s = probe_rankset_build(cr->cset, per_rank ? PROBE_RANKSET_PER_RANK : PROBE_RANKSET_JOIN,
+                                 !per_rank)) != PROBE_OK)
         return s;
-    }
-    probe_file *rf = probe_rankset_file(rset, 0), *cf = probe_rankset_file(cset, 0);
-    probe_call_map *cmap = NULL;
-    if (!wr && !wc && (s = probe_call_map_build(rset, cset, &cmap)) != PROBE_OK) {
-        probe_rankset_close(rset);
-        probe_rankset_close(cset);
+    cr->rf = probe_rankset_file(cr->rset, 0);
+    cr->cf = probe_rankset_file(cr->cset, 0);
+    if (!wr && !wc && (s = probe_call_map_build(cr->rset, cr->cset, &cr->cmap)) != PROBE_OK)
         return s;
-    }
+    return PROBE_OK;
+}
 
-    probe_compare_result *res = calloc(1, sizeof *res);
-    size_t nref = probe_rankset_count(rset), ncand = probe_rankset_count(cset);
-    if (!res || (nref && !(res->tensors = calloc(nref, sizeof *res->tensors)))) {
-        s = probe_set_error(PROBE_ENOMEM, "out of memory");
-        goto fail;
-    }
+/* The result before any tensor is compared: gate, headline, both sides'
+ * records and manifests, and the CFG batching of each side. */
+static probe_status run_start_result(compare_run *cr, const char *const *reference, size_t nrefs,
+                                     const char *const *candidate, size_t ncands)
+{
+    const probe_compare_opts *opts = cr->opts;
+    int wr = probe_rankset_world(cr->rset), wc = probe_rankset_world(cr->cset);
+    probe_compare_result *res = cr->res = calloc(1, sizeof *res);
+    size_t nref = probe_rankset_count(cr->rset);
+    if (!res || (nref && !(res->tensors = calloc(nref, sizeof *res->tensors))))
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
     res->gate = opts->gate;
     if (opts->atol_set)
         res->gate.atol = opts->atol;
@@ -1269,174 +1270,231 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
                         : PROBE_HEADLINE_SYSTEMATIC;
     res->expect_identical = opts->expect_identical != 0;
     res->same_experiment = 1;
-    res->per_rank = per_rank;
-    if ((s = record_set(res, 0, rset, reference, nrefs)) ||
-        (s = record_set(res, 1, cset, candidate, ncands)))
-        goto fail;
-    if ((s = copy_manifest(&res->manifest_reference, rf)) ||
-        (s = copy_manifest(&res->manifest_candidate, cf)))
-        goto fail;
+    res->per_rank = wr && wr == wc;
+    probe_status s;
+    if ((s = record_set(res, 0, cr->rset, reference, nrefs)) ||
+        (s = record_set(res, 1, cr->cset, candidate, ncands)))
+        return s;
+    if ((s = copy_manifest(&res->manifest_reference, cr->rf)) ||
+        (s = copy_manifest(&res->manifest_candidate, cr->cf)))
+        return s;
     /* A candidate that batched the CFG branches against a reference that did not:
      * each two-call reference tensor of the denoiser is paired with its half. */
-    if ((s = cfg_batch_parse(res->manifest_candidate, &cfg_cand)) ||
-        (s = cfg_batch_parse(res->manifest_reference, &cfg_ref)))
-        goto fail;
-    cfg_split = cfg_cand.n && !cfg_ref.n;
-    if (cfg_split && !(cfg_used = calloc(probe_rankset_count(cset) + 1, 1))) {
-        s = probe_set_error(PROBE_ENOMEM, "out of memory pairing CFG halves");
-        goto fail;
-    }
+    if ((s = cfg_batch_parse(res->manifest_candidate, &cr->cfg_cand)) ||
+        (s = cfg_batch_parse(res->manifest_reference, &cr->cfg_ref)))
+        return s;
+    cr->cfg_split = cr->cfg_cand.n && !cr->cfg_ref.n;
+    if (cr->cfg_split && !(cr->cfg_used = calloc(probe_rankset_count(cr->cset) + 1, 1)))
+        return probe_set_error(PROBE_ENOMEM, "out of memory pairing CFG halves");
+    return PROBE_OK;
+}
+
+/* Open the --isolated and --oracle runs, and read how both sides' runs ended. */
+static probe_status run_open_extra(compare_run *cr)
+{
+    const probe_compare_opts *opts = cr->opts;
+    probe_compare_result *res = cr->res;
+    probe_status s;
     if (opts->isolated) {
-        if (wr) {
-            s = probe_set_error(PROBE_EINVAL, "--isolated %s: the reference must be one file, not "
-                                "a rank set", opts->isolated);
-            goto fail;
-        }
-        if ((s = probe_file_open(opts->isolated, &isof)) != PROBE_OK)
-            goto fail;
+        if (probe_rankset_world(cr->rset))
+            return probe_set_error(PROBE_EINVAL, "--isolated %s: the reference must be one file, "
+                                   "not a rank set", opts->isolated);
+        if ((s = probe_file_open(opts->isolated, &cr->isof)) != PROBE_OK)
+            return s;
         snprintf(res->isolated, sizeof res->isolated, "%s", opts->isolated);
-        if ((s = copy_manifest(&res->manifest_isolated, isof)))
-            goto fail;
-        res->isolated_complete = !probe_experiment_check_isolated(res->manifest_isolated, rf,
-                                                                   iso_why, sizeof iso_why);
+        if ((s = copy_manifest(&res->manifest_isolated, cr->isof)))
+            return s;
+        res->isolated_complete = !probe_experiment_check_isolated(res->manifest_isolated, cr->rf,
+                                                                   cr->iso_why, sizeof cr->iso_why);
         char *j = NULL;
         probe_experiment_run_incomplete(res->manifest_isolated, NULL, 0, &j);
         res->run_end_isolated = j;
     }
-    char how[2][320] = {"", ""};
-    side_run_end(res, 0, rset, how[0], sizeof how[0]);
-    side_run_end(res, 1, cset, how[1], sizeof how[1]);
+    side_run_end(res, 0, cr->rset, cr->how[0], sizeof cr->how[0]);
+    side_run_end(res, 1, cr->cset, cr->how[1], sizeof cr->how[1]);
 
     if (opts->oracle) {
-        if ((s = probe_file_open(opts->oracle, &of)) != PROBE_OK)
-            goto fail;
+        if ((s = probe_file_open(opts->oracle, &cr->of)) != PROBE_OK)
+            return s;
         snprintf(res->oracle, sizeof res->oracle, "%s", opts->oracle);
-        if ((s = copy_manifest(&res->manifest_oracle, of)))
-            goto fail;
-        if (probe_experiment_is_replay(res->manifest_oracle, opts->root_components)) {
-            s = probe_set_error(PROBE_EINVAL, "--oracle %s was recorded with probe-run --replay "
-                                "(each component on the reference's recorded inputs): it cannot "
-                                "judge the inputs of a run or the code between components; record "
-                                "the oracle with probe-run --inject REF.h5 --convert (docs/gates.md)",
-                                opts->oracle);
-            goto fail;
+        if ((s = copy_manifest(&res->manifest_oracle, cr->of)))
+            return s;
+        if (probe_experiment_is_replay(res->manifest_oracle, opts->root_components))
+            return probe_set_error(PROBE_EINVAL, "--oracle %s was recorded with probe-run --replay "
+                                   "(each component on the reference's recorded inputs): it cannot "
+                                   "judge the inputs of a run or the code between components; record "
+                                   "the oracle with probe-run --inject REF.h5 --convert (docs/gates.md)",
+                                   opts->oracle);
+    }
+    return PROBE_OK;
+}
+
+/* The candidate tensor paired with reference tensor i: 1 and *ci (and the CFG
+ * half in *half, -1 when not split), or 0 when the candidate has none. */
+static int run_find_pair(compare_run *cr, const probe_rankset_entry *re, size_t *ci, int *half,
+                         int *split)
+{
+    const probe_tensor_info *ti = &re->info;
+    char paired[512];
+    const char *cpath = probe_call_map_other(cr->cmap, 0, ti, paired, sizeof paired) ? paired
+                                                                                    : ti->path;
+    *half = -1;
+    *split = cr->cfg_split && dit_call_of(ti) >= 0;
+    return *split ? cfg_split_find(cr->cset, &cr->cfg_cand, ti, ci, half)
+                  : cpath[0] && probe_rankset_find(cr->cset, cpath, re->tag, ci) == PROBE_OK;
+}
+
+/* What one compared pair adds to the run: feature activity, --expect-identical,
+ * the gate verdict of failures found after the headline, the first failure. */
+static void run_judge_pair(compare_run *cr, probe_tensor_result *t, int nbefore)
+{
+    const probe_compare_opts *opts = cr->opts;
+    probe_compare_result *res = cr->res;
+    if (!t->compared || !t->m.identical) {
+        res->feature_active = 1;
+        if (!cr->ndiffer++)
+            snprintf(cr->first_differ, sizeof cr->first_differ, "%s", t->ref.path);
+        if (opts->expect_identical) {
+            t->verdict.pass = 0;
+            add_reason(&t->verdict, "not identical: %s%s", "the pair is expected to be "
+                       "bit-identical (--expect-identical)", "");
         }
     }
+    /* failures found after the headline (replicas, identity) are the gate's too */
+    for (int k = nbefore; k < t->verdict.nreasons; k++) {
+        t->gate_verdict.pass = 0;
+        if (t->gate_verdict.nreasons < PROBE_GATE_MAX_REASONS)
+            memcpy(t->gate_verdict.reasons[t->gate_verdict.nreasons++], t->verdict.reasons[k],
+                   sizeof t->verdict.reasons[k]);
+    }
+    if (!t->gate_verdict.pass)
+        res->gate_pass = 0;
+    if (!t->verdict.pass) {
+        res->pass = 0;
+        if (!res->first_failure_path[0]) {
+            res->first_failure = (long)(res->ntensors - 1);
+            snprintf(res->first_failure_path, sizeof res->first_failure_path, "%s", t->ref.path);
+        }
+    }
+}
 
-    size_t sel_total = 0, sel_done = 0, ndiffer = 0;
-    char first_differ[512] = "", name[512];
-    uint64_t bytes_total = 0, bytes_done = 0;
+/* Reference tensor i (selected by --only): compared with its counterpart, or
+ * listed as missing in the candidate. */
+static probe_status run_compare_one(compare_run *cr, size_t i)
+{
+    const probe_compare_opts *opts = cr->opts;
+    probe_compare_result *res = cr->res;
+    const probe_rankset_entry *re = probe_rankset_entry_at(cr->rset, i);
+    const probe_tensor_info *ti = &re->info;
+    probe_status s;
+    size_t ci;
+    int half, split;
+    if (!run_find_pair(cr, re, &ci, &half, &split)) {
+        char name[512];
+        tagged_name(name, sizeof name, ti->path, re->tag);
+        if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, name)))
+            return s;
+        res->pass = 0;
+        if (!res->first_failure_path[0])
+            snprintf(res->first_failure_path, sizeof res->first_failure_path, "%s", ti->path);
+        return PROBE_OK;
+    }
+    probe_tensor_result *t = &res->tensors[res->ntensors];
+    t->ref = *ti;
+    t->cfg_half = half;
+    if (split) {
+        cr->cfg_used[ci] = 1;
+        snprintf(t->cfg_candidate, sizeof t->cfg_candidate, "%s",
+                 probe_rankset_entry_at(cr->cset, ci)->info.path);
+        snprintf(t->cfg_branch_name, sizeof t->cfg_branch_name, "%s", cr->cfg_cand.order[half]);
+    }
+    if ((s = compare_pair(cr->rset, i, cr->cset, ci, cr->of, opts, t)) != PROBE_OK)
+        return s;
+    identity_of(res, t, &probe_rankset_entry_at(cr->cset, ci)->info);
+    res->ntensors++; /* from here on the result owns what t holds */
+    if (!t->sys.computed)
+        t->gate_verdict = t->verdict;
+    res->noracle += t->has_oracle != 0;
+    res->noracle_same += t->oracle_same != 0;
+    res->noracle_missing += cr->of && t->compared && !t->stats_only && !t->has_oracle &&
+                            !t->oracle_same;
+    int nbefore = t->verdict.nreasons;
+    if ((s = rank_keys(cr->rset, i, cr->cset, ci, t)) != PROBE_OK)
+        return s;
+    t->amplification = NAN;
+    probe_file *irf;
+    size_t iri;
+    if (cr->isof && res->isolated_complete && probe_rankset_single(cr->rset, i, &irf, &iri) &&
+        (s = isolate(irf, iri, cr->isof, opts, t)) != PROBE_OK)
+        return s;
+    if (cr->isof && cr->of && (s = isolate_oracle(irf, iri, cr->isof, cr->of, opts, t)) != PROBE_OK)
+        return s;
+    res->nisolated += t->has_isolated != 0;
+    run_judge_pair(cr, t, nbefore);
+    return PROBE_OK;
+}
+
+/* Every selected reference tensor against its counterpart (with progress),
+ * then the candidate tensors without one. */
+static probe_status run_compare_all(compare_run *cr)
+{
+    const probe_compare_opts *opts = cr->opts;
+    probe_compare_result *res = cr->res;
+    size_t nref = probe_rankset_count(cr->rset), ncand = probe_rankset_count(cr->cset);
+    probe_status s;
     for (size_t i = 0; opts->progress && i < nref; i++)
-        if (path_selected(probe_rankset_entry_at(rset, i)->info.path, opts->only)) {
-            sel_total++;
-            bytes_total += tensor_bytes(&probe_rankset_entry_at(rset, i)->info);
+        if (path_selected(probe_rankset_entry_at(cr->rset, i)->info.path, opts->only)) {
+            cr->sel_total++;
+            cr->bytes_total += tensor_bytes(&probe_rankset_entry_at(cr->rset, i)->info);
         }
     for (size_t i = 0; i < nref; i++) {
-        const probe_rankset_entry *re = probe_rankset_entry_at(rset, i);
-        const probe_tensor_info *ti = &re->info;
+        const probe_tensor_info *ti = &probe_rankset_entry_at(cr->rset, i)->info;
         if (!path_selected(ti->path, opts->only))
             continue;
-        if (opts->progress && sel_done)
-            opts->progress(opts->progress_ctx, sel_done, sel_total, bytes_done, bytes_total);
-        sel_done++;
-        bytes_done += tensor_bytes(ti);
-        size_t ci;
-        char paired[512];
-        const char *cpath = probe_call_map_other(cmap, 0, ti, paired, sizeof paired) ? paired
-                                                                                    : ti->path;
-        int half = -1;
-        int split = cfg_split && dit_call_of(ti) >= 0;
-        if (split ? !cfg_split_find(cset, &cfg_cand, ti, &ci, &half)
-                  : !cpath[0] || probe_rankset_find(cset, cpath, re->tag, &ci) != PROBE_OK) {
-            tagged_name(name, sizeof name, ti->path, re->tag);
-            if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, name)))
-                goto fail;
-            res->pass = 0;
-            if (!res->first_failure_path[0])
-                snprintf(res->first_failure_path, sizeof res->first_failure_path, "%s", ti->path);
-            continue;
-        }
-        probe_tensor_result *t = &res->tensors[res->ntensors];
-        t->ref = *ti;
-        t->cfg_half = half;
-        if (split) {
-            cfg_used[ci] = 1;
-            snprintf(t->cfg_candidate, sizeof t->cfg_candidate, "%s",
-                     probe_rankset_entry_at(cset, ci)->info.path);
-            snprintf(t->cfg_branch_name, sizeof t->cfg_branch_name, "%s", cfg_cand.order[half]);
-        }
-        if ((s = compare_pair(rset, i, cset, ci, of, opts, t)) != PROBE_OK)
-            goto fail;
-        identity_of(res, t, &probe_rankset_entry_at(cset, ci)->info);
-        res->ntensors++; /* from here on the result owns what t holds */
-        if (!t->sys.computed)
-            t->gate_verdict = t->verdict;
-        res->noracle += t->has_oracle != 0;
-        res->noracle_same += t->oracle_same != 0;
-        res->noracle_missing += of && t->compared && !t->stats_only && !t->has_oracle &&
-                                !t->oracle_same;
-        int nbefore = t->verdict.nreasons;
-        if ((s = rank_keys(rset, i, cset, ci, t)) != PROBE_OK)
-            goto fail;
-        t->amplification = NAN;
-        probe_file *irf;
-        size_t iri;
-        if (isof && res->isolated_complete && probe_rankset_single(rset, i, &irf, &iri) &&
-            (s = isolate(irf, iri, isof, opts, t)) != PROBE_OK)
-            goto fail;
-        if (isof && of && (s = isolate_oracle(irf, iri, isof, of, opts, t)) != PROBE_OK)
-            goto fail;
-        res->nisolated += t->has_isolated != 0;
-        if (!t->compared || !t->m.identical) {
-            res->feature_active = 1;
-            if (!ndiffer++)
-                snprintf(first_differ, sizeof first_differ, "%s", ti->path);
-            if (opts->expect_identical) {
-                t->verdict.pass = 0;
-                add_reason(&t->verdict, "not identical: %s%s", "the pair is expected to be "
-                           "bit-identical (--expect-identical)", "");
-            }
-        }
-        /* failures found after the headline (replicas, identity) are the gate's too */
-        for (int k = nbefore; k < t->verdict.nreasons; k++) {
-            t->gate_verdict.pass = 0;
-            if (t->gate_verdict.nreasons < PROBE_GATE_MAX_REASONS)
-                memcpy(t->gate_verdict.reasons[t->gate_verdict.nreasons++], t->verdict.reasons[k],
-                       sizeof t->verdict.reasons[k]);
-        }
-        if (!t->gate_verdict.pass)
-            res->gate_pass = 0;
-        if (!t->verdict.pass) {
-            res->pass = 0;
-            if (!res->first_failure_path[0]) {
-                res->first_failure = (long)(res->ntensors - 1);
-                snprintf(res->first_failure_path, sizeof res->first_failure_path, "%s", ti->path);
-            }
-        }
+        if (opts->progress && cr->sel_done)
+            opts->progress(opts->progress_ctx, cr->sel_done, cr->sel_total, cr->bytes_done,
+                           cr->bytes_total);
+        cr->sel_done++;
+        cr->bytes_done += tensor_bytes(ti);
+        if ((s = run_compare_one(cr, i)) != PROBE_OK)
+            return s;
     }
     for (size_t i = 0; i < ncand; i++) {
-        const probe_rankset_entry *ce = probe_rankset_entry_at(cset, i);
+        const probe_rankset_entry *ce = probe_rankset_entry_at(cr->cset, i);
         size_t ri;
-        char paired[512];
-        const char *rpath = probe_call_map_other(cmap, 1, &ce->info, paired, sizeof paired)
+        char paired[512], name[512];
+        const char *rpath = probe_call_map_other(cr->cmap, 1, &ce->info, paired, sizeof paired)
                                 ? paired
                                 : ce->info.path;
-        int batched = cfg_split && cfg_batch_has(&cfg_cand, dit_call_of(&ce->info));
-        if (!path_selected(ce->info.path, opts->only) || (batched && cfg_used[i]) ||
-            (!batched && rpath[0] && probe_rankset_find(rset, rpath, ce->tag, &ri) == PROBE_OK))
+        int batched = cr->cfg_split && cfg_batch_has(&cr->cfg_cand, dit_call_of(&ce->info));
+        if (!path_selected(ce->info.path, opts->only) || (batched && cr->cfg_used[i]) ||
+            (!batched && rpath[0] &&
+             probe_rankset_find(cr->rset, rpath, ce->tag, &ri) == PROBE_OK))
             continue;
         tagged_name(name, sizeof name, ce->info.path, ce->tag);
         if ((s = push_name(&res->missing_in_reference, &res->nmissing_ref, name)))
-            goto fail;
+            return s;
         res->pass = 0;
     }
-    if ((s = collect_set_skips(res, rset, "reference")) ||
-        (s = collect_set_skips(res, cset, "candidate")))
-        goto fail;
-    res->ignored_ref = set_ignored(rset);
-    res->ignored_cand = set_ignored(cset);
-    if (isof && res->isolated_complete && (s = isolate_inputs(res, rf, isof, opts)) != PROBE_OK)
-        goto fail;
+    return PROBE_OK;
+}
+
+/* The run-level reasons after the pairs: skipped and ignored tensors, the
+ * isolated run's inputs, runs that did not complete, nothing compared, not
+ * identical, feature not active. */
+static probe_status run_completeness(compare_run *cr)
+{
+    const probe_compare_opts *opts = cr->opts;
+    probe_compare_result *res = cr->res;
+    probe_status s;
+    if ((s = collect_set_skips(res, cr->rset, "reference")) ||
+        (s = collect_set_skips(res, cr->cset, "candidate")))
+        return s;
+    res->ignored_ref = set_ignored(cr->rset);
+    res->ignored_cand = set_ignored(cr->cset);
+    if (cr->isof && res->isolated_complete &&
+        (s = isolate_inputs(res, cr->rf, cr->isof, opts)) != PROBE_OK)
+        return s;
     /* A run that did not complete: its missing tensors are not the feature's doing. */
     for (int side = 0; side < 2; side++) {
         if (!(side ? res->incomplete_candidate : res->incomplete_reference))
@@ -1444,13 +1502,13 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         size_t lacks = side ? res->nmissing_cand : res->nmissing_ref;
         res->pass = 0;
         add_run_reason(res, "incomplete capture: the %s run did not complete (%s): it lacks %zu of "
-                       "the %s's %zu tensors", side ? "candidate" : "reference", how[side], lacks,
-                       side ? "reference" : "candidate", res->ntensors + lacks);
+                       "the %s's %zu tensors", side ? "candidate" : "reference", cr->how[side],
+                       lacks, side ? "reference" : "candidate", res->ntensors + lacks);
     }
-    if (isof && !res->isolated_complete) {
+    if (cr->isof && !res->isolated_complete) {
         res->pass = 0;
         add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
-                       opts->isolated, iso_why);
+                       opts->isolated, cr->iso_why);
     }
     int whole = !res->nmissing_cand && !res->nmissing_ref && !res->incomplete_reference &&
                 !res->incomplete_candidate;
@@ -1459,10 +1517,10 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         res->nothing_compared = 1;
         res->pass = 0;
         add_run_reason(res, "nothing compared: no dataset path is in both files");
-    } else if (opts->expect_identical && ndiffer) {
+    } else if (opts->expect_identical && cr->ndiffer) {
         res->pass = 0;
         add_run_reason(res, "not identical: %zu of %zu compared tensors differ from the reference "
-                       "(first: %s)", ndiffer, res->ntensors, first_differ);
+                       "(first: %s)", cr->ndiffer, res->ntensors, cr->first_differ);
     } else if (!opts->expect_identical && res->ntensors && !res->feature_active && whole) {
         /* A candidate equal to the reference in every tensor of both complete captures
          * did not exercise the feature (with tensors missing or a run that did not
@@ -1472,8 +1530,19 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         add_run_reason(res, "feature not active: the candidate is identical to the reference in "
                        "every compared tensor");
     }
-    if (opts->progress && sel_done)
-        opts->progress(opts->progress_ctx, sel_done, sel_total, bytes_done, bytes_total);
+    if (opts->progress && cr->sel_done)
+        opts->progress(opts->progress_ctx, cr->sel_done, cr->sel_total, cr->bytes_done,
+                       cr->bytes_total);
+    return PROBE_OK;
+}
+
+/* The experiment-level checks: failed injections, root inputs, the oracle's
+ * run checks, then attribution (where the difference was introduced). */
+static probe_status run_experiment(compare_run *cr)
+{
+    const probe_compare_opts *opts = cr->opts;
+    probe_compare_result *res = cr->res;
+    probe_status s;
     /* A run whose injection failed is not the experiment it claims to be. */
     char why[256];
     /* (an injection still "running" in a run that did not complete is that same fact, said
@@ -1491,9 +1560,9 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
             add_run_reason(res, "injection failed in the candidate run: %s", why);
     }
     if (opts->check_roots) {
-        if ((s = probe_experiment_roots(res, rf, cf, opts)) != PROBE_OK ||
-            (s = rank_roots(res, rset, cset, opts)) != PROBE_OK)
-            goto fail;
+        if ((s = probe_experiment_roots(res, cr->rf, cr->cf, opts)) != PROBE_OK ||
+            (s = rank_roots(res, cr->rset, cr->cset, opts)) != PROBE_OK)
+            return s;
         if (!res->same_experiment) {
             size_t ndiff = 0, first = 0;
             for (size_t i = 0; i < res->nroots; i++)
@@ -1507,39 +1576,87 @@ probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
         }
     }
 
-    if (of && (s = oracle_run_checks(res, rf, of, opts)) != PROBE_OK)
-        goto fail;
-    res->calls_by_module = probe_call_map_moved(cmap);
-    res->calls_unpaired_by_module = probe_call_map_unpaired(cmap);
+    if (cr->of && (s = oracle_run_checks(res, cr->rf, cr->of, opts)) != PROBE_OK)
+        return s;
+    res->calls_by_module = probe_call_map_moved(cr->cmap);
+    res->calls_unpaired_by_module = probe_call_map_unpaired(cr->cmap);
     snprintf(res->by_module_component, sizeof res->by_module_component, "%s",
-             probe_call_map_first_component(cmap));
+             probe_call_map_first_component(cr->cmap));
     if ((s = probe_attribute(res)) != PROBE_OK)
-        goto fail;
+        return s;
     /* with an oracle that stops half-way, the tensors after it fall back to the gate: no
      * place of introduction can be read from such a mix */
     if (res->incomplete_oracle)
         res->introduced.kind = PROBE_INTRODUCED_NONE;
-
-    probe_call_map_free(cmap);
-    probe_rankset_close(rset);
-    probe_rankset_close(cset);
-    probe_file_close(isof);
-    probe_file_close(of);
-    free(cfg_cand.calls);
-    free(cfg_ref.calls);
-    free(cfg_used);
-    *out = res;
     return PROBE_OK;
-fail:
-    probe_call_map_free(cmap);
-    free(cfg_cand.calls);
-    free(cfg_ref.calls);
-    free(cfg_used);
-    probe_compare_result_free(res);
+}
+
+static probe_status check_args(const char *const *reference, size_t nrefs,
+                               const char *const *candidate, size_t ncands,
+                               const probe_compare_opts *opts, probe_compare_result **out)
+{
+    if (!reference || !candidate || !nrefs || !ncands || !opts || !out)
+        return probe_set_error(PROBE_EINVAL, "probe_compare_sets: NULL argument");
+    for (size_t i = 0; i < nrefs + ncands; i++)
+        if (!(i < nrefs ? reference[i] : candidate[i - nrefs]))
+            return probe_set_error(PROBE_EINVAL, "probe_compare_sets: NULL file name");
+    if (opts->gate.kind == PROBE_GATE_T2 && !opts->calibration)
+        return probe_set_error(PROBE_EINVAL, "gate T2 needs a calibration file");
+    *out = NULL;
+    return PROBE_OK;
+}
+
+probe_status probe_compare_ranksets(probe_rankset *rset, const char *const *reference,
+                                    size_t nrefs, probe_rankset *cset,
+                                    const char *const *candidate, size_t ncands,
+                                    const probe_compare_opts *opts, probe_compare_result **out)
+{
+    probe_status s = check_args(reference, nrefs, candidate, ncands, opts, out);
+    if (s != PROBE_OK)
+        return s;
+    if (!rset || !cset)
+        return probe_set_error(PROBE_EINVAL, "probe_compare_ranksets: NULL rank set");
+    compare_run cr;
+    memset(&cr, 0, sizeof cr);
+    cr.opts = opts;
+    cr.rset = rset;
+    cr.cset = cset;
+    if ((s = run_build_sides(&cr)) == PROBE_OK &&
+        (s = run_start_result(&cr, reference, nrefs, candidate, ncands)) == PROBE_OK &&
+        (s = run_open_extra(&cr)) == PROBE_OK && (s = run_compare_all(&cr)) == PROBE_OK &&
+        (s = run_completeness(&cr)) == PROBE_OK)
+        s = run_experiment(&cr);
+    probe_call_map_free(cr.cmap);
+    free(cr.cfg_cand.calls);
+    free(cr.cfg_ref.calls);
+    free(cr.cfg_used);
+    probe_file_close(cr.isof);
+    probe_file_close(cr.of);
+    if (s != PROBE_OK) {
+        probe_compare_result_free(cr.res);
+        return s;
+    }
+    *out = cr.res;
+    return PROBE_OK;
+}
+
+probe_status probe_compare_sets(const char *const *reference, size_t nrefs,
+                                const char *const *candidate, size_t ncands,
+                                const probe_compare_opts *opts, probe_compare_result **out)
+{
+    probe_status s = check_args(reference, nrefs, candidate, ncands, opts, out);
+    if (s != PROBE_OK)
+        return s;
+    probe_rankset *rset = NULL, *cset = NULL;
+    if ((s = probe_rankset_open(reference, nrefs, &rset)) != PROBE_OK)
+        return s;
+    if ((s = probe_rankset_open(candidate, ncands, &cset)) != PROBE_OK) {
+        probe_rankset_close(rset);
+        return s;
+    }
+    s = probe_compare_ranksets(rset, reference, nrefs, cset, candidate, ncands, opts, out);
     probe_rankset_close(rset);
     probe_rankset_close(cset);
-    probe_file_close(isof);
-    probe_file_close(of);
     return s;
 }
 

@@ -1,4 +1,4 @@
-/* probe/identity.h - which candidate call each reference call is paired with
+/* probe/compare/identity.h - which candidate call each reference call is paired with
  * (internal to libprobe; docs/compare-json.md "Pairing by module path").
  *
  * A call is the group of datasets /<component>/<call:04>/... . By default the

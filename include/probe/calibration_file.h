@@ -1,0 +1,34 @@
+/* probe/calibration_file.h - load a T2 calibration file (JSON,
+ * docs/calibration.md: the per-component thresholds probe-calibrate writes)
+ * and read the gate of one tensor from it. Code: metrics/calibration_file.c.
+ * Building such a file from repeated runs is probe/calibrate.h. */
+#ifndef PROBE_CALIBRATION_FILE_H
+#define PROBE_CALIBRATION_FILE_H
+
+#include "probe/gate.h" /* probe_gate */
+#include "probe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct probe_calibration probe_calibration;
+
+/* Load and validate a calibration file. Errors: PROBE_ENOTFOUND (cannot open),
+ * PROBE_EFORMAT (not JSON, wrong "format"/"version", a threshold that is not
+ * a number), PROBE_EINVAL (a component name not in known_components, a
+ * NULL-terminated list; NULL accepts any name). */
+probe_status probe_calibration_load(const char *path, const char *const *known_components,
+                                    probe_calibration **out);
+void probe_calibration_free(probe_calibration *c);
+
+/* Fill *g (kind T2) with the thresholds for a tensor of `component` at
+ * dataset `path`: a "tensors" entry whose glob matches path wins over the
+ * component entry. Returns PROBE_ENOTFOUND if the file has neither. */
+probe_status probe_calibration_gate(const probe_calibration *c, const char *component,
+                                    const char *path, probe_gate *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
