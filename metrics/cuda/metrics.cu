@@ -543,6 +543,54 @@ typedef struct {
     unsigned long long *counts;    /* [C_COUNT] */
 } fused_out;
 
+/* The fused kernel's block reduction: this block's sums, maxima (with the
+ * offset of its max |d|) into o.part / o.part_off, its counts added into
+ * o.counts. Every thread of the block calls it. */
+__device__ __forceinline__ void fused_block_result(const double *sums, double amax_r, double amax_c,
+                                                   double ulps, double maxd, uint64_t maxoff,
+                                                   const unsigned *cnt, fused_out o, double *shd,
+                                                   uint64_t *sho, unsigned long long *shu)
+{
+    double *P = o.part + (size_t)blockIdx.x * P_COUNT;
+    double v;
+#pragma unroll
+    for (int i = 0; i < NSUMS; i++) {
+        v = block_sum(sums[i], shd);
+        if (threadIdx.x == 0)
+            P[i] = v;
+    }
+    v = block_max(amax_r, shd); if (threadIdx.x == 0) P[P_AMAX_R] = v;
+    v = block_max(amax_c, shd); if (threadIdx.x == 0) P[P_AMAX_C] = v;
+    v = block_max(ulps, shd); if (threadIdx.x == 0) P[P_ULPS] = v;
+    block_max_off(&maxd, &maxoff, shd, sho);
+    if (threadIdx.x == 0) {
+        P[P_MAXD] = maxd;
+        o.part_off[blockIdx.x] = maxoff;
+    }
+    for (int i = 0; i < C_COUNT; i++) {
+        unsigned long long t = block_sum_u(cnt[i], shu);
+        if (threadIdx.x == 0 && t)
+            atomicAdd(&o.counts[i], t);
+    }
+}
+
+/* One element not finite on both sides: its NaN/infinity counts, and a
+ * mismatch unless both hold the same value (or both a NaN). */
+__device__ __forceinline__ void count_nonfinite(double r, double c, uint64_t rb, uint64_t cb,
+                                                unsigned *cnt)
+{
+    int rn = rb > INF_BITS, cn = cb > INF_BITS, ri = rb == INF_BITS, ci = cb == INF_BITS;
+    cnt[C_NAN_R] += rn;
+    cnt[C_NAN_C] += cn;
+    cnt[C_NAN_R_ONLY] += rn && !cn;
+    cnt[C_INF_R] += ri;
+    cnt[C_INF_C] += ci;
+    if (!(r == c || (rn && cn))) {
+        cnt[C_MIS]++;
+        cnt[C_INF_MIS] += (ri || ci);
+    }
+}
+
 /* Blocks of THREADS per SM the fused kernel is compiled for: 3 for the
  * pairs of 2-byte floats (at most 80 registers, which ptxas meets without
  * spilling there), else 0: no bound (other pairs would spill at 80). */
@@ -681,17 +729,7 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
                     double d = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
                     FINITE_ELEM(r, c, d, rb, cb, pos + j);
                 } else {
-                    int rn = rb > INF_BITS, cn = cb > INF_BITS, ri = rb == INF_BITS,
-                        ci = cb == INF_BITS;
-                    cnt[C_NAN_R] += rn;
-                    cnt[C_NAN_C] += cn;
-                    cnt[C_NAN_R_ONLY] += rn && !cn;
-                    cnt[C_INF_R] += ri;
-                    cnt[C_INF_C] += ci;
-                    if (!(r == c || (rn && cn))) {
-                        cnt[C_MIS]++;
-                        cnt[C_INF_MIS] += (ri || ci);
-                    }
+                    count_nonfinite(r, c, rb, cb, cnt);
                 }
             }
         }
@@ -701,33 +739,10 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         pos += THREADS * VEC;
     }
 #undef FINITE_ELEM
-    double amax_r = bits_d(amax_rb), amax_c = bits_d(split_amax ? amax_cb : amax_rb);
-    double maxd = mk >= 0 ? bits_d((uint64_t)mk) : -1.0;
-    double ulps = uk >= 0 ? bits_d((uint64_t)uk) : -1.0;
-    uint64_t maxoff = tile0 + maxpos;
-
-    double *P = o.part + (size_t)blockIdx.x * P_COUNT;
     const double sums[NSUMS] = {s_rr, s_cc, s_dd, s_rc, s_ad, s_dr, s_r2d2, s_r3d, s_r4};
-    double v;
-#pragma unroll
-    for (int i = 0; i < NSUMS; i++) {
-        v = block_sum(sums[i], shd);
-        if (threadIdx.x == 0)
-            P[i] = v;
-    }
-    v = block_max(amax_r, shd); if (threadIdx.x == 0) P[P_AMAX_R] = v;
-    v = block_max(amax_c, shd); if (threadIdx.x == 0) P[P_AMAX_C] = v;
-    v = block_max(ulps, shd); if (threadIdx.x == 0) P[P_ULPS] = v;
-    block_max_off(&maxd, &maxoff, shd, sho);
-    if (threadIdx.x == 0) {
-        P[P_MAXD] = maxd;
-        o.part_off[blockIdx.x] = maxoff;
-    }
-    for (int i = 0; i < C_COUNT; i++) {
-        unsigned long long t = block_sum_u(cnt[i], shu);
-        if (threadIdx.x == 0 && t)
-            atomicAdd(&o.counts[i], t);
-    }
+    fused_block_result(sums, bits_d(amax_rb), bits_d(split_amax ? amax_cb : amax_rb),
+                       uk >= 0 ? bits_d((uint64_t)uk) : -1.0, mk >= 0 ? bits_d((uint64_t)mk) : -1.0,
+                       tile0 + maxpos, cnt, o, shd, sho, shu);
 }
 
 /* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/stream.c: the range of
