@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include "probe/capture.h"
+#include "probe/calibration_file.h"
 #include "probe/gate.h"
 #include "probe/metrics.h"
 #include "probe/status.h"

@@ -67,8 +67,4 @@ probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe
 }
 #endif
 
-/* The T2 calibration file loader (probe_calibration_load and the rest)
- * is declared in probe/calibration_file.h, included here for the callers
- * that find it through this header. */
-#include "probe/calibration_file.h"
 #endif

@@ -8,6 +8,7 @@
 #include "engine.h"
 #include "probe/components.h"
 #include "probe/rankset.h"
+#include "probe/calibration_file.h"
 
 #include <fnmatch.h>
 #include <jansson.h>

@@ -15,7 +15,7 @@
 #include "oracle_check.h"
 #include "probe/gate.h"
 #include "probe/references.h"
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 
 #define MAX_OPERANDS 16
 

@@ -10,7 +10,7 @@
 
 #include <jansson.h>
 
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 #include "text.h"
 
 static void fmt_num(char *buf, size_t cap, double x, int present)

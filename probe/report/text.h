@@ -1,6 +1,6 @@
 /* probe/report/text.h - a compare result as the text probe-compare prints.
  * Internal to the build tree (not installed). Every string from a capture
- * file goes through probe_tesc (metrics/textsafe.h) before it is printed. */
+ * file goes through probe_tesc (metrics/vocab/textsafe.h) before it is printed. */
 #ifndef PROBE_REPORT_TEXT_H
 #define PROBE_REPORT_TEXT_H
 

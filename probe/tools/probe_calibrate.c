@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "probe/calibrate.h"
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 #include "probe/components.h"
 
 #define MAX_FILES 256

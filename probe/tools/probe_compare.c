@@ -25,7 +25,7 @@
 
 #include <jansson.h>
 
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 #include "../compare/engine.h"
 #include "../compare/weight_check.h"
 #include "../report/text.h"
@@ -33,6 +33,7 @@
 #include "probe/components.h"
 #include "probe/kernels.h"
 #include "probe/rankset.h"
+#include "probe/calibration_file.h"
 
 #define MAX_ONLY 64
 #define MAX_ALLOW 64

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 
 #define MAX_FEATURES 256
 #define MAX_CELL_REASONS 3

@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 #include "../oracle/oracle_check.h"
 #include "probe/capture.h"
 

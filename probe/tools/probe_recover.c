@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "probe/capture.h"
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 
 /* The manifest of the rewritten file: X's, with the key "recovered" set to
  * {"journal": NAME, "complete": N, "partial": PATH or null, "reason": TEXT,

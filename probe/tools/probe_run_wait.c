@@ -37,7 +37,7 @@
 #include <jansson.h>
 
 #include "probe/capture.h"
-#include "../../metrics/textsafe.h"
+#include "../../metrics/vocab/textsafe.h"
 
 static const int forwarded[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1,
                                 SIGUSR2, SIGALRM, SIGCONT, SIGWINCH};

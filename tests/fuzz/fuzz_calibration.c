@@ -14,6 +14,7 @@
 
 #include "fuzz_common.h"
 #include "probe/gate.h"
+#include "probe/calibration_file.h"
 
 static const char *const known[] = {"text_encoder", "dit.step", "scheduler.step", "vae.encode",
                                     "vae.decode", NULL};

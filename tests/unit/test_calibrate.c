@@ -12,6 +12,7 @@
 #include "probe/calibrate.h"
 #include "probe/capture.h"
 #include "probe/gate.h"
+#include "probe/calibration_file.h"
 
 static char dir[4096];
 

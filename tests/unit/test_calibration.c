@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "probe/gate.h"
+#include "probe/calibration_file.h"
 
 static const char *const KNOWN[] = {"text_encoder", "dit.step", "scheduler.step", "vae.encode",
                                     "vae.decode", NULL};

@@ -1,4 +1,4 @@
-/* metrics.c - error metrics between a reference r and a candidate c
+/* arrays.c - error metrics between a reference r and a candidate c held in memory
  * (probe/metrics.h; definitions in docs/metrics.md).
  *
  * The computation itself is stream.c's (probe_metrics_compute_source): the
