@@ -1,10 +1,10 @@
 /* arrays.c - error metrics between a reference r and a candidate c held in memory
  * (probe/metrics.h; definitions in docs/metrics.md).
  *
- * The computation itself is stream.c's (probe_metrics_compute_source): the
+ * The computation itself is metrics.c's (probe_metrics_compute_source): the
  * in-memory entry points below hand it their arrays, so every path gives the
  * same bits. Summation: fp64 lanes per block of 1024 elements, blocks added
- * with Neumaier's compensated summation (stream.c gives the error bound).
+ * with Neumaier's compensated summation (metrics.c gives the error bound).
  *
  * Range: when the largest magnitude of r, c or c - r lies outside
  * [2^-250, 2^250] (possible only for float64 inputs; the sums hold fourth powers), the squares could
@@ -13,7 +13,7 @@
  *
  * p99: exact nearest-rank percentile by selection (probe_select_kth,
  * select.c), on the finite |c - r| or, for large n, on the elements of one
- * radix bucket (stream.c).
+ * radix bucket (metrics.c).
  */
 #include "probe/metrics.h"
 

@@ -1,6 +1,6 @@
 /* finish.h - docs/metrics.md's metrics from the fp64 sums and counts of a pass:
  * the one place where rel_l2, cosine, the norms, mean_abs and the counts are
- * derived, shared by the CPU engine (stream.c) and libprobe_cuda
+ * derived, shared by the CPU engine (metrics.c) and libprobe_cuda
  * (metrics/cuda/metrics.cu, compiled as C++ by nvcc). Header-only. */
 #ifndef PROBE_METRICS_FINISH_H
 #define PROBE_METRICS_FINISH_H

@@ -1,7 +1,7 @@
 /* select.c - the k-th smallest of an array of doubles (select.h):
  * introselect, quickselect with a median-of-3 pivot and a 3-way partition,
  * falling back to heapsort after 2*log2(n) rounds; small ranges by insertion
- * sort. Used for the exact nearest-rank p99 (metrics.c, stream.c). */
+ * sort. Used for the exact nearest-rank p99 (metrics.c). */
 #include "select.h"
 
 #include <math.h>

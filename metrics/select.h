@@ -1,4 +1,4 @@
-/* select.h - exact selection (select.c), used by metrics.c and the streaming engine. */
+/* select.h - exact selection (select.c), used by the streaming engine (metrics.c). */
 #ifndef PROBE_METRICS_SELECT_H
 #define PROBE_METRICS_SELECT_H
 

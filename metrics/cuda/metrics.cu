@@ -8,8 +8,8 @@
  *
  * Passes over the pair (r = reference, c = candidate, d = c - r in fp64; for
  * an integer pair with a 64-bit side d is formed exactly from the two
- * integers and rounded once to double, as metrics/stream.c does):
- *  1. fused: decode both sides exactly as metrics/dtype.c, then per element
+ * integers and rounded once to double, as metrics/metrics.c does):
+ *  1. fused: decode both sides exactly as metrics/vocab/dtype.c, then per element
  *     the counts (finite/NaN/Inf, NaN in the reference only, mismatch, inf
  *     mismatch), the nine sums r^2, c^2, d^2, r*c, |d| and, for the gain
  *     error, d*r, r^2 d^2, r^3 d, r^4 (plain fp64 per thread over at most
@@ -24,7 +24,7 @@
  *     Counters use integer atomics only.
  *  2. (float64 inputs with |x| outside [2^-250, 2^250] only: the fourth
  *     powers of the gain sums) the sums again on power-of-two scaled values,
- *     with the exponents of metrics/stream.c.
+ *     with the exponents of metrics/metrics.c.
  *  3. p99: radix select on the bit patterns of |d| (non-negative doubles
  *     order like their bits as uint64). A first pass histograms the top 12
  *     bits of the nonzero keys and picks the 12-bit prefix holding rank
@@ -71,7 +71,7 @@
 /* The library is built with -fvisibility=hidden: only probe/device.h is exported. */
 #define PROBE_CUDA_API extern "C" __attribute__((visibility("default")))
 
-/* ---- element decoding (bit for bit as metrics/dtype.c) ---- */
+/* ---- element decoding (bit for bit as metrics/vocab/dtype.c) ---- */
 
 __host__ __device__ static inline int dt_size(int t)
 {
@@ -101,7 +101,7 @@ __device__ static inline uint64_t d_bits(double x)
     return (uint64_t)__double_as_longlong(x);
 }
 
-/* The decoder of metrics/dtype.c (decode_minifloat): 1 sign bit, ebits
+/* The decoder of metrics/vocab/dtype.c (decode_minifloat): 1 sign bit, ebits
  * exponent bits, mbits mantissa bits; ieee: all-ones exponent is inf (m = 0)
  * or NaN, else (E4M3FN) only S.1111.111 is NaN. */
 __device__ static inline double dec_mini(unsigned bits, int ebits, int mbits, int bias, int ieee)
@@ -315,7 +315,7 @@ __device__ static inline void int_wide(int t, uint64_t b, long long *hi, uint64_
 
 /* c - r of two integer elements, exact in 128 bits (|c - r| < 2^65), then
  * rounded once to the nearest double (ties to even): the value of
- * (double)((__int128)c - r) of metrics/stream.c. */
+ * (double)((__int128)c - r) of metrics/metrics.c. */
 __device__ static inline double int_diff(int rt, uint64_t rb, int ct, uint64_t cb)
 {
     long long rh, ch;
@@ -365,7 +365,7 @@ __device__ static inline double mul_pow2(double a, int k)
 
 /* a = |d| in units of the spacing of a floating type of precision p and
  * smallest normal exponent emin at x (xb: the bits of x >= 0, finite):
- * a * 2^(p - 1 - max(e, emin)), 2^e <= x < 2^(e+1) (metrics/stream.c
+ * a * 2^(p - 1 - max(e, emin)), 2^e <= x < 2^(e+1) (metrics/metrics.c
  * in_ulps; a subnormal or zero x has e < emin). */
 __device__ static inline double in_ulps(int p, int emin, uint64_t xb, double a)
 {
@@ -414,7 +414,7 @@ __device__ static inline unsigned group_differ(const rawgrp *a, const rawgrp *b,
     return k;
 }
 
-/* ---- Neumaier compensated sum (as metrics/stream.c) ---- */
+/* ---- Neumaier compensated sum (as metrics/metrics.c) ---- */
 
 typedef struct {
     double s, c;
@@ -532,7 +532,7 @@ enum {
     C_NF, C_NAN_R, C_NAN_C, C_INF_R, C_INF_C, C_MIS, C_INF_MIS, C_NAN_R_ONLY, C_DIFFER, C_ZERO,
     C_COUNT
 };
-/* The sums of metrics/stream.c over the finite indices: r^2, c^2, d^2, r c,
+/* The sums of metrics/metrics.c over the finite indices: r^2, c^2, d^2, r c,
  * |d| and the gain sums d r, r^2 d^2, r^3 d, r^4; then the block's maxima. */
 enum { P_RR, P_CC, P_DD, P_RC, P_AD, P_DR, P_R2D2, P_R3D, P_R4, NSUMS };
 enum { P_AMAX_R = NSUMS, P_AMAX_C, P_MAXD, P_ULPS, P_COUNT };
@@ -745,7 +745,7 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
                        tile0 + maxpos, cnt, o, shd, sho, shu);
 }
 
-/* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/stream.c: the range of
+/* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/metrics.c: the range of
  * float64 inputs). Only a pair with a float64 side gets here, never an
  * integer pair: d = c - r. */
 __global__ void __launch_bounds__(THREADS)
@@ -985,7 +985,7 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
 
 /* Welford partials over the finite indices of one segment of one channel:
  * the count, mean and M2 of r and of d, and the compensated sum of d (the
- * shift is sum d / n, as metrics/stream.c). */
+ * shift is sum d / n, as metrics/metrics.c). */
 typedef struct {
     double n, mean, m2, mean_d, m2_d;
     nsum sd;
@@ -1370,7 +1370,7 @@ typedef struct {
     int vec;
 } pair_dev;
 
-/* Power-of-two exponent bringing m into [0.5, 1) (metrics/stream.c). */
+/* Power-of-two exponent bringing m into [0.5, 1) (metrics/metrics.c). */
 static int scale_exp(double m)
 {
     int e = 0;
@@ -1380,14 +1380,14 @@ static int scale_exp(double m)
 }
 
 /* The sums hold fourth powers (r^4, r^2 d^2): magnitudes in [2^-250, 2^250]
- * keep them in range (metrics/stream.c). */
+ * keep them in range (metrics/metrics.c). */
 static int in_safe_range(double m)
 {
     return m == 0.0 || (m >= 0x1p-250 && m <= 0x1p250);
 }
 
 /* Precision and smallest normal exponent of the coarser floating type of the
- * pair: fewer significand bits, then the higher minimum (metrics/stream.c);
+ * pair: fewer significand bits, then the higher minimum (metrics/metrics.c);
  * *p = 0 when a side is not floating. */
 static void ulp_params(int rdt, int cdt, int *p, int *emin)
 {
@@ -1403,7 +1403,7 @@ static void ulp_params(int rdt, int cdt, int *p, int *emin)
 }
 
 /* a in units of the spacing of a type of precision p and smallest normal
- * exponent emin at x (metrics/stream.c in_ulps). */
+ * exponent emin at x (metrics/metrics.c in_ulps). */
 static double host_in_ulps(int p, int emin, double x, double a)
 {
     int e = 0;
@@ -1556,7 +1556,7 @@ typedef struct {
 } chan_arrays;
 
 /* Per-channel partials -> probe_channel_shift and the arrays, with the rules
- * and the order of metrics/stream.c (probe/metrics.h). */
+ * and the order of metrics/metrics.c (probe/metrics.h). */
 static void channel_finish(const chan_part *h_ch, uint64_t count, const chan_arrays *co,
                            probe_channel_shift *shift)
 {

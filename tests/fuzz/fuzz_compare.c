@@ -1,5 +1,5 @@
 /* fuzz_compare - libFuzzer harness for the compare engine (probe/compare/compare.c,
- * metrics/stream.c, probe/compare/tensor_stats.c and the JSON/JUnit/HTML writers).
+ * metrics/metrics.c, probe/compare/tensor_stats.c and the JSON/JUnit/HTML writers).
  *
  * The input is a mutated candidate capture file; the reference is fixed: the
  * capture fuzz_write_capture(…, 0) writes once at start-up (the seed corpus

@@ -1,5 +1,5 @@
 /* stream_threads - the streaming metrics engine's worker threads
- * (metrics/stream.c) driven without Criterion, so that it also runs under
+ * (metrics/metrics.c) driven without Criterion, so that it also runs under
  * ThreadSanitizer (scripts/test --tsan; Criterion's fork arena does not start
  * under TSan). For 1..16 threads: the same bits as with one thread (metrics
  * and channel shift, with NaN/Inf, two p99 passes), and a read that fails

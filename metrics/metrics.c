@@ -1,4 +1,4 @@
-/* stream.c - the metrics of probe/metrics.h over a pair of element streams,
+/* metrics.c - the metrics of probe/metrics.h over a pair of element streams (the engine),
  * in bounded memory, on worker threads (docs/metrics.md "Memory" and
  * "Summation").
  *
@@ -15,7 +15,7 @@
  * element of the bucket: when they are equal (ties) that is the answer.
  * After the 4th digit every bit of the answer is known. A float64
  * pair whose magnitudes leave [2^-300, 2^300] also needs the sums again on
- * power-of-two scaled values (metrics.c explains why); that is done in the
+ * power-of-two scaled values (arrays.c explains why); that is done in the
  * same extra pass.
  *
  * Summation and determinism. Elements are grouped in blocks of BLOCK
