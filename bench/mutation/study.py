@@ -22,6 +22,15 @@ planted in block B should be named at /dit.block/<B> of the first dit.step call)
 
 Writes OUT/study.json (every verdict of every candidate, with the numbers behind
 it) and OUT/study.md (the tables of docs/mutation.md), and prints the tables.
+
+  python3 bench/mutation/study.py --python ~/.cache/probe-venv/bin/python \
+      --device cpu --size 64 --frames 9 --blocks --lossy fp8-storage,fp8-gemm,fbcache \
+      --out /tmp/lossy [--calib-seeds 3] [--test-seeds 2] [--quick]
+
+runs the lossy study instead (bench/mutation/lossy.py): per lossy feature a T2
+calibration on seeds 1..S, then the feature alone and the feature with planted
+bugs on unseen seeds under T2 and T1-relaxed; writes OUT/lossy.json and
+OUT/lossy.md.
 Exit status 0 when the study ran (whatever it found), 2 when a run or a compare
 failed to produce a result.
 """
@@ -92,9 +101,20 @@ def main():
     ap.add_argument("--reuse", action="store_true", help="keep captures already in --out")
     ap.add_argument("--jobs", type=int, default=1, help="candidate runs and compares at a time "
                     "(the reference and the oracle run first, alone)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per run (wan_mutants)")
+    ap.add_argument("--lossy", default=None, metavar="FEATURE[,FEATURE]",
+                    help="the lossy study of these features (fp8-storage, fp8-gemm, fbcache) instead")
+    ap.add_argument("--calib-seeds", type=int, default=3, help="--lossy: calibration seeds 1..S")
+    ap.add_argument("--test-seeds", type=int, default=2, help="--lossy: unseen seeds S+1..S+T")
+    ap.add_argument("--lossy-bugs", default=None, help="--lossy: comma-separated --bug specs, BLOCK for "
+                    "the block (default: the graded set of lossy.py; --quick: a few)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     run_bin, cmp_bin = os.path.join(a.bin, "probe-run"), os.path.join(a.bin, "probe-compare")
+    if a.lossy:
+        import lossy
+        return lossy.run(a, sh, run_bin, cmp_bin, os.path.join(a.bin, "probe-calibrate"),
+                         lambda name: os.path.join(a.out, name))
     prog = [a.python, os.path.join(HERE, "wan_mutants.py"), "--device", a.device, "--size",
             str(a.size), "--frames", str(a.frames), "--steps", str(a.steps), "--layers",
             str(a.layers)]

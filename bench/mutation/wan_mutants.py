@@ -1,5 +1,5 @@
 """One run of a diffusers WanPipeline (random weights, scripts/gpu/lib/wan_pipe.py)
-with at most one transparent feature and at most one planted bug switched on:
+with at most one feature (transparent or lossy) and at most one planted bug on:
 the program the mutation study (bench/mutation/study.py) runs under probe-run
 for the reference, the oracle, and every candidate.
 
@@ -7,6 +7,7 @@ for the reference, the oracle, and every candidate.
   python3 wan_mutants.py --device cpu --dtype fp32 --weights-from bf16  # oracle
   python3 wan_mutants.py --device cpu --dtype bf16 --feature sdpa-math
   python3 wan_mutants.py --device cpu --dtype bf16 --bug chanbias:1:0.3
+  python3 wan_mutants.py --device cpu --dtype bf16 --feature fp8-storage --bug chanbias:2:1
 
 Features (transparent: the same function, computed another way):
   sdpa-math, sdpa-flash, sdpa-efficient   diffusers attention backend (the
@@ -20,6 +21,30 @@ Features (transparent: the same function, computed another way):
                                  tensor-parallel all-reduce computes)
   cuda-graphs                    torch.compile mode reduce-overhead (CUDA
                                  graphs; GPU only)
+Lossy features (another function, close to the reference's by design):
+  fp8-storage                    the transformer's weights stored in
+                                 float8_e4m3fn and cast to bfloat16 for each
+                                 layer's compute (diffusers
+                                 enable_layerwise_casting; its default skip
+                                 patterns keep the patch embedding, the
+                                 condition embedder and the norms in bf16)
+  fp8-gemm                       every nn.Linear of the transformer blocks as
+                                 an FP8 GEMM with per-tensor scales:
+                                 y = (q(x) * sx) @ (q(W) * sw)^T + b, with
+                                 q(t) = round_e4m3(t / s), s = amax(|t|) / 448
+                                 (the weight's scale once, the activation's
+                                 per call, as TensorRT and torchao compute
+                                 them). An emulation: the quantized operands
+                                 are dequantized to bfloat16 and multiplied
+                                 there (torch._scaled_mm runs on GPUs only),
+                                 so it runs on the CPU and on CUDA alike
+  fbcache                        First Block Cache (diffusers
+                                 FirstBlockCacheConfig, --fbcache-threshold):
+                                 a step whose first block's residual moved
+                                 less than the threshold (relative absmean)
+                                 since the last computed step reuses the
+                                 cached residual of the remaining blocks;
+                                 needs 8 or more --steps to cache anything
 Bugs (BLOCK is the index of a transformer block):
   chanbias:BLOCK:S   one channel (0) of block BLOCK's FFN output shifted by S
                      times that channel's standard deviation
@@ -56,6 +81,8 @@ import wan_pipe  # noqa: E402
 
 FEATURES = ("sdpa-math", "sdpa-flash", "sdpa-efficient", "compile", "fused-qkv", "tp-merge",
             "cuda-graphs")
+LOSSY_FEATURES = ("fp8-storage", "fp8-gemm", "fbcache")
+E4M3_MAX = 448.0
 
 
 def parse_bug(text):
@@ -143,13 +170,55 @@ def tp_merge(transformer):
         lin.forward = fwd
 
 
+def e4m3_dequant(t):
+    """t quantized to float8_e4m3fn with one per-tensor scale amax(|t|) / 448,
+    returned dequantized in t's dtype (the scale applied in float32)."""
+    tf = t.float()
+    scale = tf.abs().amax().clamp(min=1e-12) / E4M3_MAX
+    return ((tf / scale).to(torch.float8_e4m3fn).float() * scale).to(t.dtype)
+
+
+def fp8_gemm(transformer):
+    """Every nn.Linear inside the transformer blocks computes on FP8-quantized
+    operands (per-tensor amax scales), dequantized to the layer's dtype for the
+    product: an emulation of a scaled FP8 GEMM."""
+    n = 0
+    for blk in transformer.blocks:
+        for lin in blk.modules():
+            if not isinstance(lin, torch.nn.Linear):
+                continue
+            with torch.no_grad():
+                wq = e4m3_dequant(lin.weight)
+
+            def fwd(x, lin=lin, wq=wq):
+                return torch.nn.functional.linear(e4m3_dequant(x), wq, lin.bias)
+            lin.forward = fwd
+            n += 1
+    return n
+
+
+def count_block_passes(transformer):
+    """Forward pre-hooks counting how often the first and the last block's
+    FFN ran: under First Block Cache, the last one runs only on computed steps."""
+    counts = {"first": 0, "last": 0}
+    transformer.blocks[0].ffn.register_forward_pre_hook(
+        lambda mod, a: counts.__setitem__("first", counts["first"] + 1))
+    transformer.blocks[-1].ffn.register_forward_pre_hook(
+        lambda mod, a: counts.__setitem__("last", counts["last"] + 1))
+    return counts
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
     ap.add_argument("--weights-from", choices=["bf16"], default=None,
                     help="round the transformer's weights to this type first (the oracle)")
-    ap.add_argument("--feature", choices=FEATURES, default=None)
+    ap.add_argument("--feature", choices=FEATURES + LOSSY_FEATURES, default=None)
+    ap.add_argument("--fbcache-threshold", type=float, default=0.12,
+                    help="fbcache: First Block Cache's threshold (diffusers defaults to 0.05; the "
+                    "first block's residual of the tiny random-weight model moves by 0.1 to 0.2 per step, "
+                    "so 0.12 caches about 2 of 8 steps)")
     ap.add_argument("--bug", default=None)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layers", type=int, default=4)
@@ -180,11 +249,20 @@ def main():
             blk.attn2.fuse_projections()
     elif args.feature == "tp-merge":
         tp_merge(tr)
+    elif args.feature == "fp8-storage":
+        tr.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn,
+                                    compute_dtype=wan_pipe.DTYPES[args.dtype])
+    elif args.feature == "fp8-gemm":
+        print("wan_mutants: fp8-gemm on %d linear layers" % fp8_gemm(tr))
+    elif args.feature == "fbcache":
+        from diffusers.hooks import FirstBlockCacheConfig
+        tr.enable_cache(FirstBlockCacheConfig(threshold=args.fbcache_threshold))
     elif args.feature in ("compile", "cuda-graphs"):
         mode = "reduce-overhead" if args.feature == "cuda-graphs" else None
         pipe.transformer = torch.compile(tr, mode=mode)
     attn = {"sdpa-math": "math", "sdpa-flash": "flash",
             "sdpa-efficient": "efficient"}.get(args.feature, "default")
+    passes = count_block_passes(tr)
     ids, neg, latents = wan_pipe.make_inputs(cfg, args.seed, args.frames, args.size, args.size,
                                              dev)
     pe, npe = wan_pipe.encode(te, ids, neg)
@@ -194,6 +272,8 @@ def main():
                              args.size)
     print("wan_mutants: dtype=%s feature=%s bug=%s video %s" %
           (args.dtype, args.feature, args.bug, tuple(video.shape)))
+    print("wan_mutants: block passes: first block %d, last block %d" %
+          (passes["first"], passes["last"]))
 
 
 if __name__ == "__main__":
