@@ -15,21 +15,28 @@
 #define CALIBRATION_VERSION 1
 
 /* Threshold keys of a component / tensor entry, in the order docs list them. */
-enum { K_REL_L2, K_COSINE, K_ATOL, K_RTOL, K_MISMATCH, K_P99, K_MAX_ABS, NKEYS };
+enum { K_REL_L2, K_COSINE, K_ATOL, K_RTOL, K_MISMATCH, K_P99, K_MAX_ABS, K_CHANNEL_Z, K_GAIN_Z,
+       NKEYS };
 static const char *const key_names[NKEYS] = {
     [K_REL_L2] = "rel_l2_max",   [K_COSINE] = "cosine_min",
     [K_ATOL] = "atol",           [K_RTOL] = "rtol",
     [K_MISMATCH] = "mismatch_fraction_max",
     [K_P99] = "p99_abs_max",     [K_MAX_ABS] = "max_abs_max",
+    [K_CHANNEL_Z] = "channel_z_max", [K_GAIN_Z] = "gain_z_max",
 };
+#define ALL_KEYS ((1u << NKEYS) - 1)
+#define STRUCTURE_KEYS ((1u << K_CHANNEL_Z) | (1u << K_GAIN_Z))
 #define ENTRY_KEYS_TEXT \
     "rel_l2_max, cosine_min, atol, rtol, mismatch_fraction_max, p99_abs_max, max_abs_max, " \
-    "observed, x-*"
+    "channel_z_max, gain_z_max, observed, x-*"
+#define STRUCTURE_KEYS_TEXT "channel_z_max, gain_z_max, observed, x-*"
 
 static const char *const top_keys[] = {
-    "format", "version", "feature", "headroom", "components", "tensors", "evidence", NULL,
+    "format", "version", "feature", "headroom", "components", "tensors", "structure", "evidence",
+    NULL,
 };
-#define TOP_KEYS_TEXT "format, version, feature, headroom, components, tensors, evidence, x-*"
+#define TOP_KEYS_TEXT \
+    "format, version, feature, headroom, components, tensors, structure, evidence, x-*"
 
 typedef struct {
     char *name; /* component name, or dataset-path glob */
@@ -43,6 +50,9 @@ struct probe_calibration {
     size_t ncomponents;
     cal_entry *tensors; /* file order: the first matching glob wins */
     size_t ntensors;
+    cal_entry *structure; /* dataset path -> channel_z_max, gain_z_max; sorted by name */
+    size_t nstructure;
+    double headroom;      /* top-level "headroom", NaN when absent */
 };
 
 void probe_calibration_free(probe_calibration *c)
@@ -53,8 +63,11 @@ void probe_calibration_free(probe_calibration *c)
         free(c->components[i].name);
     for (size_t i = 0; i < c->ntensors; i++)
         free(c->tensors[i].name);
+    for (size_t i = 0; i < c->nstructure; i++)
+        free(c->structure[i].name);
     free(c->components);
     free(c->tensors);
+    free(c->structure);
     free(c->path);
     free(c);
 }
@@ -79,9 +92,10 @@ static int is_extension_key(const char *k)
     return strncmp(k, "x-", 2) == 0;
 }
 
-/* Parse one entry object (section "components" or "tensors", key `name`). */
+/* Parse one entry object (section "components", "tensors" or "structure", key
+ * `name`); `allowed` holds the bits of the threshold keys the section takes. */
 static probe_status parse_entry(const char *path, const char *section, const char *name,
-                                json_t *obj, cal_entry *e)
+                                json_t *obj, unsigned allowed, cal_entry *e)
 {
     if (!json_is_object(obj))
         return probe_set_error(PROBE_EFORMAT, "calibration %s: %s '%s' must be an object, not %s",
@@ -93,12 +107,14 @@ static probe_status parse_entry(const char *path, const char *section, const cha
             continue;
         int k = -1;
         for (int i = 0; i < NKEYS; i++)
-            if (strcmp(key, key_names[i]) == 0)
+            if ((allowed & (1u << i)) && strcmp(key, key_names[i]) == 0)
                 k = i;
         if (k < 0)
             return probe_set_error(PROBE_EFORMAT,
                                    "calibration %s: %s '%s': unknown key '%s' (known: %s)", path,
-                                   section, name, key, ENTRY_KEYS_TEXT);
+                                   section, name, key,
+                                   allowed == STRUCTURE_KEYS ? STRUCTURE_KEYS_TEXT
+                                                             : ENTRY_KEYS_TEXT);
         if (!json_is_number(val))
             return probe_set_error(PROBE_EFORMAT,
                                    "calibration %s: %s '%s': %s must be a number, not %s", path,
@@ -125,9 +141,10 @@ static probe_status parse_entry(const char *path, const char *section, const cha
     return PROBE_OK;
 }
 
-/* Parse section "components" or "tensors" into a fresh array. */
+/* Parse section "components", "tensors" or "structure" into a fresh array. */
 static probe_status parse_section(const char *path, const char *section, json_t *obj,
-                                  const char *const *known, cal_entry **out, size_t *nout)
+                                  const char *const *known, unsigned allowed, cal_entry **out,
+                                  size_t *nout)
 {
     *out = NULL;
     *nout = 0;
@@ -170,7 +187,7 @@ static probe_status parse_section(const char *path, const char *section, json_t 
                 break;
             }
         }
-        st = parse_entry(path, section, name, val, &entries[i]);
+        st = parse_entry(path, section, name, val, allowed, &entries[i]);
         if (st != PROBE_OK)
             break;
         if ((entries[i].name = strdup(name)) == NULL) {
@@ -188,6 +205,11 @@ static probe_status parse_section(const char *path, const char *section, json_t 
     *out = entries;
     *nout = i;
     return PROBE_OK;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    return strcmp(((const cal_entry *)a)->name, ((const cal_entry *)b)->name);
 }
 
 static probe_status parse_root(const char *path, json_t *root, const char *const *known,
@@ -235,14 +257,22 @@ static probe_status parse_root(const char *path, json_t *root, const char *const
         return probe_set_error(PROBE_EFORMAT,
                                "calibration %s: \"headroom\" must be a positive number", path);
 
+    c->headroom = headroom != NULL ? json_number_value(headroom) : NAN;
+
     probe_status st = parse_section(path, "components", json_object_get(root, "components"),
-                                    known, &c->components, &c->ncomponents);
+                                    known, ALL_KEYS, &c->components, &c->ncomponents);
     if (st != PROBE_OK)
         return st;
-    st = parse_section(path, "tensors", json_object_get(root, "tensors"), NULL, &c->tensors,
-                       &c->ntensors);
+    st = parse_section(path, "tensors", json_object_get(root, "tensors"), NULL, ALL_KEYS,
+                       &c->tensors, &c->ntensors);
     if (st != PROBE_OK)
         return st;
+    st = parse_section(path, "structure", json_object_get(root, "structure"), NULL,
+                       STRUCTURE_KEYS, &c->structure, &c->nstructure);
+    if (st != PROBE_OK)
+        return st;
+    if (c->nstructure > 1)
+        qsort(c->structure, c->nstructure, sizeof *c->structure, entry_cmp);
     if (c->ncomponents == 0 && c->ntensors == 0)
         return probe_set_error(PROBE_EFORMAT,
                                "calibration %s: no thresholds (\"components\" and \"tensors\" are "
@@ -316,9 +346,20 @@ probe_status probe_calibration_gate(const probe_calibration *c, const char *comp
         [K_REL_L2] = &g->rel_l2_max, [K_COSINE] = &g->cosine_min, [K_ATOL] = &g->atol,
         [K_RTOL] = &g->rtol, [K_MISMATCH] = &g->mismatch_fraction_max,
         [K_P99] = &g->p99_abs_max, [K_MAX_ABS] = &g->max_abs_max,
+        [K_CHANNEL_Z] = &g->channel_z_max, [K_GAIN_Z] = &g->gain_z_max,
     };
     for (int k = 0; k < NKEYS; k++)
         if (e->has & (1u << k))
             *dst[k] = e->v[k];
+    /* the path's structure entry, key by key, over the entry's */
+    const cal_entry *se = NULL;
+    if (path != NULL && c->nstructure > 0) {
+        cal_entry key = {.name = (char *)path};
+        se = bsearch(&key, c->structure, c->nstructure, sizeof *c->structure, entry_cmp);
+    }
+    for (int k = K_CHANNEL_Z; se != NULL && k <= K_GAIN_Z; k++)
+        if (se->has & (1u << k))
+            *dst[k] = se->v[k];
+    g->headroom = c->headroom;
     return PROBE_OK;
 }

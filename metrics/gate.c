@@ -25,6 +25,9 @@ static void gate_unchecked(probe_gate *g)
     g->cosine_min = -INFINITY;
     g->max_abs_max = INFINITY;
     g->p99_abs_max = INFINITY;
+    g->channel_z_max = INFINITY;
+    g->gain_z_max = INFINITY;
+    g->headroom = NAN;
 }
 
 probe_status probe_gate_parse(const char *spec, probe_gate *out)
@@ -201,5 +204,55 @@ probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe
     if (rs.dropped > 0)
         snprintf(v->reasons[PROBE_GATE_MAX_REASONS - 1], sizeof v->reasons[0],
                  "... and %d more reason%s", rs.dropped + 1, rs.dropped + 1 == 1 ? "" : "s");
+    return PROBE_OK;
+}
+
+static void calibrated_note(const probe_gate *g, char *buf, size_t size)
+{
+    if (isfinite(g->headroom))
+        snprintf(buf, size, "the feature's own, calibrated with headroom %g", g->headroom);
+    else
+        snprintf(buf, size, "the feature's own, calibrated");
+}
+
+/* Fail `what` when |z| exceeds max(threshold, noise). */
+static void check_z(reasons *rs, const probe_gate *g, const char *what, double z,
+                    double threshold, double noise)
+{
+    double az = fabs(z);
+    int by_noise = noise > threshold; /* NaN noise: false */
+    double limit = by_noise ? noise : threshold;
+    if (isnan(z) || !(az > limit))
+        return;
+    char note[96], vs[32], ls[32];
+    calibrated_note(g, note, sizeof note);
+    fmt_pair(az, limit, vs, ls, sizeof vs);
+    if (by_noise)
+        add_reason(rs, "%s: |z| %s > %s (the z limit of rounding noise; %s: %.4g)", what, vs, ls,
+                   note, threshold);
+    else
+        add_reason(rs, "%s: |z| %s > %s (%s)", what, vs, ls, note);
+}
+
+probe_status probe_gate_check_structure(const probe_gate *g, const probe_metrics *m,
+                                        const probe_channel_shift *shift, double channel_noise_z,
+                                        double gain_noise_z, probe_gate_verdict *v)
+{
+    if (g == NULL || m == NULL || v == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_gate_check_structure: %s is NULL",
+                               g == NULL ? "gate" : (m == NULL ? "metrics" : "verdict"));
+    if (threshold_bad(g->channel_z_max) || threshold_bad(g->gain_z_max))
+        return probe_set_error(PROBE_EINVAL,
+                               "probe_gate_check_structure: gate '%.64s' has a NaN threshold",
+                               g->name);
+    reasons rs = {v, 0};
+    char what[64];
+    if (shift != NULL && shift->count > 0) {
+        snprintf(what, sizeof what, "systematic shift of channel %llu",
+                 (unsigned long long)shift->z_argmax);
+        check_z(&rs, g, what, shift->z_max, g->channel_z_max, channel_noise_z);
+    }
+    snprintf(what, sizeof what, "systematic gain error %.3e", m->gain);
+    check_z(&rs, g, what, m->gain_z, g->gain_z_max, gain_noise_z);
     return PROBE_OK;
 }

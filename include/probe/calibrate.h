@@ -19,6 +19,12 @@
  *   rel_l2_max = h * worst rel_l2          p99_abs_max = h * worst p99_abs
  *   max_abs_max = h * worst max_abs        cosine_min = max(-1, 1 - h * worst(1 - cosine))
  *   mismatch_fraction_max = min(1, h * worst mismatch_fraction), with atol/rtol as given.
+ * The structure of the difference, per component and per tensor path (one
+ * sample per tensor per pair): worst and mean of |channel z|
+ * (|probe_channel_shift.z_max| of the compare result, tensors with a channel
+ * axis only) and of |gain_z|; thresholds channel_z_max = h * worst |channel
+ * z|, gain_z_max = h * worst |gain_z| over the feature pairs (not written when
+ * not finite or not observed).
  * T1 sits above the floor for a component when, with T1's thresholds from
  * probe_gate_parse("T1") (docs/gates.md "Determinism floor"):
  *   h * floor worst rel_l2 < T1 rel_l2_max (1e-2) and
@@ -48,6 +54,13 @@ typedef struct probe_calibrate_opts {
     int references_differ;               /* 1: the references ran on different inputs, so only
                                             repeats give the floor */
     const char *const *known_components; /* NULL-terminated; NULL accepts any component */
+    /* The component table's channel axes, as in probe_compare_opts (probe/compare.h), so
+     * that the channel z is measured on the axis probe-compare uses; NULL / 0: the
+     * layout rule. */
+    char *const *axis_components;
+    const int *axis_values, *axis_ranks;
+    const struct probe_class_axis *class_axes;
+    size_t n_class_axes;
 } probe_calibrate_opts;
 
 /* One statistic over n samples (a sample is one tensor of one pair). NaN
@@ -63,6 +76,8 @@ typedef struct probe_calibrate_drift {
     size_t pairs;   /* file pairs that had this component */
     size_t tensors; /* samples: tensors x pairs */
     probe_calibrate_stat rel_l2, one_minus_cosine, p99_abs, max_abs, mismatch_fraction;
+    probe_calibrate_stat channel_z; /* |probe_channel_shift.z_max|: tensors with a channel axis */
+    probe_calibrate_stat gain_z;    /* |probe_metrics.gain_z| */
 } probe_calibrate_drift;
 
 typedef struct probe_calibrate_component {
@@ -71,11 +86,23 @@ typedef struct probe_calibrate_component {
     probe_calibrate_drift floor;    /* reference vs reference; floor.tensors = 0: not measured */
     /* thresholds written to the file (NaN: not written, e.g. p99 of empty tensors only) */
     double rel_l2_max, cosine_min, p99_abs_max, max_abs_max, mismatch_fraction_max;
+    double channel_z_max, gain_z_max; /* h * feature worst |channel z|, |gain_z| */
     /* T1 check: h * floor worst, and T1's limits */
     double floor_rel_l2_x_headroom, floor_one_minus_cosine_x_headroom;
     double t1_rel_l2_max, t1_one_minus_cosine_max;
     int t1_above_floor;             /* 1 above, 0 not (also when the floor was not measured) */
 } probe_calibrate_component;
+
+/* The structure statistics of one tensor path (a dataset path such as
+ * /dit.block/0002/out: the runs share the schedule, so every pair holds it). */
+typedef struct probe_calibrate_path {
+    char path[512];
+    char component[128];
+    size_t pairs, floor_pairs;          /* feature / floor pairs that held the path */
+    probe_calibrate_stat channel_z, gain_z;             /* over the feature pairs */
+    probe_calibrate_stat floor_channel_z, floor_gain_z; /* over the floor pairs */
+    double channel_z_max, gain_z_max;   /* h * feature worst; NaN: not written */
+} probe_calibrate_path;
 
 typedef struct probe_calibrate_file {
     char path[1024];   /* as given */
@@ -91,6 +118,8 @@ typedef struct probe_calibrate_result {
     size_t npairs, nfloor_pairs;
     size_t ncomponents;
     probe_calibrate_component *components; /* in first-seen execution order */
+    size_t npaths;
+    probe_calibrate_path *paths;          /* paths of the feature pairs, first-seen order */
     size_t nfiles;
     probe_calibrate_file *files;          /* references, candidates, repeats in that order */
     int t1_above_floor;                   /* every component's t1_above_floor */
@@ -112,7 +141,8 @@ void probe_calibrate_result_free(probe_calibrate_result *r);
 
 /* Write the calibration file (docs/calibration.md, version 1: the thresholds
  * per component; the statistics, floor and T1 check under each entry's
- * "observed"; files, manifests, architectures under "evidence"). It loads
+ * "observed"; the per-path structure thresholds under "structure"; files,
+ * manifests, architectures under "evidence"). It loads
  * with probe_calibration_load(). PROBE_EIO if the stream fails, PROBE_ENOMEM. */
 probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f);
 

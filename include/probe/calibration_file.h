@@ -16,7 +16,7 @@ typedef struct probe_calibration probe_calibration;
 
 /* Load and validate a calibration file. Errors: PROBE_ENOTFOUND (cannot open),
  * PROBE_EFORMAT (not JSON, wrong "format"/"version", a threshold that is not
- * a number), PROBE_EINVAL (a component name not in known_components, a
+ * a number or out of range, in any section: "components", "tensors", "structure"), PROBE_EINVAL (a component name not in known_components, a
  * NULL-terminated list; NULL accepts any name). */
 probe_status probe_calibration_load(const char *path, const char *const *known_components,
                                     probe_calibration **out);
@@ -24,7 +24,10 @@ void probe_calibration_free(probe_calibration *c);
 
 /* Fill *g (kind T2) with the thresholds for a tensor of `component` at
  * dataset `path`: a "tensors" entry whose glob matches path wins over the
- * component entry. Returns PROBE_ENOTFOUND if the file has neither. */
+ * component entry. channel_z_max and gain_z_max come from the "structure"
+ * entry of exactly `path` where it gives them, else from that entry; g->headroom
+ * is the file's "headroom" (NaN when absent). Returns PROBE_ENOTFOUND if the
+ * file has neither a tensors nor a component entry for the tensor. */
 probe_status probe_calibration_gate(const probe_calibration *c, const char *component,
                                     const char *path, probe_gate *g);
 

@@ -7,7 +7,8 @@
  *                      cosine >= 0.999, element-wise atol = rtol = 1e-2
  *                      (see docs/gates.md).
  *   T2                 thresholds per component from a calibration file
- *                      (docs/calibration.md).
+ *                      (docs/calibration.md), including the structure of the
+ *                      difference: the largest per-channel shift |z| and |gain_z|.
  * Every gate fails a tensor with a NaN in the candidate, a NaN in the reference
  * where the candidate is not NaN, an infinity that the reference does not hold
  * at the same index, or a non-finite metric.
@@ -38,6 +39,11 @@ typedef struct probe_gate {
     double cosine_min;      /* -inf = unchecked */
     double max_abs_max;     /* +inf = unchecked */
     double p99_abs_max;     /* +inf = unchecked */
+    double channel_z_max;   /* largest allowed |z| of the per-channel mean shift
+                               (|probe_channel_shift.z_max|); +inf = unchecked */
+    double gain_z_max;      /* largest allowed |gain_z|; +inf = unchecked */
+    double headroom;        /* T2: the calibration file's headroom, quoted in reasons;
+                               NaN when the file gives none or the gate is not T2 */
 } probe_gate;
 
 /* Parse "T1", "T1-relaxed:CAUSE" or "T2" into *out with that gate's default
@@ -60,8 +66,27 @@ typedef struct probe_gate_verdict {
     char reasons[PROBE_GATE_MAX_REASONS][160]; /* one line each, e.g. "rel_l2 0.0312 > 0.01" */
 } probe_gate_verdict;
 
-/* Apply gate g to metrics m. Returns PROBE_EINVAL on NULL arguments. */
+/* Apply gate g to metrics m. Returns PROBE_EINVAL on NULL arguments. The
+ * structure thresholds (channel_z_max, gain_z_max) are not applied here: see
+ * probe_gate_check_structure. */
 probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe_gate_verdict *v);
+
+/* Apply g's structure thresholds, adding to v (pass set to 0 on a failure,
+ * reasons appended after those already there). The limit applied is the
+ * threshold, or the z limit of rounding noise when that is larger
+ * (channel_noise_z, gain_noise_z: the systematic test's limits,
+ * probe_systematic_limit; NaN or 0: none), so a z that noise alone reaches
+ * never fails. |shift->z_max| above the channel limit fails with
+ * "systematic shift of channel K: |z| Z > LIMIT (the feature's own,
+ * calibrated with headroom H)", |m->gain_z| above the gain limit with
+ * "systematic gain error G: |z| Z > LIMIT (...)"; when the noise limit is the
+ * larger the note reads "(the z limit of rounding noise; the feature's own,
+ * calibrated with headroom H: T)". A NaN z is not checked; an infinite one
+ * fails. shift NULL or shift->count 0: no channel check. Returns PROBE_EINVAL
+ * on NULL g, m or v, or a NaN threshold. */
+probe_status probe_gate_check_structure(const probe_gate *g, const probe_metrics *m,
+                                        const probe_channel_shift *shift, double channel_noise_z,
+                                        double gain_noise_z, probe_gate_verdict *v);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@
 #include "probe/compare.h"
 #include "probe/gate.h"
 
-enum { S_REL_L2, S_1MCOS, S_P99, S_MAX_ABS, S_MISMATCH, NSTATS };
+enum { S_REL_L2, S_1MCOS, S_P99, S_MAX_ABS, S_MISMATCH, S_CHANNEL_Z, S_GAIN_Z, NSTATS };
 
 typedef struct {
     double worst, sum;
@@ -33,6 +33,79 @@ typedef struct {
     drift_acc *feature, *floor;
     size_t n, cap;
 } comp_table;
+
+/* Per tensor path: |channel z| and |gain_z|, [0] feature pairs, [1] floor pairs. */
+typedef struct {
+    char path[512];
+    char component[128];
+    acc channel_z[2], gain_z[2];
+    size_t pairs[2];
+    long last_pair[2];
+} path_acc;
+
+typedef struct {
+    path_acc *p;   /* first-seen order */
+    size_t n, cap;
+    size_t *slot;  /* open addressing over p: index + 1, 0 = empty; nslot a power of 2 */
+    size_t nslot;
+} path_table;
+
+static size_t path_hash(const char *s)
+{
+    size_t h = (size_t)1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * (size_t)1099511628211ull;
+    return h;
+}
+
+static int path_rehash(path_table *t, size_t nslot)
+{
+    size_t *slot = calloc(nslot, sizeof *slot);
+    if (!slot)
+        return -1;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t h = path_hash(t->p[i].path) & (nslot - 1);
+        while (slot[h])
+            h = (h + 1) & (nslot - 1);
+        slot[h] = i + 1;
+    }
+    free(t->slot);
+    t->slot = slot;
+    t->nslot = nslot;
+    return 0;
+}
+
+/* The entry of `path` (created if new); -1 when out of memory. */
+static long path_find(path_table *t, const char *path, const char *component)
+{
+    if (2 * (t->n + 1) > t->nslot && path_rehash(t, t->nslot ? 2 * t->nslot : 64) < 0)
+        return -1;
+    size_t h = path_hash(path) & (t->nslot - 1);
+    for (; t->slot[h]; h = (h + 1) & (t->nslot - 1))
+        if (strcmp(t->p[t->slot[h] - 1].path, path) == 0)
+            return (long)(t->slot[h] - 1);
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        path_acc *p = realloc(t->p, cap * sizeof *p);
+        if (!p)
+            return -1;
+        t->p = p;
+        t->cap = cap;
+    }
+    path_acc *e = &t->p[t->n];
+    memset(e, 0, sizeof *e);
+    snprintf(e->path, sizeof e->path, "%s", path);
+    snprintf(e->component, sizeof e->component, "%s", component);
+    e->last_pair[0] = e->last_pair[1] = -1;
+    t->slot[h] = t->n + 1;
+    return (long)t->n++;
+}
+
+static void path_table_free(path_table *t)
+{
+    free(t->p);
+    free(t->slot);
+}
 
 static void acc_add(acc *a, double x)
 {
@@ -101,7 +174,7 @@ static void known_list(char *buf, size_t cap, const char *const *names)
 
 /* Compare one pair and add its tensors to the feature or floor statistics. */
 static probe_status add_pair(const char *ref, const char *cand, int is_floor, long pair_id,
-                             const probe_calibrate_opts *o, comp_table *t)
+                             const probe_calibrate_opts *o, comp_table *t, path_table *pt)
 {
     probe_compare_opts co;
     memset(&co, 0, sizeof co);
@@ -111,6 +184,11 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
     co.atol_set = co.rtol_set = 1;
     co.atol = o->atol;
     co.rtol = o->rtol;
+    co.axis_components = o->axis_components;
+    co.axis_values = o->axis_values;
+    co.axis_ranks = o->axis_ranks;
+    co.class_axes = o->class_axes;
+    co.n_class_axes = o->n_class_axes;
     probe_compare_result *r = NULL;
     s = probe_compare_files(ref, cand, &co, &r);
     if (s != PROBE_OK)
@@ -178,10 +256,26 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
         acc_add(&d->a[S_P99], m->p99_abs);
         acc_add(&d->a[S_MAX_ABS], m->max_abs);
         acc_add(&d->a[S_MISMATCH], m->mismatch_fraction);
+        /* NaN (no channel axis) is not a sample */
+        double cz = x->shift.count ? fabs(x->shift.z_max) : NAN, gz = fabs(m->gain_z);
+        acc_add(&d->a[S_CHANNEL_Z], cz);
+        acc_add(&d->a[S_GAIN_Z], gz);
         d->tensors++;
         if (d->last_pair != pair_id) {
             d->pairs++;
             d->last_pair = pair_id;
+        }
+        long pk = path_find(pt, x->ref.path, x->ref.component);
+        if (pk < 0) {
+            s = probe_set_error(PROBE_ENOMEM, "out of memory");
+            goto out;
+        }
+        path_acc *pa = &pt->p[pk];
+        acc_add(&pa->channel_z[is_floor], cz);
+        acc_add(&pa->gain_z[is_floor], gz);
+        if (pa->last_pair[is_floor] != pair_id) {
+            pa->pairs[is_floor]++;
+            pa->last_pair[is_floor] = pair_id;
         }
     }
     if (!is_floor && !r->feature_active)
@@ -202,6 +296,8 @@ static void drift_out(const drift_acc *a, probe_calibrate_drift *d)
     d->p99_abs = acc_stat(&a->a[S_P99]);
     d->max_abs = acc_stat(&a->a[S_MAX_ABS]);
     d->mismatch_fraction = acc_stat(&a->a[S_MISMATCH]);
+    d->channel_z = acc_stat(&a->a[S_CHANNEL_Z]);
+    d->gain_z = acc_stat(&a->a[S_GAIN_Z]);
 }
 
 void probe_calibrate_result_free(probe_calibrate_result *r)
@@ -212,6 +308,7 @@ void probe_calibrate_result_free(probe_calibrate_result *r)
         free(r->files[i].manifest);
     free(r->files);
     free(r->components);
+    free(r->paths);
     free(r);
 }
 
@@ -304,14 +401,15 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         s = add_file(r, o->repeats[i], "repeat", (int)i);
 
     comp_table t = {0};
+    path_table pt = {0};
     long pair = 0;
     for (size_t i = 0; s == PROBE_OK && i < o->ncandidates; i++)
-        s = add_pair(o->references[i], o->candidates[i], 0, pair++, o, &t);
+        s = add_pair(o->references[i], o->candidates[i], 0, pair++, o, &t, &pt);
     r->npairs = o->ncandidates;
     for (size_t i = 1; s == PROBE_OK && !o->references_differ && i < o->nreferences; i++, r->nfloor_pairs++)
-        s = add_pair(o->references[0], o->references[i], 1, pair++, o, &t);
+        s = add_pair(o->references[0], o->references[i], 1, pair++, o, &t, &pt);
     for (size_t k = 0; s == PROBE_OK && k < o->nrepeats; k++, r->nfloor_pairs++)
-        s = add_pair(o->references[k], o->repeats[k], 1, pair++, o, &t);
+        s = add_pair(o->references[k], o->repeats[k], 1, pair++, o, &t, &pt);
     if (s != PROBE_OK)
         goto fail;
 
@@ -335,6 +433,8 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         c->p99_abs_max = h * c->feature.p99_abs.worst; /* NaN stays NaN: not written */
         c->max_abs_max = h * c->feature.max_abs.worst;
         c->mismatch_fraction_max = fmin(1.0, h * c->feature.mismatch_fraction.worst);
+        c->channel_z_max = h * c->feature.channel_z.worst; /* NaN, inf: not written */
+        c->gain_z_max = h * c->feature.gain_z.worst;
         c->t1_rel_l2_max = t1.rel_l2_max;
         c->t1_one_minus_cosine_max = 1.0 - t1.cosine_min;
         c->floor_rel_l2_x_headroom = h * c->floor.rel_l2.worst;
@@ -348,15 +448,39 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         s = probe_set_error(PROBE_EMISMATCH, "no tensor compared in any pair");
         goto fail;
     }
+    /* Paths of the feature pairs; floor-only ones are dropped as components are. */
+    r->paths = calloc(pt.n ? pt.n : 1, sizeof *r->paths);
+    if (!r->paths) {
+        s = probe_set_error(PROBE_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < pt.n; i++) {
+        const path_acc *a = &pt.p[i];
+        if (a->pairs[0] == 0)
+            continue;
+        probe_calibrate_path *p = &r->paths[r->npaths++];
+        snprintf(p->path, sizeof p->path, "%s", a->path);
+        snprintf(p->component, sizeof p->component, "%s", a->component);
+        p->pairs = a->pairs[0];
+        p->floor_pairs = a->pairs[1];
+        p->channel_z = acc_stat(&a->channel_z[0]);
+        p->gain_z = acc_stat(&a->gain_z[0]);
+        p->floor_channel_z = acc_stat(&a->channel_z[1]);
+        p->floor_gain_z = acc_stat(&a->gain_z[1]);
+        p->channel_z_max = h * p->channel_z.worst;
+        p->gain_z_max = h * p->gain_z.worst;
+    }
     free(t.c);
     free(t.feature);
     free(t.floor);
+    path_table_free(&pt);
     *out = r;
     return PROBE_OK;
 fail:
     free(t.c);
     free(t.feature);
     free(t.floor);
+    path_table_free(&pt);
     probe_calibrate_result_free(r);
     return s;
 }
@@ -393,6 +517,8 @@ static json_t *jdrift(const probe_calibrate_drift *d, double atol, double rtol)
     json_object_set_new(mm, "atol", json_real(atol));
     json_object_set_new(mm, "rtol", json_real(rtol));
     json_object_set_new(o, "mismatch_fraction", mm);
+    json_object_set_new(o, "channel_z", jstat(&d->channel_z, "max"));
+    json_object_set_new(o, "gain_z", jstat(&d->gain_z, "max"));
     return o;
 }
 
@@ -484,6 +610,8 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
         set_if_finite(e, "mismatch_fraction_max", c->mismatch_fraction_max);
         set_if_finite(e, "p99_abs_max", c->p99_abs_max);
         set_if_finite(e, "max_abs_max", c->max_abs_max);
+        set_if_finite(e, "channel_z_max", c->channel_z_max);
+        set_if_finite(e, "gain_z_max", c->gain_z_max);
         json_t *obs = jdrift(&c->feature, r->atol, r->rtol);
         json_object_set_new(obs, "floor", jdrift(&c->floor, r->atol, r->rtol));
         json_object_set_new(obs, "t1_above_floor", json_boolean(c->t1_above_floor));
@@ -498,6 +626,24 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
         json_object_set_new(comps, c->name, e);
     }
     json_object_set_new(root, "components", comps);
+    json_t *st = json_object();
+    for (size_t i = 0; i < r->npaths; i++) {
+        const probe_calibrate_path *p = &r->paths[i];
+        json_t *e = json_object(), *obs = json_object(), *fl = json_object();
+        set_if_finite(e, "channel_z_max", p->channel_z_max);
+        set_if_finite(e, "gain_z_max", p->gain_z_max);
+        json_object_set_new(obs, "component", json_string(p->component));
+        json_object_set_new(obs, "runs", json_integer((json_int_t)p->pairs));
+        json_object_set_new(obs, "channel_z", jstat(&p->channel_z, "max"));
+        json_object_set_new(obs, "gain_z", jstat(&p->gain_z, "max"));
+        json_object_set_new(fl, "runs", json_integer((json_int_t)p->floor_pairs));
+        json_object_set_new(fl, "channel_z", jstat(&p->floor_channel_z, "max"));
+        json_object_set_new(fl, "gain_z", jstat(&p->floor_gain_z, "max"));
+        json_object_set_new(obs, "floor", fl);
+        json_object_set_new(e, "observed", obs);
+        json_object_set_new(st, p->path, e);
+    }
+    json_object_set_new(root, "structure", st);
 
     json_t *ev = json_object(), *files = json_array(), *hosts = json_array(),
            *archs = json_array(), *pairs = json_array(), *floor = json_array();
@@ -531,7 +677,9 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
     json_object_set_new(ev, "method",
                         json_string("probe-calibrate: per component, worst observed drift over "
                                     "every tensor of every pair x headroom (cosine: 1 - headroom "
-                                    "x (1 - worst cosine)); metrics by the compare engine"));
+                                    "x (1 - worst cosine)); per component and per tensor path, worst "
+                                    "|channel z| and |gain_z| x headroom; metrics by the compare "
+                                    "engine"));
     json_object_set_new(root, "evidence", ev);
 
     errno = 0;

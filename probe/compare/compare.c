@@ -532,6 +532,16 @@ static void reason_f(probe_gate_verdict *v, const char *fmt, ...)
  * systematic test and the oracle verdict (compare.h probe_tensor_result.verdict). */
 static probe_status headline_verdict(const probe_compare_opts *o, probe_tensor_result *t)
 {
+    /* T2's structure thresholds belong to the gate (docs/gates.md "T2") */
+    if (t->compared && t->gate.kind == PROBE_GATE_T2) {
+        const probe_systematic *sy = &t->sys;
+        probe_status s = probe_gate_check_structure(
+            &t->gate, &t->m, t->shift.count ? &t->shift : NULL,
+            sy->computed && sy->channels ? sy->channel_limit : NAN,
+            sy->computed ? sy->gain_limit : NAN, &t->verdict);
+        if (s != PROBE_OK)
+            return s;
+    }
     t->gate_verdict = t->verdict;
     if (!t->compared)
         return PROBE_OK;

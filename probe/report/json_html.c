@@ -32,6 +32,10 @@ static json_t *gate_json(const probe_gate *g)
     json_object_set_new(o, "mismatch_fraction_max", num_or_null(g->mismatch_fraction_max));
     json_object_set_new(o, "max_abs_max", num_or_null(g->max_abs_max));
     json_object_set_new(o, "p99_abs_max", num_or_null(g->p99_abs_max));
+    if (isfinite(g->channel_z_max))
+        json_object_set_new(o, "channel_z_max", json_real(g->channel_z_max));
+    if (isfinite(g->gain_z_max))
+        json_object_set_new(o, "gain_z_max", json_real(g->gain_z_max));
     return o;
 }
 

@@ -278,7 +278,10 @@ int main(int argc, char **argv)
     int rc = parse_cli(&a, argc, argv);
     if (rc >= 0)
         return rc;
-    char **names = NULL;
+    char **names = NULL, **axis_names = NULL;
+    int *axis_values = NULL, *axis_ranks = NULL;
+    probe_class_axis *class_axes = NULL;
+    size_t n_class_axes = 0;
     probe_calibrate_result *r = NULL;
     probe_status s = probe_component_names_load(NULL, &names);
     if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
@@ -287,6 +290,21 @@ int main(int argc, char **argv)
         goto done;
     }
     a.o.known_components = (const char *const *)names; /* NULL: no table installed, any name */
+    /* The component table's channel axes, as probe-compare takes them. */
+    s = probe_component_axes_load(NULL, &axis_names, &axis_values, &axis_ranks);
+    if (s != PROBE_OK && s != PROBE_ENOTFOUND) {
+        fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
+        rc = 2;
+        goto done;
+    }
+    a.o.axis_components = axis_names;
+    a.o.axis_values = axis_values;
+    a.o.axis_ranks = axis_ranks;
+    if (s == PROBE_OK &&
+        probe_component_class_axes_load(NULL, &class_axes, &n_class_axes) == PROBE_OK) {
+        a.o.class_axes = class_axes;
+        a.o.n_class_axes = n_class_axes;
+    }
     if ((s = probe_calibrate_run(&a.o, &r)) != PROBE_OK) {
         fprintf(stderr, "probe-calibrate: %s\n", probe_tesc(probe_last_error()));
         rc = 2;
@@ -300,6 +318,10 @@ int main(int argc, char **argv)
     print_summary(to_stdout ? stderr : stdout, r);
 done:
     probe_component_names_free(names);
+    probe_component_names_free(axis_names);
+    free(axis_values);
+    free(axis_ranks);
+    probe_component_class_axes_free(class_axes, n_class_axes);
     probe_calibrate_result_free(r);
     return rc;
 }

@@ -89,6 +89,75 @@ def manifest(label, gpu, torch="2.5.1"):
             "cuda": {"runtime_version": 12040, "driver_version": 12040, "devices": [gpu]}}
 
 
+def channel_z(r, c, axis=1):
+    """docs/metrics.md: the largest |z_k| = |mu_k| / (s_k / sqrt(n_k)) over the channels of axis,
+    s_k the sample standard deviation of d = c - r; and its channel."""
+    d = np.moveaxis(c - r, axis, 0).reshape(r.shape[axis], -1)
+    z = np.abs(d.mean(axis=1) / (d.std(axis=1, ddof=1) / np.sqrt(d.shape[1])))
+    return float(z.max()), int(z.argmax())
+
+
+def structure(P, rng):
+    """The feature biases channel 2 of one block; a candidate with a larger bias there fails T2 on
+    the channel z although its rel_l2 is within the feature's drift; a fresh feature run passes."""
+    shape, bias, sigma, h = (1, 8, 2, 8, 8), 8e-3, 1e-2, 2.0
+    paths = ["/dit.step/0000/out.sample", "/dit.step/0001/out.sample"]
+    base = {k: rng.standard_normal(shape) for k in paths}
+
+    def feature(ref, b):
+        c = {k: v + sigma * rng.standard_normal(shape) for k, v in ref.items()}
+        c[paths[1]][:, 2] += b
+        return c
+
+    refs, worst = [], {k: 0.0 for k in paths}
+    args = ["--feature", "fp8", "--headroom", str(h)]
+    for i in range(3):
+        r = write(P("s-ref%d.h5" % i), {k: v + 1e-6 * rng.standard_normal(shape) for k, v in base.items()})
+        c = write(P("s-cand%d.h5" % i), feature(r, bias))
+        refs.append(r)
+        args += ["--reference", P("s-ref%d.h5" % i), "--candidate", P("s-cand%d.h5" % i)]
+        for k in paths:
+            worst[k] = max(worst[k], channel_z(r[k], c[k])[0])
+    rc, so, se = run(CAL, *args, "--out", P("s-cal.json"))
+    check(rc == 0, "structure: probe-calibrate exit 0 [rc=%d %s]" % (rc, se.strip()))
+    cal = json.load(open(P("s-cal.json")))
+    st = cal.get("structure", {})
+    check(sorted(st) == sorted(paths), "structure: one entry per tensor path (%r)" % sorted(st))
+    for k in paths:
+        e = st.get(k, {})
+        check(close(e.get("channel_z_max"), h * worst[k], 1e-9)
+              and close(e["observed"]["channel_z"]["max"], worst[k], 1e-9)
+              and e["observed"]["runs"] == 3 and e["observed"]["floor"]["runs"] == 2,
+              "structure %s: channel_z_max = %g x numpy's worst |z| (%r vs %r)"
+              % (k, h, e.get("channel_z_max"), h * worst[k]))
+    comp_e = cal["components"]["dit.step"]
+    check(close(comp_e.get("channel_z_max"), h * max(worst.values()), 1e-9),
+          "structure: the component's channel_z_max = %g x its worst |z|" % h)
+    limit = st[paths[1]]["channel_z_max"]
+
+    bug = feature(refs[0], 4 * bias)
+    zb, kb = channel_z(refs[0][paths[1]], write(P("s-bug.h5"), bug)[paths[1]])
+    check(zb > limit and kb == 2, "structure: the bug's z %g is above %g" % (zb, limit))
+    rc, so, se = run(COMPARE, P("s-ref0.h5"), P("s-bug.h5"), "--gate", "T2", "--calibration",
+                     P("s-cal.json"), "--json", P("s-bug.json"))
+    res = json.load(open(P("s-bug.json"))) if rc != 2 else {"tensors": []}
+    t = {x["path"]: x for x in res["tensors"]}
+    tb = t.get(paths[1], {"reasons": [], "gate": {}})
+    want = "systematic shift of channel 2: |z| "
+    check(rc == 1 and tb.get("verdict") == "fail" and any(x.startswith(want) and
+          x.endswith("(the feature's own, calibrated with headroom 2)") for x in tb["reasons"])
+          and tb.get("rel_l2", 1) <= comp_e["rel_l2_max"],
+          "structure: T2 fails the bug on the channel z, its rel_l2 within the drift [rc=%d %r]"
+          % (rc, tb["reasons"]))
+    check(close(tb["gate"].get("channel_z_max"), limit, 1e-15) and "gain_z_max" in tb["gate"],
+          "structure: the tensor's gate lists channel_z_max and gain_z_max")
+    check(t.get(paths[0], {}).get("verdict") == "pass", "structure: the other block passes")
+    write(P("s-fresh.h5"), feature(refs[0], bias))
+    rc, so, se = run(COMPARE, P("s-ref0.h5"), P("s-fresh.h5"), "--gate", "T2", "--calibration",
+                     P("s-cal.json"))
+    check(rc == 0, "structure: a fresh run of the feature passes T2 [rc=%d %s]" % (rc, so[-300:]))
+
+
 def main():
     rng = np.random.default_rng(1234)
     tmp = tempfile.mkdtemp(prefix="probe-cal-")
@@ -271,6 +340,8 @@ def main():
     check(rc == 2 and "refusing to overwrite" in se, "--out naming an input file: exit 2")
     rc, so, se = run(CAL, *args)
     check(rc == 2 and "--out" in se, "no --out: exit 2")
+
+    structure(P, rng)
 
     print("%d failure(s)" % len(failures))
     return 1 if failures else 0

@@ -198,6 +198,18 @@ check(msg is not None and "no T2 thresholds for component 'text_encoder'" in msg
       "T2: a component without thresholds fails with the reason")
 msg = raises(ValueError, probe.compare, ref, lossy, gate="T2")
 check(msg is not None and not msg.startswith("WRONG") and "calibration" in msg, "T2 without calibration: ValueError")
+cal_z = os.path.join(tmp, "cal-z.json")
+with open(cal_z, "w") as f:
+    json.dump({"format": "probe-calibration", "version": 1, "headroom": 1.5,
+               "components": {"dit.step": {"rel_l2_max": 0.05, "gain_z_max": 10}}}, f)
+scaled = ref * 1.01 + 1e-3 * torch.randn(ref.shape, generator=g)  # a gain error of 1e-2
+res = probe.compare(ref, scaled, gate="T2", calibration=cal_z, component="dit.step")
+check(res["verdict"] == "fail" and res["gate"]["gain_z_max"] == 10 and "channel_z_max" not in res["gate"]
+      and any(x.startswith("systematic gain error 9.9") and x.endswith(
+          "> 10 (the feature's own, calibrated with headroom 1.5)") for x in res["reasons"]),
+      "T2: gain_z_max from the calibration file fails a gain error (%r)" % res["reasons"])
+res = probe.compare(ref, lossy, gate="T2", calibration=cal_z, component="dit.step")
+check(res["verdict"] == "pass", "T2: gain_z_max passes noise of no gain (%r)" % res["reasons"])
 msg = raises(FileNotFoundError, probe.compare, ref, lossy, gate="T2",
              calibration=os.path.join(tmp, "missing.json"), component="dit.step")
 check(msg is not None and not msg.startswith("WRONG") and "missing.json" in msg,

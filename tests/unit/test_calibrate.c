@@ -13,6 +13,7 @@
 #include "probe/capture.h"
 #include "probe/gate.h"
 #include "probe/calibration_file.h"
+#include "probe/compare.h"
 
 static char dir[4096];
 
@@ -212,4 +213,219 @@ Test(calibrate, bad_options)
     cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_EMISMATCH);
     cr_assert_not_null(strstr(probe_last_error(), "feature not active"), "%s", probe_last_error());
     cr_assert_eq(probe_calibrate_write_json(NULL, stdout), PROBE_EINVAL);
+}
+
+/* ---- structure: the per-channel shift z and the gain z ---- */
+
+#define SROWS 256
+#define SCH 8 /* [SROWS, SCH]: rank 2, channel axis the last (layout rule) */
+#define SN (SROWS * SCH)
+#define SBIAS_CH 3
+
+/* Deterministic standard normal values (xorshift64*, Box-Muller). */
+static void gaussian(uint64_t seed, double *v, size_t n)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i += 2) {
+        double u[2];
+        for (int k = 0; k < 2; k++) {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            u[k] = ((double)((x * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
+        }
+        double rad = sqrt(-2 * log(u[0]));
+        v[i] = rad * cos(2 * M_PI * u[1]);
+        if (i + 1 < n)
+            v[i + 1] = rad * sin(2 * M_PI * u[1]);
+    }
+}
+
+/* Two float64 tensors [SROWS, SCH] of dit.step: /dit.step/0000/out = a, /0001/out = b. */
+static const char *write_pair(const char *name, const double *a, const double *b)
+{
+    static char keep[16][4200];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(keep[k], sizeof keep[k], "%s", tmp(name));
+    probe_writer *w = NULL;
+    cr_assert_eq(probe_writer_open(keep[k], NULL, &w), PROBE_OK, "%s", probe_last_error());
+    int64_t shape[2] = {SROWS, SCH};
+    const char *paths[2] = {"/dit.step/0000/out", "/dit.step/0001/out"};
+    const double *v[2] = {a, b};
+    for (int t = 0; t < 2; t++) {
+        probe_record r = {.path = paths[t], .component = "dit.step", .slot = "out", .call = t,
+                          .step = t, .cfg_branch = -1, .timestep = NAN, .seq = t,
+                          .dtype = PROBE_DTYPE_FLOAT64, .rank = 2, .shape = shape};
+        cr_assert_eq(probe_writer_put(w, &r, v[t], SN * sizeof(double)), PROBE_OK, "%s",
+                     probe_last_error());
+    }
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+    return keep[k];
+}
+
+/* c = r + sigma * N(seed), plus `bias` on every element of channel SBIAS_CH. */
+static void feature(const double *r, uint64_t seed, double sigma, double bias, double *c)
+{
+    gaussian(seed, c, SN);
+    for (size_t i = 0; i < SN; i++)
+        c[i] = r[i] + sigma * c[i] + (i % SCH == SBIAS_CH ? bias : 0.0);
+}
+
+/* docs/metrics.md "Systematic difference": the largest |z_k| over the channels,
+ * z_k = mu_k / (s_k / sqrt(n_k)), s_k the sample standard deviation of d = c - r. */
+static double channel_z_abs(const double *r, const double *c, int *argmax)
+{
+    double worst = 0;
+    for (int k = 0; k < SCH; k++) {
+        double mu = 0, ss = 0;
+        for (int i = 0; i < SROWS; i++)
+            mu += c[i * SCH + k] - r[i * SCH + k];
+        mu /= SROWS;
+        for (int i = 0; i < SROWS; i++) {
+            double e = c[i * SCH + k] - r[i * SCH + k] - mu;
+            ss += e * e;
+        }
+        double z = fabs(mu / (sqrt(ss / (SROWS - 1)) / sqrt((double)SROWS)));
+        if (z > worst) {
+            worst = z;
+            *argmax = k;
+        }
+    }
+    return worst;
+}
+
+/* |alpha / se(alpha)|, alpha = <d, r> / <r, r>, se = sqrt(sum r^2 (d - alpha r)^2) / <r, r>. */
+static double gain_z_abs(const double *r, const double *c)
+{
+    double dr = 0, rr = 0, s = 0;
+    for (size_t i = 0; i < SN; i++) {
+        dr += (c[i] - r[i]) * r[i];
+        rr += r[i] * r[i];
+    }
+    double alpha = dr / rr;
+    for (size_t i = 0; i < SN; i++) {
+        double e = c[i] - r[i] - alpha * r[i];
+        s += r[i] * r[i] * e * e;
+    }
+    return fabs(alpha / (sqrt(s) / rr));
+}
+
+#define REL_EQ(a, b, what) \
+    cr_assert(fabs((a) - (b)) <= 1e-9 * fabs(b), "%s: %.17g, expected %.17g", what, a, b)
+
+/* The feature adds a bias of 5e-4 to channel 3 of /dit.step/0000/out (n_k = 256,
+ * noise sigma 1e-3 everywhere: z about 8); /dit.step/0001/out is noise only. */
+Test(calibrate, structure_per_path)
+{
+    static double r0[SN], r1[SN], c0[3][SN], c1[3][SN];
+    const double sigma = 1e-3, bias = 5e-4, h = 2.0;
+    gaussian(1, r0, SN);
+    gaussian(2, r1, SN);
+    const char *refs[3], *cands[3];
+    double worst_c[2] = {0, 0}, worst_g[2] = {0, 0};
+    char name[32];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "sr%d.h5", i);
+        refs[i] = write_pair(name, r0, r1); /* repeats: the floor pairs are identical */
+        feature(r0, 10 + (uint64_t)i, sigma, bias, c0[i]);
+        feature(r1, 20 + (uint64_t)i, sigma, 0.0, c1[i]);
+        snprintf(name, sizeof name, "sc%d.h5", i);
+        cands[i] = write_pair(name, c0[i], c1[i]);
+        int k;
+        worst_c[0] = fmax(worst_c[0], channel_z_abs(r0, c0[i], &k));
+        worst_c[1] = fmax(worst_c[1], channel_z_abs(r1, c1[i], &k));
+        worst_g[0] = fmax(worst_g[0], gain_z_abs(r0, c0[i]));
+        worst_g[1] = fmax(worst_g[1], gain_z_abs(r1, c1[i]));
+    }
+    cr_assert(worst_c[0] > 6 && worst_c[1] < 5, "inputs as described: %g %g", worst_c[0],
+              worst_c[1]);
+    probe_calibrate_opts o = opts_of(refs, 3, cands, 3);
+    o.headroom = h;
+    probe_calibrate_result *r = NULL;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_OK, "%s", probe_last_error());
+
+    cr_assert_eq(r->npaths, 2);
+    for (int p = 0; p < 2; p++) {
+        const probe_calibrate_path *e = &r->paths[p];
+        cr_assert_str_eq(e->path, p ? "/dit.step/0001/out" : "/dit.step/0000/out");
+        cr_assert_str_eq(e->component, "dit.step");
+        cr_assert_eq(e->pairs, 3);
+        cr_assert_eq(e->floor_pairs, 2);
+        cr_assert_eq(e->channel_z.n, 3);
+        REL_EQ(e->channel_z.worst, worst_c[p], "worst |channel z|");
+        REL_EQ(e->channel_z_max, h * worst_c[p], "channel_z_max");
+        REL_EQ(e->gain_z.worst, worst_g[p], "worst |gain_z|");
+        REL_EQ(e->gain_z_max, h * worst_g[p], "gain_z_max");
+        cr_assert_eq(e->floor_channel_z.worst, 0.0, "identical floor pairs: z 0");
+        cr_assert_eq(e->floor_gain_z.worst, 0.0);
+    }
+    const probe_calibrate_component *c = &r->components[0];
+    REL_EQ(c->channel_z_max, h * fmax(worst_c[0], worst_c[1]), "component channel_z_max");
+    REL_EQ(c->gain_z_max, h * fmax(worst_g[0], worst_g[1]), "component gain_z_max");
+    cr_assert_eq(c->feature.channel_z.n, 6);
+
+    const char *out = tmp("scal.json");
+    FILE *f = fopen(out, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(probe_calibrate_write_json(r, f), PROBE_OK);
+    fclose(f);
+    probe_calibration *cal = NULL;
+    cr_assert_eq(probe_calibration_load(out, NULL, &cal), PROBE_OK, "%s", probe_last_error());
+    probe_gate g;
+    cr_assert_eq(probe_calibration_gate(cal, "dit.step", "/dit.step/0000/out", &g), PROBE_OK);
+    cr_assert_eq(g.channel_z_max, r->paths[0].channel_z_max, "the path's own, read back exactly");
+    cr_assert_eq(g.gain_z_max, r->paths[0].gain_z_max);
+    cr_assert_eq(g.headroom, h);
+    cr_assert_eq(probe_calibration_gate(cal, "dit.step", "/dit.step/0001/out", &g), PROBE_OK);
+    cr_assert_eq(g.channel_z_max, r->paths[1].channel_z_max);
+    cr_assert_eq(probe_calibration_gate(cal, "dit.step", "/dit.step/0007/out", &g), PROBE_OK);
+    cr_assert_eq(g.channel_z_max, c->channel_z_max, "no path entry: the component's");
+    double limit = r->paths[0].channel_z_max;
+    double rel_l2_max = c->rel_l2_max;
+    probe_calibrate_result_free(r);
+
+    probe_compare_opts co;
+    memset(&co, 0, sizeof co);
+    cr_assert_eq(probe_gate_parse("T2", &co.gate), PROBE_OK);
+    co.calibration = cal;
+    static double cb[SN], cn[SN];
+    int k = -1;
+
+    /* a bug: three times the feature's bias in that channel */
+    feature(r0, 40, sigma, 3 * bias, cb);
+    double zb = channel_z_abs(r0, cb, &k);
+    cr_assert(zb > limit && k == SBIAS_CH, "the bug's z %g is above %g", zb, limit);
+    feature(r1, 41, sigma, 0.0, cn);
+    probe_compare_result *res = NULL;
+    cr_assert_eq(probe_compare_files(refs[0], write_pair("sbug.h5", cb, cn), &co, &res), PROBE_OK,
+                 "%s", probe_last_error());
+    cr_assert_eq(res->ntensors, 2);
+    const probe_tensor_result *t = &res->tensors[0];
+    cr_assert_str_eq(t->ref.path, "/dit.step/0000/out");
+    cr_assert(t->m.rel_l2 <= rel_l2_max, "rel_l2 %g hides the bug (max %g)", t->m.rel_l2,
+              rel_l2_max);
+    cr_assert(!t->verdict.pass && !t->gate_verdict.pass && !res->pass);
+    cr_assert_eq(t->verdict.nreasons, 1, "only the structure: %s", t->verdict.reasons[0]);
+    char want[160], vs[32], ls[32];
+    snprintf(vs, sizeof vs, "%.4g", zb);
+    snprintf(ls, sizeof ls, "%.4g", limit);
+    snprintf(want, sizeof want, "systematic shift of channel 3: |z| %s > %s (the feature's own, "
+             "calibrated with headroom 2)", vs, ls);
+    cr_assert_str_eq(t->verdict.reasons[0], want);
+    cr_assert(res->tensors[1].verdict.pass, "%s", res->tensors[1].verdict.reasons[0]);
+    probe_compare_result_free(res);
+
+    /* a fresh run of the feature alone */
+    feature(r0, 50, sigma, bias, cb);
+    double zf = channel_z_abs(r0, cb, &k);
+    cr_assert(zf <= limit, "the feature's z %g is within %g", zf, limit);
+    cr_assert_eq(probe_compare_files(refs[0], write_pair("sfresh.h5", cb, cn), &co, &res),
+                 PROBE_OK, "%s", probe_last_error());
+    for (size_t i = 0; i < res->ntensors; i++)
+        cr_assert(res->tensors[i].verdict.pass, "%s: %s", res->tensors[i].ref.path,
+                  res->tensors[i].verdict.reasons[0]);
+    cr_assert(res->pass);
+    probe_compare_result_free(res);
+    probe_calibration_free(cal);
 }

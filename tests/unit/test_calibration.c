@@ -304,3 +304,82 @@ Test(calibration, extension_and_observed_keys_accepted)
     cr_assert(g.cosine_min == -1.0);
     probe_calibration_free(c);
 }
+
+/* ---- structure thresholds (channel_z_max, gain_z_max) ---- */
+
+Test(calibration, old_file_leaves_structure_unchecked)
+{
+    probe_calibration *c = load_ok(valid_path(), KNOWN);
+    probe_gate g = gate_for(c, "dit.step", "/dit.step/0005/out");
+    cr_assert(isinf(g.channel_z_max) && g.channel_z_max > 0);
+    cr_assert(isinf(g.gain_z_max) && g.gain_z_max > 0);
+    cr_assert_eq(g.rel_l2_max, 0.06, "the rest as before");
+    cr_assert_eq(g.headroom, 1.5);
+    probe_metrics m;
+    memset(&m, 0, sizeof m);
+    m.gain = 1e-3;
+    m.gain_z = 1e6;
+    probe_channel_shift sh = {.count = 8, .z_argmax = 2, .z_max = -1e6};
+    probe_gate_verdict v = {.pass = 1};
+    cr_assert_eq(probe_gate_check_structure(&g, &m, &sh, NAN, NAN, &v), PROBE_OK);
+    cr_assert(v.pass && v.nreasons == 0, "unchecked: %s", v.reasons[0]);
+    probe_calibration_free(c);
+}
+
+Test(calibration, structure_section_per_path_over_the_entry)
+{
+    const char *path = write_tmp("structure.json", HEAD "\"headroom\": 1.5, "
+        "\"components\": {\"dit.step\": {\"rel_l2_max\": 0.1, \"channel_z_max\": 100, "
+        "\"gain_z_max\": 50}},"
+        " \"tensors\": {\"/dit.step/0009/*\": {\"rel_l2_max\": 0.2}},"
+        " \"structure\": {\"/dit.step/0002/out\": {\"channel_z_max\": 300, \"observed\": {}},"
+        " \"/dit.step/0009/out\": {\"gain_z_max\": 7, \"x-n\": 1},"
+        " \"/dit.step/0001/out\": {\"channel_z_max\": 0, \"gain_z_max\": 0}}}");
+    probe_calibration *c = load_ok(path, KNOWN);
+    probe_gate g = gate_for(c, "dit.step", "/dit.step/0002/out");
+    cr_assert_eq(g.channel_z_max, 300, "the path's");
+    cr_assert_eq(g.gain_z_max, 50, "key by key: the component's");
+    cr_assert_eq(g.rel_l2_max, 0.1);
+    g = gate_for(c, "dit.step", "/dit.step/0003/out");
+    cr_assert_eq(g.channel_z_max, 100);
+    cr_assert_eq(g.gain_z_max, 50);
+    g = gate_for(c, "dit.step", "/dit.step/0001/out");
+    cr_assert_eq(g.channel_z_max, 0);
+    cr_assert_eq(g.gain_z_max, 0);
+    g = gate_for(c, "dit.step", "/dit.step/0009/out"); /* the tensors entry replaces the component's */
+    cr_assert(isinf(g.channel_z_max));
+    cr_assert_eq(g.gain_z_max, 7);
+    cr_assert_eq(g.rel_l2_max, 0.2);
+    g = gate_for(c, "dit.step", "/dit.step/0002/out.sample");
+    cr_assert_eq(g.channel_z_max, 100, "exact path, not a prefix");
+    g = gate_for(c, "dit.step", NULL);
+    cr_assert_eq(g.channel_z_max, 100);
+    probe_calibration_free(c);
+}
+
+Test(calibration, structure_bad_values)
+{
+    expect_error("czstr.json", HEAD "\"components\": {\"dit.step\": {\"channel_z_max\": \"9\"}}}",
+                 PROBE_EFORMAT, "components 'dit.step': channel_z_max must be a number, not a string");
+    expect_error("gzneg.json", HEAD "\"components\": {\"dit.step\": {\"gain_z_max\": -1}}}",
+                 PROBE_EFORMAT, "components 'dit.step': gain_z_max -1 is negative");
+    expect_error("tzbool.json", HEAD "\"tensors\": {\"/a/*\": {\"gain_z_max\": false}}}",
+                 PROBE_EFORMAT, "tensors '/a/*': gain_z_max must be a number, not a boolean");
+    expect_error("snull.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/dit.step/0002/out\": {\"channel_z_max\": null}}}", PROBE_EFORMAT,
+                 "structure '/dit.step/0002/out': channel_z_max must be a number, not null");
+    expect_error("sneg.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/dit.step/0002/out\": {\"gain_z_max\": -0.5}}}", PROBE_EFORMAT,
+                 "structure '/dit.step/0002/out': gain_z_max -0.5 is negative");
+    expect_error("skey.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/dit.step/0002/out\": {\"rel_l2_max\": 0.1}}}", PROBE_EFORMAT,
+                 "structure '/dit.step/0002/out': unknown key 'rel_l2_max' (known: channel_z_max, "
+                 "gain_z_max, observed, x-*)");
+    expect_error("sentry.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/dit.step/0002/out\": 5}}", PROBE_EFORMAT,
+                 "structure '/dit.step/0002/out' must be an object, not a number");
+    expect_error("ssection.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": []}",
+                 PROBE_EFORMAT, "\"structure\" must be an object, not an array");
+    expect_error("sonly.json", HEAD "\"structure\": {\"/a\": {\"channel_z_max\": 1}}}",
+                 PROBE_EFORMAT, "no thresholds");
+}

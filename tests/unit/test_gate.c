@@ -369,3 +369,83 @@ Test(gate_tensors, opposite_infinity_and_zero_reference_fail)
     cr_assert_eq(v.pass, 0);
     cr_assert(strstr(v.reasons[0], "rel_l2 not finite") == v.reasons[0], "%s", v.reasons[0]);
 }
+
+/* ---- structure thresholds ---- */
+
+Test(gate_parse, structure_unchecked_in_every_gate)
+{
+    static const char *const specs[] = {"T1", "T1-relaxed:backend-swap", "T2", NULL};
+    for (int i = 0; specs[i]; i++) {
+        probe_gate g = parse(specs[i]);
+        cr_assert(isinf(g.channel_z_max) && g.channel_z_max > 0, "%s", specs[i]);
+        cr_assert(isinf(g.gain_z_max) && g.gain_z_max > 0, "%s", specs[i]);
+        cr_assert(isnan(g.headroom), "%s", specs[i]);
+    }
+}
+
+Test(gate_check, structure_reasons)
+{
+    probe_gate g = parse("T2");
+    g.channel_z_max = 176;
+    g.gain_z_max = 30;
+    g.headroom = 1.5;
+    probe_metrics m;
+    memset(&m, 0, sizeof m);
+    m.gain = -2.5e-3;
+    m.gain_z = -45;
+    probe_channel_shift sh = {.count = 64, .z_argmax = 17, .z_max = -230};
+    probe_gate_verdict v = {.pass = 1};
+    cr_assert_eq(probe_gate_check_structure(&g, &m, &sh, 5.9, 4.9, &v), PROBE_OK);
+    cr_assert(!v.pass);
+    cr_assert_eq(v.nreasons, 2);
+    cr_assert_str_eq(v.reasons[0], "systematic shift of channel 17: |z| 230 > 176 (the feature's "
+                     "own, calibrated with headroom 1.5)");
+    cr_assert_str_eq(v.reasons[1], "systematic gain error -2.500e-03: |z| 45 > 30 (the feature's "
+                     "own, calibrated with headroom 1.5)");
+
+    /* at the threshold: pass; no channel axis: no channel check */
+    sh.z_max = 176;
+    m.gain_z = 30;
+    v = (probe_gate_verdict){.pass = 1};
+    cr_assert_eq(probe_gate_check_structure(&g, &m, &sh, NAN, NAN, &v), PROBE_OK);
+    cr_assert(v.pass && v.nreasons == 0);
+    sh.z_max = 1e9;
+    sh.count = 0;
+    cr_assert_eq(probe_gate_check_structure(&g, &m, &sh, NAN, NAN, &v), PROBE_OK);
+    cr_assert(v.pass);
+    cr_assert_eq(probe_gate_check_structure(&g, &m, NULL, NAN, NAN, &v), PROBE_OK);
+    cr_assert(v.pass);
+
+    /* an infinite z fails; a NaN one is not checked */
+    m.gain_z = INFINITY;
+    cr_assert_eq(probe_gate_check_structure(&g, &m, NULL, NAN, NAN, &v), PROBE_OK);
+    cr_assert(!v.pass);
+    cr_assert_str_eq(v.reasons[0], "systematic gain error -2.500e-03: |z| inf > 30 (the "
+                     "feature's own, calibrated with headroom 1.5)");
+    v = (probe_gate_verdict){.pass = 1};
+    m.gain_z = NAN;
+    cr_assert_eq(probe_gate_check_structure(&g, &m, NULL, NAN, NAN, &v), PROBE_OK);
+    cr_assert(v.pass);
+}
+
+/* A threshold below what rounding noise reaches is raised to the noise's z limit. */
+Test(gate_check, structure_never_below_the_noise_limit)
+{
+    probe_gate g = parse("T2");
+    g.gain_z_max = 1.45;
+    probe_metrics m;
+    memset(&m, 0, sizeof m);
+    m.gain = 3e-4;
+    m.gain_z = 1.557;
+    probe_gate_verdict v = {.pass = 1};
+    cr_assert_eq(probe_gate_check_structure(&g, &m, NULL, NAN, 4.89, &v), PROBE_OK);
+    cr_assert(v.pass, "%s", v.reasons[0]);
+    m.gain_z = 6;
+    cr_assert_eq(probe_gate_check_structure(&g, &m, NULL, NAN, 4.89, &v), PROBE_OK);
+    cr_assert(!v.pass);
+    cr_assert_str_eq(v.reasons[0], "systematic gain error 3.000e-04: |z| 6 > 4.89 (the z limit "
+                     "of rounding noise; the feature's own, calibrated: 1.45)");
+    g.gain_z_max = NAN;
+    cr_assert_eq(probe_gate_check_structure(&g, &m, NULL, NAN, NAN, &v), PROBE_EINVAL);
+    cr_assert_eq(probe_gate_check_structure(NULL, &m, NULL, NAN, NAN, &v), PROBE_EINVAL);
+}

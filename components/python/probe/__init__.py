@@ -34,6 +34,7 @@ libprobe.so is found through PROBE_LIBPROBE or next to this package (see
 probe._lib); docs/packaging.md.
 """
 
+import math
 import sys
 
 from . import _lib
@@ -162,6 +163,9 @@ def _gate_dict(g):
     d = {"name": g.name.decode(), "atol": g.atol, "rtol": g.rtol,
          "mismatch_fraction_max": g.mismatch_fraction_max, "rel_l2_max": g.rel_l2_max,
          "cosine_min": g.cosine_min, "max_abs_max": g.max_abs_max, "p99_abs_max": g.p99_abs_max}
+    for k in ("channel_z_max", "gain_z_max"):  # only when checked, as in probe-compare's JSON
+        if math.isfinite(getattr(g, k)):
+            d[k] = getattr(g, k)
     if g.cause:
         d["cause"] = g.cause.decode()
     return d
@@ -213,6 +217,8 @@ def compare(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, compon
     calibration: path of a T2 calibration file (docs/calibration.md), with
         component= (e.g. "dit.step") and/or path= (a dataset path matched
         against the file's "tensors" globs) naming the thresholds to use.
+        T2 also applies the file's gain_z_max (never below rounding noise's z
+        limit); channel_z_max needs a channel axis, which only probe-compare has.
 
     Returns a dict with the keys of a tensor in probe-compare's JSON
     (docs/compare-json.md "Per tensor"): n, shape, dtype, dtype_candidate, rel_l2, cosine,
@@ -245,6 +251,10 @@ def compare(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, compon
     if reason is None:
         v = _lib.GateVerdict()
         lib.check(lib.gate_check(ctypes.byref(g), ctypes.byref(m), ctypes.byref(v)), "probe: gate")
+        if g.kind == 3:  # T2: the calibrated gain z (no channel axis in memory: no channel z)
+            noise = lib.systematic_limit(1, 1e-6)  # PROBE_SYSTEMATIC_FALSE_ALARM
+            lib.check(lib.gate_check_structure(ctypes.byref(g), ctypes.byref(m), None,
+                                               float("nan"), noise, ctypes.byref(v)), "probe: gate")
         passed = bool(v.pass_)
         reasons = [v.reasons[i].value.decode("utf-8", "replace") for i in range(v.nreasons)]
     else:

@@ -72,6 +72,9 @@ class Gate(ctypes.Structure):
         ("cosine_min", ctypes.c_double),
         ("max_abs_max", ctypes.c_double),
         ("p99_abs_max", ctypes.c_double),
+        ("channel_z_max", ctypes.c_double),
+        ("gain_z_max", ctypes.c_double),
+        ("headroom", ctypes.c_double),
     ]
 
 
@@ -121,6 +124,14 @@ class Library:
         self.gate_check.argtypes = [ctypes.POINTER(Gate), ctypes.POINTER(Metrics),
                                     ctypes.POINTER(GateVerdict)]
         self.gate_check.restype = ctypes.c_int
+        self.gate_check_structure = h.probe_gate_check_structure
+        self.gate_check_structure.argtypes = [ctypes.POINTER(Gate), ctypes.POINTER(Metrics),
+                                              ctypes.c_void_p, ctypes.c_double, ctypes.c_double,
+                                              ctypes.POINTER(GateVerdict)]
+        self.gate_check_structure.restype = ctypes.c_int
+        self.systematic_limit = h.probe_systematic_limit
+        self.systematic_limit.argtypes = [ctypes.c_uint64, ctypes.c_double]
+        self.systematic_limit.restype = ctypes.c_double
         self.cal_load = h.probe_calibration_load
         self.cal_load.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
         self.cal_load.restype = ctypes.c_int
