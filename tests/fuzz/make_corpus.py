@@ -118,6 +118,13 @@ cal = {
              "tensors": {"/dit.step/*/out": {"rel_l2_max": 0.1}, "/vae.decode/[0-9]*/out.?": {"atol": 1}},
              "evidence": {"runs": 3}, "x-extra": [1, 2]},
     "tensors_only": {"format": "probe-calibration", "version": 1, "tensors": {"*": {"rel_l2_max": 1e-3}}},
+    "structure": {"format": "probe-calibration", "version": 1, "feature": "fp8", "headroom": 1.5,
+                  "components": {"dit.block": {"rel_l2_max": 0.04, "channel_z_max": 180.0,
+                                               "gain_z_max": 9.0}},
+                  "structure": {"/dit.block/0002/out": {"channel_z_max": 176.0, "gain_z_max": 6.0,
+                                                        "observed": {"component": "dit.block",
+                                                                     "runs": 3}, "x-n": 1},
+                                "/dit.block/0003/out": {"gain_z_max": 4.5}}},
     "bad_version": {"format": "probe-calibration", "version": 2, "components": {}},
     "unknown_component": {"format": "probe-calibration", "version": 1, "components": {"x": {}}},
 }
