@@ -32,11 +32,11 @@ static const char *const key_names[NKEYS] = {
 #define STRUCTURE_KEYS_TEXT "channel_z_max, gain_z_max, observed, x-*"
 
 static const char *const top_keys[] = {
-    "format", "version", "feature", "headroom", "components", "tensors", "structure", "evidence",
-    NULL,
+    "format", "version", "feature", "headroom", "weights", "components", "tensors", "structure",
+    "evidence", NULL,
 };
 #define TOP_KEYS_TEXT \
-    "format, version, feature, headroom, components, tensors, structure, evidence, x-*"
+    "format, version, feature, headroom, weights, components, tensors, structure, evidence, x-*"
 
 typedef struct {
     char *name; /* component name, or dataset-path glob */
@@ -53,6 +53,7 @@ struct probe_calibration {
     cal_entry *structure; /* dataset path -> channel_z_max, gain_z_max; sorted by name */
     size_t nstructure;
     double headroom;      /* top-level "headroom", NaN when absent */
+    int weights_quantized; /* top-level "weights": 1 "quantized", 0 "same" or absent */
 };
 
 void probe_calibration_free(probe_calibration *c)
@@ -258,6 +259,13 @@ static probe_status parse_root(const char *path, json_t *root, const char *const
                                "calibration %s: \"headroom\" must be a positive number", path);
 
     c->headroom = headroom != NULL ? json_number_value(headroom) : NAN;
+    json_t *weights = json_object_get(root, "weights");
+    if (weights != NULL &&
+        (!json_is_string(weights) || (strcmp(json_string_value(weights), "same") != 0 &&
+                                      strcmp(json_string_value(weights), "quantized") != 0)))
+        return probe_set_error(PROBE_EFORMAT,
+                               "calibration %s: \"weights\" must be \"same\" or \"quantized\"", path);
+    c->weights_quantized = weights != NULL && strcmp(json_string_value(weights), "quantized") == 0;
 
     probe_status st = parse_section(path, "components", json_object_get(root, "components"),
                                     known, ALL_KEYS, &c->components, &c->ncomponents);
@@ -362,4 +370,9 @@ probe_status probe_calibration_gate(const probe_calibration *c, const char *comp
             *dst[k] = se->v[k];
     g->headroom = c->headroom;
     return PROBE_OK;
+}
+
+const char *probe_calibration_weights(const probe_calibration *c)
+{
+    return c && c->weights_quantized ? "quantized" : "same";
 }

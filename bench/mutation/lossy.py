@@ -54,13 +54,17 @@ BASE_TENSOR_KEYS = {
 
 def weight_diff_opts(tool, feature):
     """The options a comparison of a feature-off with a feature-on run needs when the
-    feature changes the weights the GEMMs read (FP8 storage or quantization): today
-    probe-compare refuses runs whose GEMM weight fingerprints differ at the same
-    shapes and dtypes (exit 2, docs/gemm.md) unless given --allow-weight-diff;
-    probe-calibrate has no such check. The one place that rule lives here."""
+    feature changes the weights the GEMMs read (FP8 storage or quantization):
+    probe-calibrate and probe-compare refuse runs whose GEMM weight fingerprints differ
+    at the same shapes and dtypes (exit 2, docs/gemm.md) unless the feature is declared
+    to change them: probe-calibrate --weights quantized writes that into the calibration
+    file, which probe-compare --gate T2 then applies; T1-relaxed has no calibration, so
+    it needs --allow-weight-diff. The one place that rule lives here."""
     if not LOSSY[feature].get("weights_differ"):
         return []
-    return ["--allow-weight-diff"] if tool == "probe-compare" else []
+    if tool == "probe-calibrate":
+        return ["--weights", "quantized"]
+    return [] if tool == "probe-compare T2" else ["--allow-weight-diff"]
 
 
 def bug_spec(spec, block):
@@ -181,10 +185,10 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
         f, s, role, fam, size, spec, name = c
         g = group(f)
         r = ref(g, s)
-        w = weight_diff_opts("probe-compare", f)
         res = {"T2": compare(r, name, "T2", f, "--gate", "T2", "--calibration",
-                             P("lossy/%s/calibration.json" % f), *w),
-               "T1-relaxed": compare(r, name, "T1-relaxed", f, "--gate", "T1-relaxed:" + RELAXED_CAUSE, *w)}
+                             P("lossy/%s/calibration.json" % f), *weight_diff_opts("probe-compare T2", f)),
+               "T1-relaxed": compare(r, name, "T1-relaxed", f, "--gate", "T1-relaxed:" + RELAXED_CAUSE,
+                                     *weight_diff_opts("probe-compare", f))}
         if role == "bug":
             # the bug alone: against the feature-alone candidate of its seed (the same weights)
             res["vs_feature"] = compare("%s/feature-%d" % (f, s), name, "vs-feature", f)

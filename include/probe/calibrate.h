@@ -61,6 +61,12 @@ typedef struct probe_calibrate_opts {
     const int *axis_values, *axis_ranks;
     const struct probe_class_axis *class_axes;
     size_t n_class_axes;
+    /* What the feature expects of the weights: "same" (NULL: the default) or "quantized"
+     * (it changes the values the GEMMs read, e.g. FP8 weight storage). A feature pair whose
+     * weight fingerprints differ at the same shapes is refused under "same", as
+     * probe-compare refuses it; a floor pair's must always agree. Written into the file
+     * as "weights", which probe-compare --gate T2 then applies. */
+    const char *weights;
 } probe_calibrate_opts;
 
 /* One statistic over n samples (a sample is one tensor of one pair). NaN
@@ -123,6 +129,9 @@ typedef struct probe_calibrate_result {
     size_t nfiles;
     probe_calibrate_file *files;          /* references, candidates, repeats in that order */
     int t1_above_floor;                   /* every component's t1_above_floor */
+    char weights[16];                     /* "same" or "quantized", as the options said */
+    char weights_line[768];               /* what differs in the first feature pair whose weights
+                                             differ ("" none; probe/compare/weight_check.c) */
 } probe_calibrate_result;
 
 /* Compare every pair and compute the statistics, thresholds and floor check.

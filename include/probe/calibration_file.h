@@ -31,6 +31,13 @@ void probe_calibration_free(probe_calibration *c);
 probe_status probe_calibration_gate(const probe_calibration *c, const char *component,
                                     const char *path, probe_gate *g);
 
+/* What the calibrated feature expects of the weights (the file's top-level
+ * "weights", docs/calibration.md): "same" (the default: both runs load the same
+ * weights) or "quantized" (the feature changes the values the GEMMs read, as
+ * FP8 weight storage does: weight fingerprints that differ at the same shapes
+ * are the feature's). c NULL: "same". */
+const char *probe_calibration_weights(const probe_calibration *c);
+
 #ifdef __cplusplus
 }
 #endif

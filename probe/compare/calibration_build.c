@@ -14,6 +14,7 @@
 #include "probe/capture.h"
 #include "probe/compare.h"
 #include "probe/gate.h"
+#include "weight_check.h"
 
 enum { S_REL_L2, S_1MCOS, S_P99, S_MAX_ABS, S_MISMATCH, S_CHANNEL_Z, S_GAIN_Z, NSTATS };
 
@@ -336,6 +337,9 @@ static probe_status check_opts(const probe_calibrate_opts *o)
         return probe_set_error(PROBE_EINVAL, "%zu reference repeats but %zu "
                                "references: repeat k is a second run of reference k",
                                o->nrepeats, o->nreferences);
+    if (o->weights && strcmp(o->weights, "same") != 0 && strcmp(o->weights, "quantized") != 0)
+        return probe_set_error(PROBE_EINVAL, "weights '%s': must be same or quantized",
+                               o->weights);
     size_t nfloor = o->nrepeats + (o->references_differ ? 0 : o->nreferences - 1);
     if (nfloor == 0)
         return probe_set_error(PROBE_EINVAL, "no determinism floor: give a second "
@@ -362,6 +366,42 @@ static probe_status add_file(probe_calibrate_result *r, const char *path, const 
     }
     probe_file_close(pf);
     r->nfiles++;
+    return PROBE_OK;
+}
+
+/* The weights of every pair, by probe-compare's rule (probe_weights_accepts): a
+ * feature pair as the options say, a floor pair always "same". r->files holds the
+ * references, candidates and repeats in that order. */
+static probe_status check_weights(const probe_calibrate_opts *o, probe_calibrate_result *r)
+{
+    size_t nref = o->nreferences, ncand = o->ncandidates;
+    size_t npairs = ncand + o->nrepeats + (o->references_differ ? 0 : nref - 1);
+    for (size_t p = 0; p < npairs; p++) {
+        size_t a, b;
+        int feature = p < ncand;
+        if (feature)
+            a = p, b = nref + p;
+        else if (p < ncand + o->nrepeats)
+            a = p - ncand, b = nref + ncand + (p - ncand);
+        else
+            a = 0, b = p - ncand - o->nrepeats + 1;
+        probe_weights_verdict v;
+        if (probe_weights_check(r->files[a].manifest, r->files[b].manifest, &v) != PROBE_OK)
+            return PROBE_ENOMEM;
+        int ok = probe_weights_accepts(&v, feature ? r->weights : "same");
+        if (feature && !strcmp(v.status, "differ") && !r->weights_line[0])
+            snprintf(r->weights_line, sizeof r->weights_line, "%s", v.line);
+        if (!ok) {
+            probe_status s = probe_set_error(
+                PROBE_EMISMATCH, "%s pair %s / %s: %s; not calibrating (%s)",
+                feature ? "feature" : "floor", r->files[a].path, r->files[b].path, v.line,
+                feature ? "--weights quantized calibrates a feature that changes the weights"
+                        : "the runs of a determinism floor load the same weights");
+            probe_weights_verdict_free(&v);
+            return s;
+        }
+        probe_weights_verdict_free(&v);
+    }
     return PROBE_OK;
 }
 
@@ -399,6 +439,10 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         s = add_file(r, o->candidates[i], "candidate", (int)i);
     for (size_t i = 0; s == PROBE_OK && i < o->nrepeats; i++)
         s = add_file(r, o->repeats[i], "repeat", (int)i);
+
+    snprintf(r->weights, sizeof r->weights, "%s", o->weights ? o->weights : "same");
+    if (s == PROBE_OK)
+        s = check_weights(o, r);
 
     comp_table t = {0};
     path_table pt = {0};
@@ -599,6 +643,7 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
     json_object_set_new(root, "version", json_integer(1));
     json_object_set_new(root, "feature", json_string(r->feature));
     json_object_set_new(root, "headroom", json_real(r->headroom));
+    json_object_set_new(root, "weights", json_string(r->weights[0] ? r->weights : "same"));
     json_t *comps = json_object();
     for (size_t i = 0; i < r->ncomponents; i++) {
         const probe_calibrate_component *c = &r->components[i];
@@ -671,6 +716,8 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
     json_object_set_new(ev, "date", json_string(r->date));
     json_object_set_new(ev, "probe_version", json_string(PROBE_VERSION));
     json_object_set_new(ev, "headroom", json_real(r->headroom));
+    if (r->weights_line[0])
+        json_object_set_new(ev, "weights", json_string(r->weights_line));
     json_object_set_new(ev, "atol", json_real(r->atol));
     json_object_set_new(ev, "rtol", json_real(r->rtol));
     json_object_set_new(ev, "t1_above_floor", json_boolean(r->t1_above_floor));

@@ -170,3 +170,8 @@ void probe_weights_verdict_free(probe_weights_verdict *v)
         v->json = NULL;
     }
 }
+
+int probe_weights_accepts(const probe_weights_verdict *v, const char *weights)
+{
+    return strcmp(v->status, "differ") != 0 || (weights && strcmp(weights, "quantized") == 0);
+}

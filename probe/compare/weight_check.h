@@ -29,4 +29,11 @@ probe_status probe_weights_check(const char *manifest_reference, const char *man
                                  probe_weights_verdict *v);
 void probe_weights_verdict_free(probe_weights_verdict *v);
 
+/* Whether a pair with verdict v may be compared (and calibrated on) when the
+ * feature expects `weights` ("same" or "quantized", probe_calibration_weights):
+ * 1, or 0 when the runs loaded different weights (status "differ") and the
+ * feature does not change them. probe-compare and probe-calibrate apply this
+ * one rule. */
+int probe_weights_accepts(const probe_weights_verdict *v, const char *weights);
+
 #endif

@@ -47,6 +47,10 @@ static void usage(FILE *f)
             "  --reference-repeat FILE the k-th one is a second run of reference k (repeatable)\n"
             "  --references-differ     the references ran on different inputs (seeds): only\n"
             "                          --reference-repeat gives the floor\n"
+            "  --weights same|quantized what the feature does to the weights: same (default; a\n"
+            "                          pair whose weight fingerprints differ is refused, as\n"
+            "                          probe-compare refuses it) or quantized (it changes them,\n"
+            "                          e.g. FP8 weight storage); written into the file\n"
             "  --out FILE              the calibration file to write ('-' for stdout)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 written and T1 sits above the floor, 1 written but T1 does not sit\n"
@@ -77,6 +81,9 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
 {
     fprintf(out, "feature %s: %zu pair(s), %zu floor pair(s), headroom %g, mismatch at atol %g rtol %g\n",
            probe_tesc(r->feature), r->npairs, r->nfloor_pairs, r->headroom, r->atol, r->rtol);
+    if (r->weights_line[0])
+        fprintf(out, "weights: %s (--weights quantized): %s\n", r->weights,
+                probe_tesc(r->weights_line));
     fprintf(out, "%-16s %11s %12s %11s %11s %11s   %-24s %s\n", "component", "rel_l2_max", "cosine_min",
            "p99_abs_max", "max_abs_max", "mismatch_max", "floor x headroom", "T1 above floor");
     for (size_t i = 0; i < r->ncomponents; i++) {
@@ -121,7 +128,7 @@ typedef struct cli {
 } cli;
 
 enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
-       OPT_DIFFER, OPT_OUT, OPT_HELP, OPT_VERSION };
+       OPT_DIFFER, OPT_WEIGHTS, OPT_OUT, OPT_HELP, OPT_VERSION };
 
 /* One option c. -1 to go on, else the exit status (0 after --help or
  * --version, 2 after one line). */
@@ -154,6 +161,14 @@ static int parse_option(cli *a, int c, char **argv)
         break;
     }
     case OPT_DIFFER: a->o.references_differ = 1; break;
+    case OPT_WEIGHTS:
+        if (strcmp(optarg, "same") != 0 && strcmp(optarg, "quantized") != 0) {
+            fprintf(stderr, "probe-calibrate: --weights %s: must be same or quantized\n",
+                    probe_tesc(optarg));
+            return 2;
+        }
+        a->o.weights = optarg;
+        break;
     case OPT_OUT: a->out_path = optarg; break;
     case 'h':
     case OPT_HELP: usage(stdout); return 0;
@@ -221,6 +236,7 @@ static int parse_cli(cli *a, int argc, char **argv)
         {"candidate", required_argument, 0, OPT_CAND},
         {"reference-repeat", required_argument, 0, OPT_REPEAT},
         {"references-differ", no_argument, 0, OPT_DIFFER},
+        {"weights", required_argument, 0, OPT_WEIGHTS},
         {"out", required_argument, 0, OPT_OUT},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},

@@ -1186,12 +1186,15 @@ static int run_compare(cli *a, run_state *st)
     st->have_wv = 1;
     free(wm[0]);
     free(wm[1]);
-    if (wst != PROBE_OK || (!strcmp(st->wv.status, "differ") && !a->allow_weight_diff)) {
+    /* Under T2 the calibration says what the feature expects of the weights. */
+    const char *expect = a->allow_weight_diff ? "quantized" : probe_calibration_weights(st->cal);
+    if (wst != PROBE_OK || !probe_weights_accepts(&st->wv, expect)) {
         if (wst != PROBE_OK)
             fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
         else
             fprintf(stderr, "probe-compare: %s; not comparing (--allow-weight-diff compares "
-                            "anyway)\n", probe_tesc(st->wv.line));
+                            "anyway; a calibration of a feature that changes the weights says "
+                            "\"weights\": \"quantized\")\n", probe_tesc(st->wv.line));
         return 2;
     }
     int bad = open_st[0] != PROBE_OK ? 0 : open_st[1] != PROBE_OK ? 1 : -1;

@@ -15,7 +15,13 @@ Checked:
 - one run without fingerprints -> "unknown", nothing refused; neither run ->
   no "weights" key and no line (the JSON is the library's);
 - a malformed "weights" value counts as no fingerprints;
-- shim captures: same weights -> "same", different -> exit 2.
+- shim captures: same weights -> "same", different -> exit 2;
+- a lossy feature and its weights, one rule for probe-calibrate and probe-compare --gate T2:
+  probe-calibrate refuses a feature pair whose weights differ (exit 2, one line, no file)
+  unless --weights quantized, which it writes into the file ("weights": "quantized", what
+  differs under evidence); probe-compare --gate T2 with that file compares the pair (exit 0,
+  the "weights: DIFFER" line), with a calibration of a feature that keeps the weights refuses
+  it; a bad --weights and a bad "weights" in the file are one-line errors, exit 2.
 """
 import json
 import os
@@ -130,6 +136,55 @@ def main():
     write(bad, {"components": {"dit.step": {"operands": "x", "xxh64": 5}}}, value=1.00001)
     rc, out, err = compare(ref, bad)
     check(rc == 0 and "weights: unknown" in out, "malformed weights: unknown, not refused (rc=%d)" % rc)
+
+    # a lossy feature that changes the weights: one rule in probe-calibrate and probe-compare
+    CAL = os.path.join(BUILD, "bin", "probe-calibrate")
+    ref2 = os.path.join(d, "ref2.h5")
+    write(ref2, weights(H, "00000000000000aa"))
+
+    def calibrate(out, cand, *extra):
+        p = subprocess.run([CAL, "--feature", "fp8", "--reference", ref, "--reference", ref2,
+                            "--candidate", cand, "--out", out, *extra], capture_output=True, text=True)
+        return p.returncode, p.stdout, p.stderr
+
+    cal_refused = os.path.join(d, "cal-refused.json")
+    rc, out, err = calibrate(cal_refused, diff)
+    el = err.strip().splitlines()
+    check(rc == 2 and len(el) == 1 and "loaded different weights: component dit.step, first differing GEMM k=1"
+          in el[0] and "--weights quantized" in el[0],
+          "probe-calibrate refuses a pair whose weights differ, as probe-compare does (rc=%d, %s)" % (rc, el))
+    check(not os.path.exists(cal_refused), "refused: no calibration file")
+    cal_q = os.path.join(d, "cal-quantized.json")
+    rc, out, err = calibrate(cal_q, diff, "--weights", "quantized")
+    check(rc == 0, "--weights quantized: calibrated (rc=%d, %s)" % (rc, err.strip()))
+    cq = json.load(open(cal_q))
+    check(cq.get("weights") == "quantized", "the file says weights: quantized (%s)" % cq.get("weights"))
+    check(cq.get("evidence", {}).get("weights", "").startswith("the runs loaded different weights: component dit.step"),
+          "the evidence says which weights differ: %s" % cq.get("evidence", {}).get("weights"))
+    check("weights: quantized (--weights quantized): the runs loaded different weights" in out,
+          "probe-calibrate's summary says so")
+    rc, out, err = compare(ref, diff, "--gate", "T2", "--calibration", cal_q)
+    check(rc == 0 and "weights: DIFFER: component dit.step" in out,
+          "T2 with the quantized calibration compares the pair and reports the weights (rc=%d, %s)"
+          % (rc, err.strip()))
+    cal_s = os.path.join(d, "cal-same.json")
+    rc, out, err = calibrate(cal_s, same)
+    check(rc == 0 and json.load(open(cal_s)).get("weights") == "same",
+          "a feature that keeps the weights: the file says weights: same (rc=%d)" % rc)
+    rc, out, err = compare(ref, diff, "--gate", "T2", "--calibration", cal_s)
+    el = err.strip().splitlines()
+    check(rc == 2 and len(el) == 1 and "loaded different weights" in el[0] and out == "",
+          "T2 with a same-weights calibration refuses the pair (rc=%d, %s)" % (rc, el))
+    rc, out, err = calibrate(os.path.join(d, "cal-bad.json"), diff, "--weights", "fp8")
+    check(rc == 2 and err.strip() == "probe-calibrate: --weights fp8: must be same or quantized",
+          "bad --weights: one line, exit 2 (%s)" % err.strip())
+    cq["weights"] = "maybe"
+    bad_cal = os.path.join(d, "cal-bad-weights.json")
+    json.dump(cq, open(bad_cal, "w"))
+    rc, out, err = compare(ref, diff, "--gate", "T2", "--calibration", bad_cal)
+    el = err.strip().splitlines()
+    check(rc == 2 and len(el) == 1 and '"weights" must be "same" or "quantized"' in el[0],
+          "a calibration with a bad weights value: one line, exit 2 (%s)" % el)
 
     # real shim captures through the fake cuBLAS
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -209,6 +209,31 @@ Test(calibration, tensors_only_file)
     probe_calibration_free(c);
 }
 
+Test(calibration, weights_rule_defaults_to_same)
+{
+    const char *path = write_tmp("w0.json", HEAD "\"tensors\": {\"/x/*\": {\"p99_abs_max\": 0.5}}}");
+    probe_calibration *c = load_ok(path, KNOWN);
+    cr_assert_str_eq(probe_calibration_weights(c), "same", "a file without \"weights\"");
+    probe_calibration_free(c);
+    path = write_tmp("w1.json", HEAD "\"weights\": \"quantized\", "
+                                     "\"tensors\": {\"/x/*\": {\"p99_abs_max\": 0.5}}}");
+    c = load_ok(path, KNOWN);
+    cr_assert_str_eq(probe_calibration_weights(c), "quantized");
+    probe_calibration_free(c);
+    cr_assert_str_eq(probe_calibration_weights(NULL), "same", "no calibration: same");
+    const char *bad[] = {"\"maybe\"", "1", "null", "[\"quantized\"]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, HEAD "\"weights\": %s, \"tensors\": {\"/x/*\": {\"p99_abs_max\": 0.5}}}",
+                 bad[i]);
+        path = write_tmp("wb.json", text);
+        probe_calibration *b = NULL;
+        cr_assert_eq(probe_calibration_load(path, KNOWN, &b), PROBE_EFORMAT, "weights %s", bad[i]);
+        cr_assert_null(b);
+        cr_assert_not_null(strstr(probe_last_error(), "\"weights\" must be"), "%s", probe_last_error());
+    }
+}
+
 /* ---- errors ---- */
 
 Test(calibration, missing_file)
