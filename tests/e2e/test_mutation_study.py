@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import BUILD, check, finish, need_build, venv_python  # noqa: E402
+from test_shim_common import BUILD, check, finish, need_build, diffusers_venv_python  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,11 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def main():
     need_build()
     build = os.path.abspath(BUILD)
-    py = venv_python()
-    if not os.path.exists(py) or subprocess.run([py, "-c", "import torch, diffusers, transformers"],
-                                                capture_output=True).returncode != 0:
-        print("SKIP: no venv with torch and diffusers at %s (scripts/setup creates it)" % py)
-        return 77
+    py = diffusers_venv_python()
     out = tempfile.mkdtemp(prefix="probe-mutation-")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "mutation", "study.py"), "--python", py,
                         "--bin", os.path.join(build, "bin"), "--device", "cpu", "--size", "128",

@@ -144,13 +144,10 @@ def reexec_in_venv():
     return py
 
 
-def reexec_in_diffusers_venv(flag):
-    """Run the calling test again under the venv's python (torch 2.11 + diffusers +
-    transformers, numpy, h5py) unless the environment variable `flag` says it already
-    does; exit 77 (skipped) with the reason when the venv or one of them is missing."""
+def diffusers_venv_python():
+    """The venv's python when it has torch 2.11 + diffusers + transformers, numpy and
+    h5py; exit 77 (skipped) with the reason when the venv or one of them is missing."""
     py = venv_python()
-    if os.environ.get(flag) == "1":
-        return
     if not os.access(py, os.X_OK):
         print("SKIP: no venv python at %s (scripts/setup creates it; PROBE_VENV names another)" % py)
         sys.exit(77)
@@ -160,6 +157,15 @@ def reexec_in_diffusers_venv(flag):
         print("SKIP: the venv at %s lacks torch/diffusers/transformers/numpy/h5py: %s"
               % (py, (chk.stdout.strip().splitlines() or ["(no output)"])[-1]))
         sys.exit(77)
+    return py
+
+
+def reexec_in_diffusers_venv(flag):
+    """Run the calling test again under the venv's python (diffusers_venv_python)
+    unless the environment variable `flag` says it already does."""
+    if os.environ.get(flag) == "1":
+        return
+    py = diffusers_venv_python()
     os.execve(py, [py, os.path.abspath(sys.argv[0])], dict(os.environ, **{flag: "1"}))
 
 
