@@ -29,7 +29,8 @@ static const char *const key_names[NKEYS] = {
 #define ENTRY_KEYS_TEXT \
     "rel_l2_max, cosine_min, atol, rtol, mismatch_fraction_max, p99_abs_max, max_abs_max, " \
     "channel_z_max, gain_z_max, observed, x-*"
-#define STRUCTURE_KEYS_TEXT "channel_z_max, gain_z_max, observed, x-*"
+#define STRUCTURE_KEYS_TEXT "channel_z_max, gain_z_max, channel_z_max_by_channel, observed, x-*"
+#define BY_CHANNEL_KEY "channel_z_max_by_channel"
 
 static const char *const top_keys[] = {
     "format", "version", "feature", "headroom", "weights", "components", "tensors", "structure",
@@ -42,6 +43,8 @@ typedef struct {
     char *name; /* component name, or dataset-path glob */
     unsigned has; /* bit k set: key_names[k] given */
     double v[NKEYS];
+    double *by_channel; /* "structure" only: channel_z_max_by_channel (NaN: null), or NULL */
+    uint64_t nby_channel;
 } cal_entry;
 
 struct probe_calibration {
@@ -64,8 +67,10 @@ void probe_calibration_free(probe_calibration *c)
         free(c->components[i].name);
     for (size_t i = 0; i < c->ntensors; i++)
         free(c->tensors[i].name);
-    for (size_t i = 0; i < c->nstructure; i++)
+    for (size_t i = 0; i < c->nstructure; i++) {
         free(c->structure[i].name);
+        free(c->structure[i].by_channel);
+    }
     free(c->components);
     free(c->tensors);
     free(c->structure);
@@ -93,6 +98,41 @@ static int is_extension_key(const char *k)
     return strncmp(k, "x-", 2) == 0;
 }
 
+/* A structure entry's channel_z_max_by_channel: 1..PROBE_CHANNELS_MAX numbers,
+ * each finite and >= 0, or null (that channel unchecked). */
+static probe_status parse_by_channel(const char *path, const char *section, const char *name,
+                                     json_t *val, cal_entry *e)
+{
+    if (!json_is_array(val))
+        return probe_set_error(PROBE_EFORMAT, "calibration %s: %s '%s': " BY_CHANNEL_KEY
+                               " must be an array, not %s", path, section, name,
+                               json_type_name(val));
+    size_t n = json_array_size(val);
+    if (n == 0 || n > PROBE_CHANNELS_MAX)
+        return probe_set_error(PROBE_EFORMAT, "calibration %s: %s '%s': " BY_CHANNEL_KEY
+                               " has %zu entries (1 to %d)", path, section, name, n,
+                               PROBE_CHANNELS_MAX);
+    double *v = malloc(n * sizeof *v);
+    if (v == NULL)
+        return probe_set_error(PROBE_ENOMEM, "calibration %s: out of memory", path);
+    for (size_t k = 0; k < n; k++) {
+        json_t *x = json_array_get(val, k);
+        double d = json_is_null(x) ? NAN : json_is_number(x) ? json_number_value(x) : -1.0;
+        if (!json_is_null(x) && !(isfinite(d) && d >= 0.0)) {
+            free(v);
+            return probe_set_error(PROBE_EFORMAT, "calibration %s: %s '%s': " BY_CHANNEL_KEY
+                                   "[%zu] must be a finite number >= 0 or null, not %s", path,
+                                   section, name, k,
+                                   json_is_number(x) ? "a negative number" : json_type_name(x));
+        }
+        v[k] = d;
+    }
+    free(e->by_channel);
+    e->by_channel = v;
+    e->nby_channel = n;
+    return PROBE_OK;
+}
+
 /* Parse one entry object (section "components", "tensors" or "structure", key
  * `name`); `allowed` holds the bits of the threshold keys the section takes. */
 static probe_status parse_entry(const char *path, const char *section, const char *name,
@@ -106,6 +146,12 @@ static probe_status parse_entry(const char *path, const char *section, const cha
     json_object_foreach(obj, key, val) {
         if (strcmp(key, "observed") == 0 || is_extension_key(key))
             continue;
+        if (allowed == STRUCTURE_KEYS && strcmp(key, BY_CHANNEL_KEY) == 0) {
+            probe_status st = parse_by_channel(path, section, name, val, e);
+            if (st != PROBE_OK)
+                return st;
+            continue;
+        }
         int k = -1;
         for (int i = 0; i < NKEYS; i++)
             if ((allowed & (1u << i)) && strcmp(key, key_names[i]) == 0)
@@ -198,8 +244,10 @@ static probe_status parse_section(const char *path, const char *section, json_t 
         i++;
     }
     if (st != PROBE_OK) {
-        for (size_t k = 0; k < i; k++)
+        for (size_t k = 0; k < n; k++) { /* entries past i are zero */
             free(entries[k].name);
+            free(entries[k].by_channel);
+        }
         free(entries);
         return st;
     }
@@ -368,6 +416,10 @@ probe_status probe_calibration_gate(const probe_calibration *c, const char *comp
     for (int k = K_CHANNEL_Z; se != NULL && k <= K_GAIN_Z; k++)
         if (se->has & (1u << k))
             *dst[k] = se->v[k];
+    if (se != NULL && se->by_channel != NULL) {
+        g->channel_z_max_by_channel = se->by_channel;
+        g->channel_z_count = se->nby_channel;
+    }
     g->headroom = c->headroom;
     return PROBE_OK;
 }

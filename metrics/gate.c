@@ -256,3 +256,50 @@ probe_status probe_gate_check_structure(const probe_gate *g, const probe_metrics
     check_z(&rs, g, what, m->gain_z, g->gain_z_max, gain_noise_z);
     return PROBE_OK;
 }
+
+probe_status probe_gate_check_channels(const probe_gate *g, const double *z, uint64_t count,
+                                       double noise_z, probe_gate_verdict *v)
+{
+    if (g == NULL || v == NULL || (z == NULL && count > 0))
+        return probe_set_error(PROBE_EINVAL, "probe_gate_check_channels: %s is NULL",
+                               g == NULL ? "gate" : (v == NULL ? "verdict" : "z"));
+    if (g->channel_z_max_by_channel == NULL || g->channel_z_count == 0)
+        return PROBE_OK;
+    reasons rs = {v, 0};
+    if (count != g->channel_z_count) {
+        add_reason(&rs, "per-channel structure: the tensor has %llu channels, the calibration %llu",
+                   (unsigned long long)count, (unsigned long long)g->channel_z_count);
+        return PROBE_OK;
+    }
+    uint64_t worst = 0, above = 0;
+    double worst_ratio = -1.0, worst_limit = 0.0;
+    for (uint64_t k = 0; k < count; k++) {
+        double t = g->channel_z_max_by_channel[k], az = fabs(z[k]);
+        if (isnan(t) || isnan(az))
+            continue;
+        double limit = noise_z > t ? noise_z : t; /* NaN noise: t */
+        if (!(az > limit))
+            continue;
+        double ratio = limit > 0 ? az / limit : INFINITY;
+        above++;
+        if (ratio > worst_ratio) {
+            worst_ratio = ratio;
+            worst = k;
+            worst_limit = limit;
+        }
+    }
+    if (!above)
+        return PROBE_OK;
+    char note[96], vs[32], ls[32], more[48] = "";
+    if (isfinite(g->headroom))
+        snprintf(note, sizeof note, "the feature's own in that channel, calibrated with headroom %g",
+                 g->headroom);
+    else
+        snprintf(note, sizeof note, "the feature's own in that channel, calibrated");
+    fmt_pair(fabs(z[worst]), worst_limit, vs, ls, sizeof vs);
+    if (above > 1)
+        snprintf(more, sizeof more, "; %llu channels above theirs", (unsigned long long)above);
+    add_reason(&rs, "systematic shift of channel %llu: |z| %s > %s (%s)%s",
+               (unsigned long long)worst, vs, ls, note, more);
+    return PROBE_OK;
+}

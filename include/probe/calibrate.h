@@ -24,7 +24,13 @@
  * (|probe_channel_shift.z_max| of the compare result, tensors with a channel
  * axis only) and of |gain_z|; thresholds channel_z_max = h * worst |channel
  * z|, gain_z_max = h * worst |gain_z| over the feature pairs (not written when
- * not finite or not observed).
+ * not finite or not observed); and per path, for every channel k of the path's
+ * channel axis, channel_z_max_by_channel[k] = ceil(max(h * worst |z_k|,
+ * |mean z_k| + t_K * spread * sqrt(1 + 1/N))) over the N feature pairs (z_k of
+ * probe_channel_z; null when never finite), spread the pooled standard deviation
+ * of z_k about its channel's mean over all channels and pairs, t_K the z limit of
+ * the systematic test over the K channels: a prediction band for a new seed's
+ * z_k, since the feature's own per-channel z varies from input to input.
  * T1 sits above the floor for a component when, with T1's thresholds from
  * probe_gate_parse("T1") (docs/gates.md "Determinism floor"):
  *   h * floor worst rel_l2 < T1 rel_l2_max (1e-2) and
@@ -34,6 +40,7 @@
 #define PROBE_CALIBRATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include "probe/status.h"
 
@@ -108,6 +115,14 @@ typedef struct probe_calibrate_path {
     probe_calibrate_stat channel_z, gain_z;             /* over the feature pairs */
     probe_calibrate_stat floor_channel_z, floor_gain_z; /* over the floor pairs */
     double channel_z_max, gain_z_max;   /* h * feature worst; NaN: not written */
+    /* Per channel k < nchannels (tensors with a channel axis; NULL / 0 otherwise), over
+     * the N_k feature pairs with a finite z_k: ceil(max(h * worst |z_k|, |mean z_k| +
+     * channel_t * channel_z_spread * sqrt(1 + 1/N_k))); NaN where N_k = 0. */
+    double *channel_z_max_by_channel;
+    uint64_t nchannels;
+    double channel_z_spread; /* pooled standard deviation of z_k about its channel's mean,
+                                over the channels and feature pairs (NaN: N_k < 2 everywhere) */
+    double channel_t;        /* probe_systematic_limit(nchannels, PROBE_SYSTEMATIC_FALSE_ALARM) */
 } probe_calibrate_path;
 
 typedef struct probe_calibrate_file {

@@ -83,6 +83,9 @@ typedef struct probe_compare_opts {
     /* The table's per-class channel axes (see channel_axis above). */
     const struct probe_class_axis *class_axes;
     size_t n_class_axes;
+    int keep_channel_z;     /* 1: keep every channel's z in each tensor's channel_z (what
+                               probe-calibrate records per channel); 0: only where a T2
+                               gate has per-channel thresholds, and freed after the verdict */
 } probe_compare_opts;
 
 #define PROBE_COMPARE_MAX_REASONS 8
@@ -159,6 +162,9 @@ typedef struct probe_tensor_result {
     int channel_axis;           /* axis of `shift` (>= 0), -1 when none was computed */
     const char *channel_axis_from; /* "option", "table" or "layout"; NULL when none */
     probe_channel_shift shift;  /* per-channel mean shift (shift.count 0: none) */
+    double *channel_z;          /* opts->keep_channel_z: shift.count entries, every channel's z
+                                   (probe_channel_z; NaN where n_k < 2); else NULL. Freed with
+                                   the result */
     /* isolation, when opts->isolated is set and the isolated run holds this path
      * with the reference's shape: m_isolated = metrics of reference vs isolated run (the
      * error this component introduces itself); amplification = m.rel_l2 / m_isolated.rel_l2

@@ -8,7 +8,8 @@
  *                      (see docs/gates.md).
  *   T2                 thresholds per component from a calibration file
  *                      (docs/calibration.md), including the structure of the
- *                      difference: the largest per-channel shift |z| and |gain_z|.
+ *                      difference: each channel's mean-shift |z| (or the largest)
+ *                      and |gain_z|.
  * Every gate fails a tensor with a NaN in the candidate, a NaN in the reference
  * where the candidate is not NaN, an infinity that the reference does not hold
  * at the same index, or a non-finite metric.
@@ -42,6 +43,13 @@ typedef struct probe_gate {
     double channel_z_max;   /* largest allowed |z| of the per-channel mean shift
                                (|probe_channel_shift.z_max|); +inf = unchecked */
     double gain_z_max;      /* largest allowed |gain_z|; +inf = unchecked */
+    /* T2 per channel: channel_z_max_by_channel[k] is the largest allowed |z_k| of
+     * channel k's mean shift (probe_channel_shift's z_k), k < channel_z_count: the
+     * calibration's "channel_z_max_by_channel" of this exact tensor path, borrowed
+     * from the loaded calibration (valid while it is loaded). NaN entries are
+     * unchecked. NULL / 0: none (then channel_z_max applies to the largest |z|). */
+    const double *channel_z_max_by_channel;
+    uint64_t channel_z_count;
     double headroom;        /* T2: the calibration file's headroom, quoted in reasons;
                                NaN when the file gives none or the gate is not T2 */
 } probe_gate;
@@ -87,6 +95,22 @@ probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe
 probe_status probe_gate_check_structure(const probe_gate *g, const probe_metrics *m,
                                         const probe_channel_shift *shift, double channel_noise_z,
                                         double gain_noise_z, probe_gate_verdict *v);
+
+/* Apply g's per-channel thresholds (channel_z_max_by_channel) to the per-channel
+ * z of one tensor, adding to v (pass set to 0 on a failure, reasons appended).
+ * z[k] = shift_k / se_k as probe_channel_shift defines it (probe_channel_z),
+ * NaN where it is not defined (skipped). Channel k's limit is
+ * max(channel_z_max_by_channel[k], noise_z), noise_z the z limit of rounding
+ * noise over the tensor's channels (probe_systematic_limit; NaN or 0: none).
+ * Of the channels above their limit, the one with the largest |z_k| / limit_k
+ * is named: "systematic shift of channel K: |z| Z > LIMIT (the feature's own in
+ * that channel, calibrated with headroom H)", followed by "; N channels above
+ * theirs" when N > 1; an infinite |z_k| fails. A count other than
+ * g->channel_z_count fails with "per-channel structure: the tensor has N
+ * channels, the calibration M". A gate without per-channel thresholds checks
+ * nothing. Returns PROBE_EINVAL on NULL g or v, or NULL z with count > 0. */
+probe_status probe_gate_check_channels(const probe_gate *g, const double *z, uint64_t count,
+                                       double noise_z, probe_gate_verdict *v);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,13 @@ typedef struct probe_systematic {
     int channel_fail;        /* some channel has |z_k| > channel_limit and size_k >= floor */
 } probe_systematic;
 
+/* Every channel's mean-shift z, as probe_channel_shift defines it: z[k] =
+ * shift[k] / se[k], 0 when shift[k] = 0, +-inf when se[k] = 0 < |shift[k]|,
+ * NaN when nk[k] < 2 or shift[k] is NaN. PROBE_EINVAL for NULL arrays with
+ * nchannels > 0. */
+probe_status probe_channel_z(const double *shift, const double *se, const double *nk,
+                             uint64_t nchannels, double *z);
+
 /* The systematic test of one pair: m its metrics (gain from probe_metrics);
  * per-channel mean shift[k], standard error se[k] and count nk[k] for k <
  * nchannels (NULL / 0: no channel test); floor from the gate (see

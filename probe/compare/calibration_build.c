@@ -14,6 +14,7 @@
 #include "probe/capture.h"
 #include "probe/compare.h"
 #include "probe/gate.h"
+#include "probe/verdict.h"
 #include "weight_check.h"
 
 enum { S_REL_L2, S_1MCOS, S_P99, S_MAX_ABS, S_MISMATCH, S_CHANNEL_Z, S_GAIN_Z, NSTATS };
@@ -42,6 +43,10 @@ typedef struct {
     acc channel_z[2], gain_z[2];
     size_t pairs[2];
     long last_pair[2];
+    /* per channel, over the feature pairs with a finite z_k: worst |z_k| (NaN: none yet),
+     * sum and sum of squares of z_k, and their count */
+    double *chan_worst, *chan_sum, *chan_sq, *chan_n;
+    uint64_t nchan;
 } path_acc;
 
 typedef struct {
@@ -104,6 +109,12 @@ static long path_find(path_table *t, const char *path, const char *component)
 
 static void path_table_free(path_table *t)
 {
+    for (size_t i = 0; i < t->n; i++) {
+        free(t->p[i].chan_worst);
+        free(t->p[i].chan_sum);
+        free(t->p[i].chan_sq);
+        free(t->p[i].chan_n);
+    }
     free(t->p);
     free(t->slot);
 }
@@ -174,6 +185,70 @@ static void known_list(char *buf, size_t cap, const char *const *names)
 }
 
 /* Compare one pair and add its tensors to the feature or floor statistics. */
+/* Every channel's |z| of tensor x into the path's per-channel worst. */
+static probe_status add_channels(path_acc *pa, const probe_tensor_result *x, const char *ref,
+                                 const char *cand)
+{
+    uint64_t n = x->shift.count;
+    if (!pa->chan_worst) {
+        pa->chan_worst = malloc((size_t)n * sizeof(double));
+        pa->chan_sum = calloc((size_t)n, sizeof(double));
+        pa->chan_sq = calloc((size_t)n, sizeof(double));
+        pa->chan_n = calloc((size_t)n, sizeof(double));
+        if (!pa->chan_worst || !pa->chan_sum || !pa->chan_sq || !pa->chan_n)
+            return probe_set_error(PROBE_ENOMEM, "out of memory"); /* freed with the table */
+        for (uint64_t k = 0; k < n; k++)
+            pa->chan_worst[k] = NAN;
+        pa->nchan = n;
+    }
+    if (n != pa->nchan)
+        return probe_set_error(PROBE_EMISMATCH, "pair %s vs %s: tensor %s has %llu channels, "
+                               "%llu in an earlier pair; calibration runs must share the shapes",
+                               ref, cand, x->ref.path, (unsigned long long)n,
+                               (unsigned long long)pa->nchan);
+    for (uint64_t k = 0; k < n; k++) {
+        double z = x->channel_z[k];
+        if (!isfinite(z))
+            continue;
+        if (isnan(pa->chan_worst[k]) || fabs(z) > pa->chan_worst[k])
+            pa->chan_worst[k] = fabs(z);
+        pa->chan_sum[k] += z;
+        pa->chan_sq[k] += z * z;
+        pa->chan_n[k] += 1;
+    }
+    return PROBE_OK;
+}
+
+/* The per-channel thresholds of one path (probe/calibrate.h): the pooled spread of z_k
+ * across the feature pairs, and per channel ceil(max(h * worst |z_k|, |mean z_k| + t_K *
+ * spread * sqrt(1 + 1/N_k))). */
+static probe_status channel_thresholds(const path_acc *a, double h, probe_calibrate_path *p)
+{
+    double ss = 0, dof = 0;
+    for (uint64_t k = 0; k < a->nchan; k++)
+        if (a->chan_n[k] >= 2) {
+            double m = a->chan_sum[k] / a->chan_n[k];
+            double d = a->chan_sq[k] - a->chan_n[k] * m * m;
+            ss += d > 0 ? d : 0;
+            dof += a->chan_n[k] - 1;
+        }
+    p->channel_z_spread = dof > 0 ? sqrt(ss / dof) : NAN;
+    p->channel_t = probe_systematic_limit(a->nchan, PROBE_SYSTEMATIC_FALSE_ALARM);
+    if (!(p->channel_z_max_by_channel = malloc((size_t)a->nchan * sizeof(double))))
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    p->nchannels = a->nchan;
+    for (uint64_t k = 0; k < a->nchan; k++) {
+        double w = a->chan_worst[k], t = h * w;
+        if (a->chan_n[k] >= 1 && isfinite(p->channel_z_spread)) {
+            double band = fabs(a->chan_sum[k] / a->chan_n[k]) +
+                          p->channel_t * p->channel_z_spread * sqrt(1.0 + 1.0 / a->chan_n[k]);
+            t = band > t ? band : t;
+        }
+        p->channel_z_max_by_channel[k] = isfinite(w) ? ceil(t) : NAN; /* a whole z, up */
+    }
+    return PROBE_OK;
+}
+
 static probe_status add_pair(const char *ref, const char *cand, int is_floor, long pair_id,
                              const probe_calibrate_opts *o, comp_table *t, path_table *pt)
 {
@@ -190,6 +265,7 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
     co.axis_ranks = o->axis_ranks;
     co.class_axes = o->class_axes;
     co.n_class_axes = o->n_class_axes;
+    co.keep_channel_z = 1;
     probe_compare_result *r = NULL;
     s = probe_compare_files(ref, cand, &co, &r);
     if (s != PROBE_OK)
@@ -274,6 +350,8 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
         path_acc *pa = &pt->p[pk];
         acc_add(&pa->channel_z[is_floor], cz);
         acc_add(&pa->gain_z[is_floor], gz);
+        if (!is_floor && x->channel_z && (s = add_channels(pa, x, ref, cand)) != PROBE_OK)
+            goto out;
         if (pa->last_pair[is_floor] != pair_id) {
             pa->pairs[is_floor]++;
             pa->last_pair[is_floor] = pair_id;
@@ -309,6 +387,8 @@ void probe_calibrate_result_free(probe_calibrate_result *r)
         free(r->files[i].manifest);
     free(r->files);
     free(r->components);
+    for (size_t i = 0; i < r->npaths; i++)
+        free(r->paths[i].channel_z_max_by_channel);
     free(r->paths);
     free(r);
 }
@@ -513,6 +593,8 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         p->floor_gain_z = acc_stat(&a->gain_z[1]);
         p->channel_z_max = h * p->channel_z.worst;
         p->gain_z_max = h * p->gain_z.worst;
+        if (a->chan_worst && (s = channel_thresholds(a, h, p)) != PROBE_OK)
+            goto fail;
     }
     free(t.c);
     free(t.feature);
@@ -677,10 +759,23 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
         json_t *e = json_object(), *obs = json_object(), *fl = json_object();
         set_if_finite(e, "channel_z_max", p->channel_z_max);
         set_if_finite(e, "gain_z_max", p->gain_z_max);
+        if (p->channel_z_max_by_channel) {
+            json_t *v = json_array();
+            for (uint64_t k = 0; k < p->nchannels; k++) {
+                double x = p->channel_z_max_by_channel[k];
+                json_array_append_new(v, isfinite(x) && x < 9e15 ? json_integer((json_int_t)x)
+                                                                 : json_null());
+            }
+            json_object_set_new(e, "channel_z_max_by_channel", v);
+        }
         json_object_set_new(obs, "component", json_string(p->component));
         json_object_set_new(obs, "runs", json_integer((json_int_t)p->pairs));
         json_object_set_new(obs, "channel_z", jstat(&p->channel_z, "max"));
         json_object_set_new(obs, "gain_z", jstat(&p->gain_z, "max"));
+        if (p->channel_z_max_by_channel) {
+            json_object_set_new(obs, "channel_z_spread", jnum(p->channel_z_spread));
+            json_object_set_new(obs, "channel_t", jnum(p->channel_t));
+        }
         json_object_set_new(fl, "runs", json_integer((json_int_t)p->floor_pairs));
         json_object_set_new(fl, "channel_z", jstat(&p->floor_channel_z, "max"));
         json_object_set_new(fl, "gain_z", jstat(&p->floor_gain_z, "max"));

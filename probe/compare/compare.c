@@ -535,10 +535,15 @@ static probe_status headline_verdict(const probe_compare_opts *o, probe_tensor_r
     /* T2's structure thresholds belong to the gate (docs/gates.md "T2") */
     if (t->compared && t->gate.kind == PROBE_GATE_T2) {
         const probe_systematic *sy = &t->sys;
+        double channel_noise = sy->computed && sy->channels ? sy->channel_limit : NAN;
+        /* per-channel thresholds, where the path has them, stand in for the largest |z|'s */
+        int by_channel = t->gate.channel_z_count && t->channel_z;
         probe_status s = probe_gate_check_structure(
-            &t->gate, &t->m, t->shift.count ? &t->shift : NULL,
-            sy->computed && sy->channels ? sy->channel_limit : NAN,
+            &t->gate, &t->m, t->shift.count && !by_channel ? &t->shift : NULL, channel_noise,
             sy->computed ? sy->gain_limit : NAN, &t->verdict);
+        if (s == PROBE_OK && by_channel)
+            s = probe_gate_check_channels(&t->gate, t->channel_z, t->shift.count, channel_noise,
+                                          &t->verdict);
         if (s != PROBE_OK)
             return s;
     }
@@ -665,6 +670,15 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
     if (s == PROBE_OK && of)
         s = oracle_pair(o, of, (tensor_side){rset, NULL, ri}, (tensor_side){cset, NULL, ci}, spec,
                         &pc, t);
+    double *z = NULL; /* every channel's z: kept for calibration, or for per-channel T2 */
+    if (s == PROBE_OK && pc.shift && t->shift.count &&
+        (o->keep_channel_z || (t->gate.kind == PROBE_GATE_T2 && t->gate.channel_z_count))) {
+        if (!(z = malloc((size_t)spec.count * sizeof *z)))
+            s = probe_set_error(PROBE_ENOMEM, "%s: cannot allocate the channel statistics",
+                                t->ref.path);
+        else
+            s = probe_channel_z(pc.shift, pc.se, pc.n, spec.count, z);
+    }
     if (s == PROBE_OK && o->want_stats) { /* the report's data: a second, sequential read */
         s = probe_tensor_stats_compute_source(&src, t->ref.rank, t->ref.shape, &t->stats);
         if (s == PROBE_OK && pc.shift && t->shift.count && spec.count <= PROBE_STATS_MAX_CHANNELS) {
@@ -676,9 +690,11 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
     }
     chan_free(&pc);
     if (s != PROBE_OK) {
+        free(z);
         probe_tensor_stats_free(&t->stats);
         return s;
     }
+    t->channel_z = z;
     if (!t->shift.count) {
         t->channel_axis = -1;
         t->channel_axis_from = NULL;
@@ -699,7 +715,12 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
         t->gate_verdict = t->verdict;
         return PROBE_OK;
     }
-    return headline_verdict(o, t);
+    s = headline_verdict(o, t);
+    if (!o->keep_channel_z) {
+        free(t->channel_z);
+        t->channel_z = NULL;
+    }
+    return s;
 }
 
 static probe_status push_name(char (**arr)[512], size_t *n, const char *path)
@@ -1677,6 +1698,7 @@ void probe_compare_result_free(probe_compare_result *r)
         return;
     for (size_t i = 0; r->tensors && i < r->ntensors; i++) {
         probe_tensor_stats_free(&r->tensors[i].stats);
+        free(r->tensors[i].channel_z);
         free(r->tensors[i].replica_mismatch_ranks);
         free(r->tensors[i].ranks_present);
     }

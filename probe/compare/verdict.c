@@ -35,6 +35,21 @@ static double size_of(double n, double x, double norm)
     return norm > 0 ? sqrt(n) * fabs(x) / norm : (x != 0 ? INFINITY : 0.0);
 }
 
+static double z_of(double shift, double se)
+{
+    return shift == 0 ? 0.0 : se > 0 ? shift / se : copysign(INFINITY, shift);
+}
+
+probe_status probe_channel_z(const double *shift, const double *se, const double *nk,
+                             uint64_t nchannels, double *z)
+{
+    if (nchannels && (!shift || !se || !nk || !z))
+        return probe_set_error(PROBE_EINVAL, "probe_channel_z: NULL argument");
+    for (uint64_t k = 0; k < nchannels; k++)
+        z[k] = !(nk[k] >= 2) || isnan(shift[k]) ? NAN : z_of(shift[k], se[k]);
+    return PROBE_OK;
+}
+
 probe_status probe_systematic_check(const probe_metrics *m, const double *shift, const double *se,
                                     const double *nk, uint64_t nchannels, double gate_rel_l2_max,
                                     probe_systematic *out)
@@ -55,8 +70,7 @@ probe_status probe_systematic_check(const probe_metrics *m, const double *shift,
         for (uint64_t k = 0; k < nchannels; k++) {
             if (!(nk[k] >= 2) || isnan(shift[k]))
                 continue;
-            double z = shift[k] == 0 ? 0.0 : se[k] > 0 ? shift[k] / se[k] : copysign(INFINITY, shift[k]);
-            double a = fabs(z);
+            double a = fabs(z_of(shift[k], se[k]));
             if (a > best_any) {
                 best_any = a;
                 k_any = k;
@@ -70,9 +84,7 @@ probe_status probe_systematic_check(const probe_metrics *m, const double *shift,
         if (best_any >= 0) {
             out->channel = k;
             out->channel_shift = shift[k];
-            out->channel_z = shift[k] == 0 ? 0.0
-                             : se[k] > 0  ? shift[k] / se[k]
-                                          : copysign(INFINITY, shift[k]);
+            out->channel_z = z_of(shift[k], se[k]);
             out->channel_size = size_of(nk[k], shift[k], m->norm_ref);
             out->channel_fail = best_big > out->channel_limit;
         }

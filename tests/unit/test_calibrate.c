@@ -13,6 +13,7 @@
 #include "probe/capture.h"
 #include "probe/gate.h"
 #include "probe/calibration_file.h"
+#include "probe/verdict.h"
 #include "probe/compare.h"
 
 static char dir[4096];
@@ -272,11 +273,10 @@ static void feature(const double *r, uint64_t seed, double sigma, double bias, d
         c[i] = r[i] + sigma * c[i] + (i % SCH == SBIAS_CH ? bias : 0.0);
 }
 
-/* docs/metrics.md "Systematic difference": the largest |z_k| over the channels,
+/* docs/metrics.md "Systematic difference": |z_k| of every channel,
  * z_k = mu_k / (s_k / sqrt(n_k)), s_k the sample standard deviation of d = c - r. */
-static double channel_z_abs(const double *r, const double *c, int *argmax)
+static void channel_z_each(const double *r, const double *c, double *z)
 {
-    double worst = 0;
     for (int k = 0; k < SCH; k++) {
         double mu = 0, ss = 0;
         for (int i = 0; i < SROWS; i++)
@@ -286,7 +286,30 @@ static double channel_z_abs(const double *r, const double *c, int *argmax)
             double e = c[i * SCH + k] - r[i * SCH + k] - mu;
             ss += e * e;
         }
-        double z = fabs(mu / (sqrt(ss / (SROWS - 1)) / sqrt((double)SROWS)));
+        z[k] = fabs(mu / (sqrt(ss / (SROWS - 1)) / sqrt((double)SROWS)));
+    }
+}
+
+/* z_k with its sign. */
+static void signed_z(const double *r, const double *c, double *z)
+{
+    for (int k = 0; k < SCH; k++) {
+        double mu = 0;
+        for (int i = 0; i < SROWS; i++)
+            mu += c[i * SCH + k] - r[i * SCH + k];
+        double zk[SCH];
+        channel_z_each(r, c, zk);
+        z[k] = mu < 0 ? -zk[k] : zk[k];
+    }
+}
+
+/* The largest |z_k| over the channels, and its channel. */
+static double channel_z_abs(const double *r, const double *c, int *argmax)
+{
+    double worst = 0, zk[SCH];
+    channel_z_each(r, c, zk);
+    for (int k = 0; k < SCH; k++) {
+        double z = zk[k];
         if (z > worst) {
             worst = z;
             *argmax = k;
@@ -323,7 +346,8 @@ Test(calibrate, structure_per_path)
     gaussian(1, r0, SN);
     gaussian(2, r1, SN);
     const char *refs[3], *cands[3];
-    double worst_c[2] = {0, 0}, worst_g[2] = {0, 0};
+    double worst_c[2] = {0, 0}, worst_g[2] = {0, 0}, worst_k[2][SCH] = {{0}}, zk[SCH];
+    double zall[2][3][SCH]; /* z_k (signed) per path, pair and channel */
     char name[32];
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "sr%d.h5", i);
@@ -337,6 +361,12 @@ Test(calibrate, structure_per_path)
         worst_c[1] = fmax(worst_c[1], channel_z_abs(r1, c1[i], &k));
         worst_g[0] = fmax(worst_g[0], gain_z_abs(r0, c0[i]));
         worst_g[1] = fmax(worst_g[1], gain_z_abs(r1, c1[i]));
+        for (int p = 0; p < 2; p++) {
+            channel_z_each(p ? r1 : r0, p ? c1[i] : c0[i], zk);
+            for (int k = 0; k < SCH; k++)
+                worst_k[p][k] = fmax(worst_k[p][k], fabs(zk[k]));
+            signed_z(p ? r1 : r0, p ? c1[i] : c0[i], zall[p][i]);
+        }
     }
     cr_assert(worst_c[0] > 6 && worst_c[1] < 5, "inputs as described: %g %g", worst_c[0],
               worst_c[1]);
@@ -359,6 +389,24 @@ Test(calibrate, structure_per_path)
         REL_EQ(e->gain_z_max, h * worst_g[p], "gain_z_max");
         cr_assert_eq(e->floor_channel_z.worst, 0.0, "identical floor pairs: z 0");
         cr_assert_eq(e->floor_gain_z.worst, 0.0);
+        cr_assert_eq(e->nchannels, SCH);
+        /* the prediction band: pooled spread of z_k about each channel's mean (3 pairs) */
+        double mean[SCH], ss = 0;
+        for (int k = 0; k < SCH; k++) {
+            mean[k] = (zall[p][0][k] + zall[p][1][k] + zall[p][2][k]) / 3;
+            for (int i = 0; i < 3; i++)
+                ss += (zall[p][i][k] - mean[k]) * (zall[p][i][k] - mean[k]);
+        }
+        double spread = sqrt(ss / (SCH * 2)), tk = probe_systematic_limit(SCH, 1e-6);
+        REL_EQ(e->channel_z_spread, spread, "pooled spread");
+        REL_EQ(e->channel_t, tk, "t_K");
+        for (int k = 0; k < SCH; k++) {
+            double want = fmax(h * worst_k[p][k], fabs(mean[k]) + tk * spread * sqrt(4.0 / 3));
+            /* no threshold lies within 1e-9 of a whole number for these inputs */
+            cr_assert_eq(e->channel_z_max_by_channel[k], ceil(want),
+                         "path %d channel %d: %g vs ceil(%g)", p, k,
+                         e->channel_z_max_by_channel[k], want);
+        }
     }
     const probe_calibrate_component *c = &r->components[0];
     REL_EQ(c->channel_z_max, h * fmax(worst_c[0], worst_c[1]), "component channel_z_max");
@@ -375,6 +423,9 @@ Test(calibrate, structure_per_path)
     probe_gate g;
     cr_assert_eq(probe_calibration_gate(cal, "dit.step", "/dit.step/0000/out", &g), PROBE_OK);
     cr_assert_eq(g.channel_z_max, r->paths[0].channel_z_max, "the path's own, read back exactly");
+    cr_assert_eq(g.channel_z_count, SCH);
+    for (int k = 0; k < SCH; k++)
+        cr_assert_eq(g.channel_z_max_by_channel[k], r->paths[0].channel_z_max_by_channel[k]);
     cr_assert_eq(g.gain_z_max, r->paths[0].gain_z_max);
     cr_assert_eq(g.headroom, h);
     cr_assert_eq(probe_calibration_gate(cal, "dit.step", "/dit.step/0001/out", &g), PROBE_OK);
@@ -382,8 +433,8 @@ Test(calibrate, structure_per_path)
     cr_assert_eq(probe_calibration_gate(cal, "dit.step", "/dit.step/0007/out", &g), PROBE_OK);
     cr_assert_eq(g.channel_z_max, c->channel_z_max, "no path entry: the component's");
     double limit = r->paths[0].channel_z_max;
+    double limit3 = r->paths[0].channel_z_max_by_channel[SBIAS_CH];
     double rel_l2_max = c->rel_l2_max;
-    probe_calibrate_result_free(r);
 
     probe_compare_opts co;
     memset(&co, 0, sizeof co);
@@ -396,6 +447,7 @@ Test(calibrate, structure_per_path)
     feature(r0, 40, sigma, 3 * bias, cb);
     double zb = channel_z_abs(r0, cb, &k);
     cr_assert(zb > limit && k == SBIAS_CH, "the bug's z %g is above %g", zb, limit);
+    cr_assert(limit3 <= ceil(limit), "channel 3 is the feature's worst: %g, %g", limit3, limit);
     feature(r1, 41, sigma, 0.0, cn);
     probe_compare_result *res = NULL;
     cr_assert_eq(probe_compare_files(refs[0], write_pair("sbug.h5", cb, cn), &co, &res), PROBE_OK,
@@ -407,11 +459,11 @@ Test(calibrate, structure_per_path)
               rel_l2_max);
     cr_assert(!t->verdict.pass && !t->gate_verdict.pass && !res->pass);
     cr_assert_eq(t->verdict.nreasons, 1, "only the structure: %s", t->verdict.reasons[0]);
-    char want[160], vs[32], ls[32];
+    char want[256], vs[32], ls[32];
     snprintf(vs, sizeof vs, "%.4g", zb);
-    snprintf(ls, sizeof ls, "%.4g", limit);
-    snprintf(want, sizeof want, "systematic shift of channel 3: |z| %s > %s (the feature's own, "
-             "calibrated with headroom 2)", vs, ls);
+    snprintf(ls, sizeof ls, "%.4g", limit3);
+    snprintf(want, sizeof want, "systematic shift of channel 3: |z| %s > %s (the feature's own "
+             "in that channel, calibrated with headroom 2)", vs, ls);
     cr_assert_str_eq(t->verdict.reasons[0], want);
     cr_assert(res->tensors[1].verdict.pass, "%s", res->tensors[1].verdict.reasons[0]);
     probe_compare_result_free(res);
@@ -427,5 +479,24 @@ Test(calibrate, structure_per_path)
                   res->tensors[i].verdict.reasons[0]);
     cr_assert(res->pass);
     probe_compare_result_free(res);
+
+    /* a bug in another channel, smaller than the feature's own bias in channel 3: below
+       the largest |z| the feature reaches (channel_z_max), above channel 5's own */
+    feature(r0, 60, sigma, bias, cb);
+    for (size_t i = 0; i < SN; i++)
+        cb[i] += i % SCH == 5 ? 0.75e-3 : 0.0;
+    channel_z_each(r0, cb, zk);
+    double l5 = r->paths[0].channel_z_max_by_channel[5];
+    cr_assert(zk[5] < limit && zk[5] > l5 && zk[5] > 5.33, "z_5 %g: under %g, over %g", zk[5],
+              limit, l5);
+    cr_assert_eq(probe_compare_files(refs[0], write_pair("sother.h5", cb, cn), &co, &res),
+                 PROBE_OK, "%s", probe_last_error());
+    t = &res->tensors[0];
+    cr_assert(!t->verdict.pass && t->verdict.nreasons == 1);
+    cr_assert(strstr(t->verdict.reasons[0], "systematic shift of channel 5: |z| ") ==
+              t->verdict.reasons[0], "%s", t->verdict.reasons[0]);
+    cr_assert(res->tensors[1].verdict.pass, "%s", res->tensors[1].verdict.reasons[0]);
+    probe_compare_result_free(res);
+    probe_calibrate_result_free(r);
     probe_calibration_free(cal);
 }

@@ -382,6 +382,49 @@ Test(calibration, structure_section_per_path_over_the_entry)
     probe_calibration_free(c);
 }
 
+Test(calibration, structure_per_channel)
+{
+    const char *path = write_tmp("bychannel.json", HEAD "\"headroom\": 1.5, "
+        "\"components\": {\"dit.block\": {\"rel_l2_max\": 0.1, \"channel_z_max\": 100}},"
+        " \"structure\": {\"/dit.block/0002/out\": {\"channel_z_max\": 90,"
+        " \"channel_z_max_by_channel\": [12, 0, null, 176.5]}}}");
+    probe_calibration *c = load_ok(path, NULL);
+    probe_gate g = gate_for(c, "dit.block", "/dit.block/0002/out");
+    cr_assert_eq(g.channel_z_count, 4);
+    cr_assert_not_null(g.channel_z_max_by_channel);
+    cr_assert_eq(g.channel_z_max_by_channel[0], 12);
+    cr_assert_eq(g.channel_z_max_by_channel[1], 0);
+    cr_assert(isnan(g.channel_z_max_by_channel[2]), "null: unchecked");
+    cr_assert_eq(g.channel_z_max_by_channel[3], 176.5);
+    cr_assert_eq(g.channel_z_max, 90);
+    g = gate_for(c, "dit.block", "/dit.block/0003/out");
+    cr_assert_eq(g.channel_z_count, 0, "another path has none");
+    cr_assert_null(g.channel_z_max_by_channel);
+    probe_calibration_free(c);
+
+    expect_error("bcstr.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/a\": {\"channel_z_max_by_channel\": \"1,2\"}}}", PROBE_EFORMAT,
+                 "structure '/a': channel_z_max_by_channel must be an array, not a string");
+    expect_error("bcempty.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/a\": {\"channel_z_max_by_channel\": []}}}", PROBE_EFORMAT,
+                 "structure '/a': channel_z_max_by_channel has 0 entries (1 to 65536)");
+    expect_error("bcneg.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/a\": {\"channel_z_max_by_channel\": [1, -2]}}}", PROBE_EFORMAT,
+                 "structure '/a': channel_z_max_by_channel[1] must be a finite number >= 0 or "
+                 "null, not a negative number");
+    expect_error("bcbool.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/a\": {\"channel_z_max_by_channel\": [1, 2, true]}}}", PROBE_EFORMAT,
+                 "channel_z_max_by_channel[2] must be a finite number >= 0 or null, not a boolean");
+    expect_error("bccomp.json", HEAD "\"components\": {\"dit.step\": "
+                 "{\"channel_z_max_by_channel\": [1]}}}", PROBE_EFORMAT,
+                 "components 'dit.step': unknown key 'channel_z_max_by_channel'");
+    /* a later entry fails after an earlier one holds a vector: nothing leaks (ASan) */
+    expect_error("bclate.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
+                 "{\"/a\": {\"channel_z_max_by_channel\": [1]}, \"/b\": "
+                 "{\"channel_z_max_by_channel\": [1], \"gain_z_max\": -1}}}", PROBE_EFORMAT,
+                 "structure '/b': gain_z_max -1 is negative");
+}
+
 Test(calibration, structure_bad_values)
 {
     expect_error("czstr.json", HEAD "\"components\": {\"dit.step\": {\"channel_z_max\": \"9\"}}}",
@@ -399,7 +442,7 @@ Test(calibration, structure_bad_values)
     expect_error("skey.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
                  "{\"/dit.step/0002/out\": {\"rel_l2_max\": 0.1}}}", PROBE_EFORMAT,
                  "structure '/dit.step/0002/out': unknown key 'rel_l2_max' (known: channel_z_max, "
-                 "gain_z_max, observed, x-*)");
+                 "gain_z_max, channel_z_max_by_channel, observed, x-*)");
     expect_error("sentry.json", HEAD "\"components\": {\"dit.step\": {}}, \"structure\": "
                  "{\"/dit.step/0002/out\": 5}}", PROBE_EFORMAT,
                  "structure '/dit.step/0002/out' must be an object, not a number");

@@ -449,3 +449,56 @@ Test(gate_check, structure_never_below_the_noise_limit)
     cr_assert_eq(probe_gate_check_structure(&g, &m, NULL, NAN, NAN, &v), PROBE_EINVAL);
     cr_assert_eq(probe_gate_check_structure(NULL, &m, NULL, NAN, NAN, &v), PROBE_EINVAL);
 }
+
+Test(gate_check, per_channel_reasons)
+{
+    probe_gate g = parse("T2");
+    double limits[5] = {40, 10, NAN, 2, 120};
+    g.channel_z_max_by_channel = limits;
+    g.channel_z_count = 5;
+    g.channel_z_max = 1; /* not this function's */
+    g.headroom = 1.5;
+    /* channel 0 within 40; 1 above 10 (ratio 3); 2 unchecked; 3 above the noise limit 4.5
+       (ratio 2, below 1's); 4 within */
+    double z[5] = {-39.9, 30, 1e9, -9, 119};
+    probe_gate_verdict v = {.pass = 1};
+    cr_assert_eq(probe_gate_check_channels(&g, z, 5, 4.5, &v), PROBE_OK);
+    cr_assert(!v.pass);
+    cr_assert_eq(v.nreasons, 1);
+    cr_assert_str_eq(v.reasons[0], "systematic shift of channel 1: |z| 30 > 10 (the feature's own "
+                     "in that channel, calibrated with headroom 1.5); 2 channels above theirs");
+
+    /* the noise limit lifts a small threshold: channel 3 at 4.4 passes under noise 4.5 */
+    z[1] = 10;
+    z[3] = 4.4;
+    v = (probe_gate_verdict){.pass = 1};
+    cr_assert_eq(probe_gate_check_channels(&g, z, 5, 4.5, &v), PROBE_OK);
+    cr_assert(v.pass && v.nreasons == 0);
+    /* without a noise limit it fails; NaN z is skipped, an infinite one fails */
+    z[2] = NAN;
+    cr_assert_eq(probe_gate_check_channels(&g, z, 5, NAN, &v), PROBE_OK);
+    cr_assert(!v.pass);
+    cr_assert_str_eq(v.reasons[0], "systematic shift of channel 3: |z| 4.4 > 2 (the feature's own "
+                     "in that channel, calibrated with headroom 1.5)");
+    z[3] = 0;
+    z[0] = -INFINITY;
+    v = (probe_gate_verdict){.pass = 1};
+    cr_assert_eq(probe_gate_check_channels(&g, z, 5, NAN, &v), PROBE_OK);
+    cr_assert(!v.pass);
+    cr_assert_str_eq(v.reasons[0], "systematic shift of channel 0: |z| inf > 40 (the feature's own "
+                     "in that channel, calibrated with headroom 1.5)");
+
+    /* another channel count fails; no thresholds check nothing; bad arguments */
+    v = (probe_gate_verdict){.pass = 1};
+    cr_assert_eq(probe_gate_check_channels(&g, z, 4, NAN, &v), PROBE_OK);
+    cr_assert(!v.pass);
+    cr_assert_str_eq(v.reasons[0], "per-channel structure: the tensor has 4 channels, the "
+                     "calibration 5");
+    probe_gate none = parse("T2");
+    v = (probe_gate_verdict){.pass = 1};
+    cr_assert_eq(probe_gate_check_channels(&none, z, 5, NAN, &v), PROBE_OK);
+    cr_assert(v.pass);
+    cr_assert_eq(probe_gate_check_channels(&g, NULL, 5, NAN, &v), PROBE_EINVAL);
+    cr_assert_eq(probe_gate_check_channels(NULL, z, 5, NAN, &v), PROBE_EINVAL);
+    cr_assert_eq(probe_gate_check_channels(&g, z, 5, NAN, NULL), PROBE_EINVAL);
+}

@@ -302,3 +302,22 @@ Test(systematic, mismatch_in_ulps)
                                              &exact, &m), PROBE_OK);
     cr_assert(m.mismatch_count == 1 && isnan(m.mismatch_ulps_max));
 }
+
+/* probe_channel_z: z = shift / se, with its degenerate cases, hand-derived */
+#include "probe/verdict.h"
+Test(systematic, channel_z_of_arrays)
+{
+    double shift[6] = {0.3, -0.3, 0.0, 0.5, NAN, 0.2};
+    double se[6] = {0.1, 0.2, 0.0, 0.0, 0.1, 0.1};
+    double nk[6] = {10, 10, 10, 10, 10, 1};
+    double z[6];
+    cr_assert_eq(probe_channel_z(shift, se, nk, 6, z), PROBE_OK);
+    cr_assert_float_eq(z[0], 3.0, 1e-15);
+    cr_assert_float_eq(z[1], -1.5, 1e-15);
+    cr_assert_eq(z[2], 0.0, "no shift: 0 even with se 0");
+    cr_assert(isinf(z[3]) && z[3] > 0, "se 0 < |shift|: +inf");
+    cr_assert(isnan(z[4]), "NaN shift: not defined");
+    cr_assert(isnan(z[5]), "n_k < 2: not defined");
+    cr_assert_eq(probe_channel_z(NULL, se, nk, 6, z), PROBE_EINVAL);
+    cr_assert_eq(probe_channel_z(NULL, NULL, NULL, 0, NULL), PROBE_OK);
+}
