@@ -5,6 +5,7 @@ worst value x headroom (1e-12), the file must load in probe-compare --gate T2
 and gate a 4th pair as expected (pass within, fail beyond), a floor above T1
 exits 1, and bad input exits 2 with one line."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -97,6 +98,31 @@ def channel_z(r, c, axis=1):
     return float(z.max()), int(z.argmax())
 
 
+def channel_z_signed(r, c, axis=1):
+    """Every channel's z_k (signed), as channel_z."""
+    d = np.moveaxis(c - r, axis, 0).reshape(r.shape[axis], -1)
+    return d.mean(axis=1) / (d.std(axis=1, ddof=1) / np.sqrt(d.shape[1]))
+
+
+def z_limit(k, p=1e-6):
+    """t with erfc(t / sqrt 2) = p / k (docs/gates.md, the systematic test), by bisection."""
+    lo, hi = 0.0, 40.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if math.erfc(mid / math.sqrt(2)) > p / k else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def band(zs, h):
+    """docs/calibration.md "Structure per channel": per channel ceil(max(h worst |z_k|,
+    |mean z_k| + t_K s sqrt(1 + 1/N))), s the pooled spread about each channel's mean."""
+    z = np.array(zs)  # [N pairs, K channels]
+    n, k = z.shape
+    s = math.sqrt(((z - z.mean(axis=0)) ** 2).sum() / (k * (n - 1)))
+    t = np.maximum(h * np.abs(z).max(axis=0), np.abs(z.mean(axis=0)) + z_limit(k) * s * math.sqrt(1 + 1 / n))
+    return [math.ceil(x) for x in t], s
+
+
 def structure(P, rng):
     """The feature biases channel 2 of one block; a candidate with a larger bias there fails T2 on
     the channel z although its rel_l2 is within the feature's drift; a fresh feature run passes."""
@@ -109,7 +135,7 @@ def structure(P, rng):
         c[paths[1]][:, 2] += b
         return c
 
-    refs, worst = [], {k: 0.0 for k in paths}
+    refs, worst, zs = [], {k: 0.0 for k in paths}, {k: [] for k in paths}
     args = ["--feature", "fp8", "--headroom", str(h)]
     for i in range(3):
         r = write(P("s-ref%d.h5" % i), {k: v + 1e-6 * rng.standard_normal(shape) for k, v in base.items()})
@@ -118,6 +144,7 @@ def structure(P, rng):
         args += ["--reference", P("s-ref%d.h5" % i), "--candidate", P("s-cand%d.h5" % i)]
         for k in paths:
             worst[k] = max(worst[k], channel_z(r[k], c[k])[0])
+            zs[k].append(channel_z_signed(r[k], c[k]))
     rc, so, se = run(CAL, *args, "--out", P("s-cal.json"))
     check(rc == 0, "structure: probe-calibrate exit 0 [rc=%d %s]" % (rc, se.strip()))
     cal = json.load(open(P("s-cal.json")))
@@ -130,22 +157,30 @@ def structure(P, rng):
               and e["observed"]["runs"] == 3 and e["observed"]["floor"]["runs"] == 2,
               "structure %s: channel_z_max = %g x numpy's worst |z| (%r vs %r)"
               % (k, h, e.get("channel_z_max"), h * worst[k]))
+        want, spread = band(zs[k], h)
+        check(e.get("channel_z_max_by_channel") == want
+              and close(e["observed"].get("channel_z_spread"), spread, 1e-9)
+              and close(e["observed"].get("channel_t"), z_limit(8), 1e-9),
+              "structure %s: channel_z_max_by_channel is numpy's prediction band (%r vs %r)"
+              % (k, e.get("channel_z_max_by_channel"), want))
     comp_e = cal["components"]["dit.step"]
     check(close(comp_e.get("channel_z_max"), h * max(worst.values()), 1e-9),
           "structure: the component's channel_z_max = %g x its worst |z|" % h)
     limit = st[paths[1]]["channel_z_max"]
+    limit2 = st[paths[1]]["channel_z_max_by_channel"][2]
 
     bug = feature(refs[0], 4 * bias)
     zb, kb = channel_z(refs[0][paths[1]], write(P("s-bug.h5"), bug)[paths[1]])
-    check(zb > limit and kb == 2, "structure: the bug's z %g is above %g" % (zb, limit))
+    check(zb > limit2 and kb == 2, "structure: the bug's z %g is above %g" % (zb, limit2))
     rc, so, se = run(COMPARE, P("s-ref0.h5"), P("s-bug.h5"), "--gate", "T2", "--calibration",
                      P("s-cal.json"), "--json", P("s-bug.json"))
     res = json.load(open(P("s-bug.json"))) if rc != 2 else {"tensors": []}
     t = {x["path"]: x for x in res["tensors"]}
     tb = t.get(paths[1], {"reasons": [], "gate": {}})
-    want = "systematic shift of channel 2: |z| "
+    want = "systematic shift of channel 2: |z| %.4g > %d " % (zb, limit2)
     check(rc == 1 and tb.get("verdict") == "fail" and any(x.startswith(want) and
-          x.endswith("(the feature's own, calibrated with headroom 2)") for x in tb["reasons"])
+          x.endswith("(the feature's own in that channel, calibrated with headroom 2)")
+          for x in tb["reasons"])
           and tb.get("rel_l2", 1) <= comp_e["rel_l2_max"],
           "structure: T2 fails the bug on the channel z, its rel_l2 within the drift [rc=%d %r]"
           % (rc, tb["reasons"]))

@@ -125,6 +125,11 @@ cal = {
                                                         "observed": {"component": "dit.block",
                                                                      "runs": 3}, "x-n": 1},
                                 "/dit.block/0003/out": {"gain_z_max": 4.5}}},
+    "structure_by_channel": {"format": "probe-calibration", "version": 1, "headroom": 1.5,
+                             "components": {"dit.block": {"rel_l2_max": 0.04}},
+                             "structure": {"/dit.block/0002/out": {
+                                 "channel_z_max": 176.0, "channel_z_max_by_channel": [31, 0, None, 176.5],
+                                 "observed": {"channel_z_spread": 3.2, "channel_t": 5.33}}}},
     "bad_version": {"format": "probe-calibration", "version": 2, "components": {}},
     "unknown_component": {"format": "probe-calibration", "version": 1, "components": {"x": {}}},
 }
