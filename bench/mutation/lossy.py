@@ -239,6 +239,8 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
                                          if "path" in x and not x.get("identical")), None),
                 "block_rel_l2": (vt.get("%s/out" % named_at) or {}).get("rel_l2") if blk is not None else None,
                 "introduced": (v.get("introduced") or {}).get("call"),
+                "fail": v["verdict"] == "fail",
+                "named": (v.get("introduced") or {}).get("call") == named_at,
             }
         rows.append(row)
     summary = {"device": a.device, "size": a.size, "frames": a.frames, "layers": a.layers,
@@ -328,4 +330,11 @@ def tables(s):
                 nam = sum(r["verdicts"][gate]["fail"] and r["verdicts"][gate]["named"] for r in br)
                 cells.append("%d/%d (named %d)" % (det, len(br), nam))
             out.append("| %s | %s | %d/%d | %s |" % (f, gate, fa, len(fr), " | ".join(cells)))
+        # the feature's own implementation as the reference (the feature-alone run of the seed)
+        cells = []
+        for b in s["bugs"]:
+            br = [r["vs_feature"] for r in rows if r["feature"] == f and r["bug"] == b and r.get("vs_feature")]
+            cells.append("%d/%d (named %d)" % (sum(v["fail"] for v in br), len(br),
+                                               sum(v["fail"] and v["named"] for v in br)))
+        out.append("| %s | T1 against the feature alone | - | %s |" % (f, " | ".join(cells)))
     return "\n".join(out) + "\n"
