@@ -16,19 +16,20 @@
 
 /* Threshold keys of a component / tensor entry, in the order docs list them. */
 enum { K_REL_L2, K_COSINE, K_ATOL, K_RTOL, K_MISMATCH, K_P99, K_MAX_ABS, K_CHANNEL_Z, K_GAIN_Z,
-       NKEYS };
+       K_SKIPPED, NKEYS };
 static const char *const key_names[NKEYS] = {
     [K_REL_L2] = "rel_l2_max",   [K_COSINE] = "cosine_min",
     [K_ATOL] = "atol",           [K_RTOL] = "rtol",
     [K_MISMATCH] = "mismatch_fraction_max",
     [K_P99] = "p99_abs_max",     [K_MAX_ABS] = "max_abs_max",
     [K_CHANNEL_Z] = "channel_z_max", [K_GAIN_Z] = "gain_z_max",
+    [K_SKIPPED] = "skipped_fraction_max",
 };
 #define ALL_KEYS ((1u << NKEYS) - 1)
 #define STRUCTURE_KEYS ((1u << K_CHANNEL_Z) | (1u << K_GAIN_Z))
 #define ENTRY_KEYS_TEXT \
     "rel_l2_max, cosine_min, atol, rtol, mismatch_fraction_max, p99_abs_max, max_abs_max, " \
-    "channel_z_max, gain_z_max, observed, x-*"
+    "channel_z_max, gain_z_max, skipped_fraction_max, observed, x-*"
 #define STRUCTURE_KEYS_TEXT "channel_z_max, gain_z_max, channel_z_max_by_channel, observed, x-*"
 #define BY_CHANNEL_KEY "channel_z_max_by_channel"
 
@@ -178,6 +179,10 @@ static probe_status parse_entry(const char *path, const char *section, const cha
             return probe_set_error(PROBE_EFORMAT,
                                    "calibration %s: %s '%s': %s %g is negative", path, section,
                                    name, key, x);
+        if (k == K_SKIPPED && x > 1.0)
+            return probe_set_error(PROBE_EFORMAT,
+                                   "calibration %s: %s '%s': skipped_fraction_max %g is a "
+                                   "fraction and must be in [0, 1]", path, section, name, x);
         if (k == K_MISMATCH && x > 1.0)
             return probe_set_error(PROBE_EFORMAT,
                                    "calibration %s: %s '%s': mismatch_fraction_max %g is a "
@@ -403,6 +408,7 @@ probe_status probe_calibration_gate(const probe_calibration *c, const char *comp
         [K_RTOL] = &g->rtol, [K_MISMATCH] = &g->mismatch_fraction_max,
         [K_P99] = &g->p99_abs_max, [K_MAX_ABS] = &g->max_abs_max,
         [K_CHANNEL_Z] = &g->channel_z_max, [K_GAIN_Z] = &g->gain_z_max,
+        [K_SKIPPED] = &g->skipped_fraction_max,
     };
     for (int k = 0; k < NKEYS; k++)
         if (e->has & (1u << k))

@@ -30,6 +30,26 @@ static void gate_unchecked(probe_gate *g)
     g->headroom = NAN;
 }
 
+size_t probe_struct_size(const char *name)
+{
+    static const struct {
+        const char *name;
+        size_t size;
+    } sizes[] = {
+        {"probe_gate", sizeof(probe_gate)},
+        {"probe_gate_verdict", sizeof(probe_gate_verdict)},
+        {"probe_metrics", sizeof(probe_metrics)},
+        {"probe_metrics_opts", sizeof(probe_metrics_opts)},
+        {"probe_channel_spec", sizeof(probe_channel_spec)},
+        {"probe_channel_shift", sizeof(probe_channel_shift)},
+        {"probe_pair_source", sizeof(probe_pair_source)},
+    };
+    for (size_t i = 0; name && i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(name, sizes[i].name) == 0)
+            return sizes[i].size;
+    return 0;
+}
+
 probe_status probe_gate_parse(const char *spec, probe_gate *out)
 {
     if (spec == NULL || out == NULL)

@@ -22,10 +22,9 @@ LOSSY = {  # feature -> how its runs differ from the study's defaults
     "fp8-storage": {"weights_differ": True},
     "fp8-gemm": {"weights_differ": True},
     # First Block Cache needs 8+ steps to cache anything; a cached step skips the
-    # blocks after the first, so their calls are missing from a --blocks capture and
-    # T2 cannot be calibrated on them (probe-calibrate refuses a tensor missing on
-    # one side): its runs capture the DiT steps only
-    "fbcache": {"min_steps": 8, "skips_block_calls": True},
+    # blocks after the first, so their calls are missing from the candidate's --blocks
+    # capture: calibrated with probe-calibrate --skips-calls
+    "fbcache": {"min_steps": 8, "skips_calls": True},
 }
 # (family, size, --bug spec with BLOCK for the bug's block; None: not in a block)
 LOSSY_BUGS = [
@@ -96,7 +95,7 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
     def group(f):
         """The run settings feature f needs: (steps, blocks captured)."""
         steps = max(a.steps, LOSSY[f].get("min_steps", 0))
-        return steps, a.blocks and not LOSSY[f].get("skips_block_calls")
+        return steps, a.blocks
 
     def gname(g):
         return "n%d%s" % (g[0], "-blocks" if g[1] else "")
@@ -162,6 +161,7 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
             cmd += ["--candidate", P("lossy/%s/cal-%d.h5" % (f, s))]
         cmd += ["--reference-repeat", P("lossy/%s-repeat.h5" % ref(g, 1))]
         cmd += weight_diff_opts("probe-calibrate", f)
+        cmd += ["--skips-calls"] if LOSSY[f].get("skips_calls") else []
         rc, secs = sh(cmd, out + ".log", 600)
         if rc not in (0, 1) or not os.path.exists(out):
             sys.exit("study: probe-calibrate %s failed (exit %d): see %s.log" % (f, rc, out))

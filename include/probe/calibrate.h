@@ -74,6 +74,12 @@ typedef struct probe_calibrate_opts {
      * probe-compare refuses it; a floor pair's must always agree. Written into the file
      * as "weights", which probe-compare --gate T2 then applies. */
     const char *weights;
+    /* 1: the feature skips calls (a step cache such as First Block Cache runs only the
+     * first DiT block of a cached step), so a feature pair's candidate may lack tensors
+     * of the reference; per component the fraction it lacks is a statistic
+     * (skipped_fraction) with threshold skipped_fraction_max = min(1, h * worst). 0: a
+     * missing tensor is an error. Floor pairs must always hold the same tensors. */
+    int skips_calls;
 } probe_calibrate_opts;
 
 /* One statistic over n samples (a sample is one tensor of one pair). NaN
@@ -91,6 +97,8 @@ typedef struct probe_calibrate_drift {
     probe_calibrate_stat rel_l2, one_minus_cosine, p99_abs, max_abs, mismatch_fraction;
     probe_calibrate_stat channel_z; /* |probe_channel_shift.z_max|: tensors with a channel axis */
     probe_calibrate_stat gain_z;    /* |probe_metrics.gain_z| */
+    probe_calibrate_stat skipped_fraction; /* skips_calls: tensors of the component the
+                                              candidate lacks / the reference's, per pair */
 } probe_calibrate_drift;
 
 typedef struct probe_calibrate_component {
@@ -100,6 +108,7 @@ typedef struct probe_calibrate_component {
     /* thresholds written to the file (NaN: not written, e.g. p99 of empty tensors only) */
     double rel_l2_max, cosine_min, p99_abs_max, max_abs_max, mismatch_fraction_max;
     double channel_z_max, gain_z_max; /* h * feature worst |channel z|, |gain_z| */
+    double skipped_fraction_max;      /* min(1, h * worst skipped fraction); NaN: none skipped */
     /* T1 check: h * floor worst, and T1's limits */
     double floor_rel_l2_x_headroom, floor_one_minus_cosine_x_headroom;
     double t1_rel_l2_max, t1_one_minus_cosine_max;
@@ -121,7 +130,9 @@ typedef struct probe_calibrate_path {
     double *channel_z_max_by_channel;
     uint64_t nchannels;
     double channel_z_spread; /* pooled standard deviation of z_k about its channel's mean,
-                                over the channels and feature pairs (NaN: N_k < 2 everywhere) */
+                                over the channels and feature pairs; where N_k < 2 everywhere
+                                (one pair held the path) the same over every path of the
+                                component; NaN when that has none either */
     double channel_t;        /* probe_systematic_limit(nchannels, PROBE_SYSTEMATIC_FALSE_ALARM) */
 } probe_calibrate_path;
 

@@ -302,6 +302,12 @@ typedef struct probe_compare_result {
     char (*missing_in_reference)[512];      /* in candidate order */
     size_t nskipped;
     probe_compare_skip *skipped;            /* captures skipped at run time (probe.skips) */
+    /* T2 whose calibration says the feature skips calls of a component
+     * (skipped_fraction_max > 0): reference tensors of it the candidate lacks, which are
+     * then not in missing_in_candidate; the run fails when a component's lacking
+     * fraction is above its skipped_fraction_max (a run reason names it). */
+    size_t nskipped_by_feature;
+    char (*skipped_by_feature)[512];        /* in reference order */
     int pass;                               /* every matched tensor passes and nothing is missing */
     long first_failure;                     /* index into tensors, -1 if none */
     char first_failure_path[512];           /* "" if none; may name a tensor missing in the candidate */
@@ -391,6 +397,9 @@ typedef struct probe_compare_result {
      * first_class_mismatch the first of them ("" none). Neither fails the run by itself. */
     size_t calls_by_module, calls_unpaired_by_module;
     char by_module_component[128];
+    int by_nesting;          /* 1: by_module_component's calls were paired by (parent call,
+                                block index), a feature that skips nested calls; 0: by
+                                module path */
     size_t class_mismatches;
     char first_class_mismatch[512];
 } probe_compare_result;

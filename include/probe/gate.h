@@ -50,9 +50,18 @@ typedef struct probe_gate {
      * unchecked. NULL / 0: none (then channel_z_max applies to the largest |z|). */
     const double *channel_z_max_by_channel;
     uint64_t channel_z_count;
+    double skipped_fraction_max; /* T2: the largest fraction of a component's reference
+                               tensors the candidate may lack because the feature skips their
+                               calls (a step cache); 0: none may be missing */
     double headroom;        /* T2: the calibration file's headroom, quoted in reasons;
                                NaN when the file gives none or the gate is not T2 */
 } probe_gate;
+
+/* The size in bytes of a public struct that a binding mirrors (ctypes, cffi), by its
+ * C name: "probe_gate", "probe_gate_verdict", "probe_metrics", "probe_metrics_opts",
+ * "probe_channel_spec", "probe_channel_shift", "probe_pair_source"; 0 for any other
+ * name or NULL. A binding checks its layout against it when it loads the library. */
+size_t probe_struct_size(const char *name);
 
 /* Parse "T1", "T1-relaxed:CAUSE" or "T2" into *out with that gate's default
  * thresholds (T2's thresholds are unchecked until probe_calibration_gate()

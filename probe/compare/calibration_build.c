@@ -17,7 +17,7 @@
 #include "probe/verdict.h"
 #include "weight_check.h"
 
-enum { S_REL_L2, S_1MCOS, S_P99, S_MAX_ABS, S_MISMATCH, S_CHANNEL_Z, S_GAIN_Z, NSTATS };
+enum { S_REL_L2, S_1MCOS, S_P99, S_MAX_ABS, S_MISMATCH, S_CHANNEL_Z, S_GAIN_Z, S_SKIPPED, NSTATS };
 
 typedef struct {
     double worst, sum;
@@ -28,6 +28,8 @@ typedef struct {
     acc a[NSTATS];
     size_t pairs, tensors;
     long last_pair; /* pair id that last added to this drift (counts pairs) */
+    size_t pair_tensors, pair_skipped; /* of the pair last_skip: compared, missing in the candidate */
+    long last_skip;
 } drift_acc;
 
 typedef struct {
@@ -54,6 +56,11 @@ typedef struct {
     size_t n, cap;
     size_t *slot;  /* open addressing over p: index + 1, 0 = empty; nslot a power of 2 */
     size_t nslot;
+    struct {
+        char component[128];
+        double value;
+    } *spread;     /* component_spread's cache */
+    size_t nspread;
 } path_table;
 
 static size_t path_hash(const char *s)
@@ -117,6 +124,7 @@ static void path_table_free(path_table *t)
     }
     free(t->p);
     free(t->slot);
+    free(t->spread);
 }
 
 static void acc_add(acc *a, double x)
@@ -163,6 +171,7 @@ static long comp_find(comp_table *t, const char *name)
     memset(&t->feature[t->n], 0, sizeof t->feature[0]);
     memset(&t->floor[t->n], 0, sizeof t->floor[0]);
     t->feature[t->n].last_pair = t->floor[t->n].last_pair = -1;
+    t->feature[t->n].last_skip = t->floor[t->n].last_skip = -1;
     return (long)t->n++;
 }
 
@@ -219,20 +228,54 @@ static probe_status add_channels(path_acc *pa, const probe_tensor_result *x, con
     return PROBE_OK;
 }
 
-/* The per-channel thresholds of one path (probe/calibrate.h): the pooled spread of z_k
- * across the feature pairs, and per channel ceil(max(h * worst |z_k|, |mean z_k| + t_K *
- * spread * sqrt(1 + 1/N_k))). */
-static probe_status channel_thresholds(const path_acc *a, double h, probe_calibrate_path *p)
+/* The squared deviations of z_k about each channel's mean over the feature pairs of
+ * path a, summed over the channels, and their degrees of freedom. */
+static void path_spread(const path_acc *a, double *ss, double *dof)
 {
-    double ss = 0, dof = 0;
-    for (uint64_t k = 0; k < a->nchan; k++)
+    *ss = *dof = 0;
+    for (uint64_t k = 0; a->chan_worst && k < a->nchan; k++)
         if (a->chan_n[k] >= 2) {
             double m = a->chan_sum[k] / a->chan_n[k];
             double d = a->chan_sq[k] - a->chan_n[k] * m * m;
-            ss += d > 0 ? d : 0;
-            dof += a->chan_n[k] - 1;
+            *ss += d > 0 ? d : 0;
+            *dof += a->chan_n[k] - 1;
         }
-    p->channel_z_spread = dof > 0 ? sqrt(ss / dof) : NAN;
+}
+
+/* The pooled spread of z_k over every path of component `comp` (NaN: none), computed
+ * once per component into the table's cache. */
+static double component_spread(path_table *pt, const char *comp)
+{
+    for (size_t i = 0; i < pt->nspread; i++)
+        if (strcmp(pt->spread[i].component, comp) == 0)
+            return pt->spread[i].value;
+    double ss = 0, dof = 0;
+    for (size_t i = 0; i < pt->n; i++)
+        if (strcmp(pt->p[i].component, comp) == 0) {
+            double s1, d1;
+            path_spread(&pt->p[i], &s1, &d1);
+            ss += s1;
+            dof += d1;
+        }
+    double v = dof > 0 ? sqrt(ss / dof) : NAN;
+    void *grown = realloc(pt->spread, (pt->nspread + 1) * sizeof *pt->spread);
+    if (grown) { /* without memory it is computed again next time */
+        pt->spread = grown;
+        snprintf(pt->spread[pt->nspread].component, sizeof pt->spread[0].component, "%s", comp);
+        pt->spread[pt->nspread++].value = v;
+    }
+    return v;
+}
+
+/* The per-channel thresholds of one path (probe/calibrate.h): the pooled spread of z_k
+ * across the feature pairs (the component's, when the path was held by one pair only),
+ * and per channel ceil(max(h * worst |z_k|, |mean z_k| + t_K * spread * sqrt(1 + 1/N_k))). */
+static probe_status channel_thresholds(const path_acc *a, double h, path_table *pt,
+                                       probe_calibrate_path *p)
+{
+    double ss, dof;
+    path_spread(a, &ss, &dof);
+    p->channel_z_spread = dof > 0 ? sqrt(ss / dof) : component_spread(pt, a->component);
     p->channel_t = probe_systematic_limit(a->nchan, PROBE_SYSTEMATIC_FALSE_ALARM);
     if (!(p->channel_z_max_by_channel = malloc((size_t)a->nchan * sizeof(double))))
         return probe_set_error(PROBE_ENOMEM, "out of memory");
@@ -245,6 +288,43 @@ static probe_status channel_thresholds(const path_acc *a, double h, probe_calibr
             t = band > t ? band : t;
         }
         p->channel_z_max_by_channel[k] = isfinite(w) ? ceil(t) : NAN; /* a whole z, up */
+    }
+    return PROBE_OK;
+}
+
+/* One compared (skipped 0) or skipped (1) tensor of pair pair_id in d's count. */
+static void skip_count(drift_acc *d, long pair_id, int skipped)
+{
+    if (d->last_skip != pair_id) {
+        d->last_skip = pair_id;
+        d->pair_tensors = d->pair_skipped = 0;
+    }
+    if (skipped)
+        d->pair_skipped++;
+    else
+        d->pair_tensors++;
+}
+
+/* The tensors a feature pair's candidate lacks (a feature that skips calls), counted
+ * per component (a path's first element), and each component's skipped fraction of the
+ * pair as one sample. */
+static probe_status add_skipped(comp_table *t, const probe_compare_result *r, long pair_id)
+{
+    for (size_t i = 0; i < r->nmissing_cand; i++) {
+        char comp[128];
+        const char *p = r->missing_in_candidate[i] + (r->missing_in_candidate[i][0] == '/');
+        size_t len = strcspn(p, "/");
+        snprintf(comp, sizeof comp, "%.*s", (int)(len < sizeof comp ? len : sizeof comp - 1), p);
+        long k = comp_find(t, comp);
+        if (k < 0)
+            return probe_set_error(PROBE_ENOMEM, "out of memory");
+        skip_count(&t->feature[k], pair_id, 1);
+    }
+    for (size_t k = 0; k < t->n; k++) {
+        drift_acc *d = &t->feature[k];
+        if (d->last_skip == pair_id && d->pair_tensors + d->pair_skipped)
+            acc_add(&d->a[S_SKIPPED],
+                    (double)d->pair_skipped / (double)(d->pair_tensors + d->pair_skipped));
     }
     return PROBE_OK;
 }
@@ -276,15 +356,18 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
                             "both files)", what, ref, cand);
         goto out;
     }
-    if (r->nmissing_cand || r->nmissing_ref) {
+    if (r->nmissing_ref || (r->nmissing_cand && (is_floor || !o->skips_calls))) {
         s = probe_set_error(PROBE_EMISMATCH, "%s %s vs %s: %s %s (%zu missing in the second "
                             "file, %zu in the first); calibration runs must capture the same "
-                            "tensors", what, ref, cand,
+                            "tensors%s", what, ref, cand,
                             r->nmissing_cand ? r->missing_in_candidate[0]
                                              : r->missing_in_reference[0],
                             r->nmissing_cand ? "is missing in the second file"
                                              : "is missing in the first file",
-                            r->nmissing_cand, r->nmissing_ref);
+                            r->nmissing_cand, r->nmissing_ref,
+                            !is_floor && !r->nmissing_ref
+                                ? " (a feature that skips calls, such as a step cache: "
+                                  "--skips-calls)" : "");
         goto out;
     }
     for (size_t i = 0; i < r->ntensors; i++) {
@@ -328,6 +411,7 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
             goto out;
         }
         drift_acc *d = is_floor ? &t->floor[k] : &t->feature[k];
+        skip_count(d, pair_id, 0);
         acc_add(&d->a[S_REL_L2], m->rel_l2);
         acc_add(&d->a[S_1MCOS], 1.0 - m->cosine);
         acc_add(&d->a[S_P99], m->p99_abs);
@@ -357,6 +441,8 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
             pa->last_pair[is_floor] = pair_id;
         }
     }
+    if (!is_floor && (s = add_skipped(t, r, pair_id)) != PROBE_OK)
+        goto out;
     if (!is_floor && !r->feature_active)
         s = probe_set_error(PROBE_EMISMATCH, "pair %s vs %s: the candidate is identical to the "
                             "reference in every tensor (feature not active?); a feature that did "
@@ -377,6 +463,7 @@ static void drift_out(const drift_acc *a, probe_calibrate_drift *d)
     d->mismatch_fraction = acc_stat(&a->a[S_MISMATCH]);
     d->channel_z = acc_stat(&a->a[S_CHANNEL_Z]);
     d->gain_z = acc_stat(&a->a[S_GAIN_Z]);
+    d->skipped_fraction = acc_stat(&a->a[S_SKIPPED]);
 }
 
 void probe_calibrate_result_free(probe_calibrate_result *r)
@@ -557,6 +644,8 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         c->p99_abs_max = h * c->feature.p99_abs.worst; /* NaN stays NaN: not written */
         c->max_abs_max = h * c->feature.max_abs.worst;
         c->mismatch_fraction_max = fmin(1.0, h * c->feature.mismatch_fraction.worst);
+        c->skipped_fraction_max = c->feature.skipped_fraction.worst > 0
+                                      ? fmin(1.0, h * c->feature.skipped_fraction.worst) : NAN;
         c->channel_z_max = h * c->feature.channel_z.worst; /* NaN, inf: not written */
         c->gain_z_max = h * c->feature.gain_z.worst;
         c->t1_rel_l2_max = t1.rel_l2_max;
@@ -593,7 +682,7 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
         p->floor_gain_z = acc_stat(&a->gain_z[1]);
         p->channel_z_max = h * p->channel_z.worst;
         p->gain_z_max = h * p->gain_z.worst;
-        if (a->chan_worst && (s = channel_thresholds(a, h, p)) != PROBE_OK)
+        if (a->chan_worst && (s = channel_thresholds(a, h, &pt, p)) != PROBE_OK)
             goto fail;
     }
     free(t.c);
@@ -643,6 +732,8 @@ static json_t *jdrift(const probe_calibrate_drift *d, double atol, double rtol)
     json_object_set_new(mm, "atol", json_real(atol));
     json_object_set_new(mm, "rtol", json_real(rtol));
     json_object_set_new(o, "mismatch_fraction", mm);
+    if (d->skipped_fraction.n)
+        json_object_set_new(o, "skipped_fraction", jstat(&d->skipped_fraction, "max"));
     json_object_set_new(o, "channel_z", jstat(&d->channel_z, "max"));
     json_object_set_new(o, "gain_z", jstat(&d->gain_z, "max"));
     return o;
@@ -739,6 +830,7 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
         set_if_finite(e, "max_abs_max", c->max_abs_max);
         set_if_finite(e, "channel_z_max", c->channel_z_max);
         set_if_finite(e, "gain_z_max", c->gain_z_max);
+        set_if_finite(e, "skipped_fraction_max", c->skipped_fraction_max);
         json_t *obs = jdrift(&c->feature, r->atol, r->rtol);
         json_object_set_new(obs, "floor", jdrift(&c->floor, r->atol, r->rtol));
         json_object_set_new(obs, "t1_above_floor", json_boolean(c->t1_above_floor));

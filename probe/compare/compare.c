@@ -1255,6 +1255,13 @@ typedef struct compare_run {
     size_t sel_total, sel_done;
     uint64_t bytes_total, bytes_done;
     probe_compare_result *res;
+    /* T2: per component the feature may skip, its skipped tensors and the calibrated limit */
+    struct feature_skip {
+        char component[128];
+        size_t skipped;
+        double limit;
+    } *fskip;
+    size_t nfskip;
 } compare_run;
 
 /* Build both sides' logical tensor lists and, for two plain files, the call
@@ -1410,6 +1417,53 @@ static void run_judge_pair(compare_run *cr, probe_tensor_result *t, int nbefore)
     }
 }
 
+/* Under T2, whether the calibration lets the feature skip reference tensor ti's call
+ * (its gate's skipped_fraction_max > 0); counted per component. -1: out of memory. */
+static int run_skipped_by_feature(compare_run *cr, const probe_tensor_info *ti)
+{
+    const probe_compare_opts *o = cr->opts;
+    probe_gate g;
+    probe_gate_verdict v = {0};
+    if (o->gate.kind != PROBE_GATE_T2 || !o->calibration || !tensor_gate(o, ti, &g, &v) ||
+        !(g.skipped_fraction_max > 0))
+        return 0;
+    size_t k = 0;
+    while (k < cr->nfskip && strcmp(cr->fskip[k].component, ti->component) != 0)
+        k++;
+    if (k == cr->nfskip) {
+        struct feature_skip *grown = realloc(cr->fskip, (k + 1) * sizeof *grown);
+        if (!grown)
+            return -1;
+        cr->fskip = grown;
+        snprintf(grown[k].component, sizeof grown[k].component, "%s", ti->component);
+        grown[k].skipped = 0;
+        grown[k].limit = g.skipped_fraction_max;
+        cr->nfskip++;
+    }
+    cr->fskip[k].skipped++;
+    return 1;
+}
+
+/* Each component's skipped fraction against the feature's own. */
+static void run_check_skipped(compare_run *cr)
+{
+    probe_compare_result *res = cr->res;
+    for (size_t k = 0; k < cr->nfskip; k++) {
+        const struct feature_skip *f = &cr->fskip[k];
+        size_t compared = 0;
+        for (size_t i = 0; i < res->ntensors; i++)
+            compared += strcmp(res->tensors[i].ref.component, f->component) == 0;
+        double frac = (double)f->skipped / (double)(compared + f->skipped);
+        if (frac > f->limit) {
+            res->pass = 0;
+            res->gate_pass = 0;
+            add_run_reason(res, "%s: the candidate skipped %zu of %zu tensors (fraction %.4g > "
+                           "%.4g, the feature's own, calibrated)", f->component, f->skipped,
+                           compared + f->skipped, frac, f->limit);
+        }
+    }
+}
+
 /* Reference tensor i (selected by --only): compared with its counterpart, or
  * listed as missing in the candidate. */
 static probe_status run_compare_one(compare_run *cr, size_t i)
@@ -1424,6 +1478,11 @@ static probe_status run_compare_one(compare_run *cr, size_t i)
     if (!run_find_pair(cr, re, &ci, &half, &split)) {
         char name[512];
         tagged_name(name, sizeof name, ti->path, re->tag);
+        int skip = run_skipped_by_feature(cr, ti);
+        if (skip < 0)
+            return probe_set_error(PROBE_ENOMEM, "out of memory");
+        if (skip)
+            return push_name(&res->skipped_by_feature, &res->nskipped_by_feature, name);
         if ((s = push_name(&res->missing_in_candidate, &res->nmissing_cand, name)))
             return s;
         res->pass = 0;
@@ -1542,6 +1601,7 @@ static probe_status run_completeness(compare_run *cr)
         add_run_reason(res, "isolated run %s is not a complete replay of the reference: %s",
                        opts->isolated, cr->iso_why);
     }
+    run_check_skipped(cr);
     int whole = !res->nmissing_cand && !res->nmissing_ref && !res->incomplete_reference &&
                 !res->incomplete_candidate;
     if (res->ntensors == 0 && res->nmissing_cand == 0 && res->nmissing_ref == 0) {
@@ -1614,6 +1674,7 @@ static probe_status run_experiment(compare_run *cr)
     res->calls_unpaired_by_module = probe_call_map_unpaired(cr->cmap);
     snprintf(res->by_module_component, sizeof res->by_module_component, "%s",
              probe_call_map_first_component(cr->cmap));
+    res->by_nesting = probe_call_map_first_nested(cr->cmap);
     if ((s = probe_attribute(res)) != PROBE_OK)
         return s;
     /* with an oracle that stops half-way, the tensors after it fall back to the gate: no
@@ -1659,6 +1720,7 @@ probe_status probe_compare_ranksets(probe_rankset *rset, const char *const *refe
         (s = run_completeness(&cr)) == PROBE_OK)
         s = run_experiment(&cr);
     probe_call_map_free(cr.cmap);
+    free(cr.fskip);
     free(cr.cfg_cand.calls);
     free(cr.cfg_ref.calls);
     free(cr.cfg_used);
@@ -1711,6 +1773,7 @@ void probe_compare_result_free(probe_compare_result *r)
     free(r->divergent);
     free(r->tensors);
     free(r->missing_in_candidate);
+    free(r->skipped_by_feature);
     free(r->missing_in_reference);
     free(r->skipped);
     free(r->manifest_reference);

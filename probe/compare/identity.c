@@ -9,6 +9,8 @@
 typedef struct {
     const char *comp;
     const char *module; /* "" unknown */
+    const char *parent; /* the enclosing call (probe.parent), "" when not nested */
+    int64_t block;      /* probe.block, -1 when not nested */
     int64_t call;       /* -1: the tensor's path is not /<component>/<call>/... */
 } call_rec;
 
@@ -17,6 +19,7 @@ typedef struct {
     size_t n[2];
     int64_t *calls[2];  /* the side's calls of the component, increasing */
     int64_t *other[2];  /* the paired call on the other side, -1 none */
+    int nested;         /* 1: paired by (parent call, block index), 0: by module path */
 } comp_map;
 
 struct probe_call_map {
@@ -68,6 +71,8 @@ static probe_status side_calls(const probe_rankset *set, call_rec **out, size_t 
         const probe_tensor_info *ti = &probe_rankset_entry_at(set, i)->info;
         v[i].comp = ti->component;
         v[i].module = ti->module;
+        v[i].parent = ti->parent;
+        v[i].block = ti->parent[0] ? ti->block : -1;
         v[i].call = ti->call >= 0 ? path_call(ti->path, ti->component, ti->call, NULL) : -1;
     }
     if (n)
@@ -84,6 +89,36 @@ static probe_status side_calls(const probe_rankset *set, call_rec **out, size_t 
     *out = v;
     *nout = k;
     return PROBE_OK;
+}
+
+/* Every call of the group is nested (a parent call and a block index) and has a
+ * well-formed path. */
+static int group_nested(const call_rec *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (g[i].call < 0 || !g[i].parent[0] || g[i].block < 0)
+            return 0;
+    return n > 0;
+}
+
+/* The two sides' calls have the same (parent, block) at the same call index. */
+static int same_nesting(const call_rec *a, size_t na, const call_rec *b, size_t nb)
+{
+    if (na != nb)
+        return 0;
+    for (size_t i = 0; i < na; i++)
+        if (a[i].call != b[i].call || a[i].block != b[i].block || strcmp(a[i].parent, b[i].parent))
+            return 0;
+    return 1;
+}
+
+static int cmp_nesting(const void *a, const void *b)
+{
+    const call_rec *x = *(const call_rec *const *)a, *y = *(const call_rec *const *)b;
+    int c = strcmp(x->parent, y->parent);
+    if (c)
+        return c;
+    return (x->block > y->block) - (x->block < y->block);
 }
 
 /* Every call of the group has a module path and a well-formed path. */
@@ -116,7 +151,8 @@ static int cmp_module_call(const void *a, const void *b)
 
 /* Fill cm for the groups g[0] (reference) and g[1] (candidate): the j-th
  * call of each module on one side with the j-th call of it on the other. */
-static probe_status pair_group(comp_map *cm, const call_rec *const g[2], const size_t n[2])
+static probe_status pair_group(comp_map *cm, const call_rec *const g[2], const size_t n[2],
+                               int (*key_cmp)(const void *, const void *))
 {
     const call_rec **ord[2] = {NULL, NULL};
     probe_status s = PROBE_OK;
@@ -134,12 +170,13 @@ static probe_status pair_group(comp_map *cm, const call_rec *const g[2], const s
             cm->other[side][i] = -1;
             ord[side][i] = &g[side][i];
         }
-        qsort(ord[side], n[side], sizeof *ord[side], cmp_module_call);
+        qsort(ord[side], n[side], sizeof *ord[side], key_cmp);
     }
     size_t i = 0, j = 0;
     while (i < n[0] && j < n[1]) {
         const call_rec *a = ord[0][i], *b = ord[1][j];
-        int c = strcmp(a->module, b->module);
+        int c = key_cmp == cmp_nesting ? cmp_nesting(&ord[0][i], &ord[1][j])
+                                       : strcmp(a->module, b->module);
         if (c < 0) {
             i++;
         } else if (c > 0) {
@@ -178,8 +215,13 @@ probe_status probe_call_map_build(const probe_rankset *ref, const probe_rankset 
         if (c >= 0)
             while (ej < nv[1] && !strcmp(v[1][ej].comp, v[1][j].comp))
                 ej++;
-        if (c == 0 && group_known(v[0] + i, ei - i) && group_known(v[1] + j, ej - j) &&
-            !same_order(v[0] + i, ei - i, v[1] + j, ej - j)) {
+        /* nested calls pair by (parent call, block index); others by module path */
+        int nested = c == 0 && group_nested(v[0] + i, ei - i) && group_nested(v[1] + j, ej - j);
+        int by_nesting = nested && !same_nesting(v[0] + i, ei - i, v[1] + j, ej - j);
+        int by_module = c == 0 && !nested && group_known(v[0] + i, ei - i) &&
+                        group_known(v[1] + j, ej - j) &&
+                        !same_order(v[0] + i, ei - i, v[1] + j, ej - j);
+        if (by_nesting || by_module) {
             if (!m && !(m = calloc(1, sizeof *m))) {
                 s = probe_set_error(PROBE_ENOMEM, "out of memory");
                 goto done;
@@ -193,9 +235,10 @@ probe_status probe_call_map_build(const probe_rankset *ref, const probe_rankset 
             comp_map *cm = &m->c[m->nc++];
             memset(cm, 0, sizeof *cm);
             cm->comp = v[0][i].comp;
+            cm->nested = by_nesting;
             const call_rec *g[2] = {v[0] + i, v[1] + j};
             const size_t n[2] = {ei - i, ej - j};
-            if ((s = pair_group(cm, g, n)) != PROBE_OK)
+            if ((s = pair_group(cm, g, n, by_nesting ? cmp_nesting : cmp_module_call)) != PROBE_OK)
                 goto done;
             for (size_t k = 0; k < cm->n[0]; k++) {
                 m->moved += cm->other[0][k] >= 0 && cm->other[0][k] != cm->calls[0][k];
@@ -248,6 +291,11 @@ int probe_call_map_other(const probe_call_map *m, int side, const probe_tensor_i
 
 size_t probe_call_map_moved(const probe_call_map *m) { return m ? m->moved : 0; }
 size_t probe_call_map_unpaired(const probe_call_map *m) { return m ? m->unpaired : 0; }
+
+int probe_call_map_first_nested(const probe_call_map *m)
+{
+    return m && m->nc ? m->c[0].nested : 0;
+}
 
 const char *probe_call_map_first_component(const probe_call_map *m)
 {

@@ -11,7 +11,13 @@
  * reference with the j-th call of M in the candidate. A call whose module has
  * no j-th call on the other side has no counterpart: its tensors are missing
  * on the other side. Components whose calls come in the same module order on
- * both sides, or that lack a module path anywhere, pair by path as before. */
+ * both sides, or that lack a module path anywhere, pair by path as before.
+ * A component whose every call is nested on both sides (probe.parent and
+ * probe.block: a DiT block inside a DiT step) pairs by (parent call, block
+ * index) instead, when the two sides differ there at some call index: a
+ * feature that skips calls (a step cache running only the first block of a
+ * step) shifts the call indices of every later block, and the block of the
+ * same step and index is its counterpart; a skipped block has none. */
 #ifndef PROBE_IDENTITY_H
 #define PROBE_IDENTITY_H
 
@@ -43,6 +49,8 @@ PROBE_IDENTITY_API size_t probe_call_map_moved(const probe_call_map *m);
 PROBE_IDENTITY_API size_t probe_call_map_unpaired(const probe_call_map *m);
 /* The first re-paired component's name ("" when none). */
 PROBE_IDENTITY_API const char *probe_call_map_first_component(const probe_call_map *m);
+/* 1 when the first re-paired component was paired by (parent call, block index). */
+PROBE_IDENTITY_API int probe_call_map_first_nested(const probe_call_map *m);
 
 PROBE_IDENTITY_API void probe_call_map_free(probe_call_map *m);
 

@@ -520,6 +520,10 @@ static json_t *result_json(const probe_compare_result *r)
     json_object_set_new(o, "missing_in_candidate", mc);
     json_object_set_new(o, "missing_in_reference", mr);
     json_object_set_new(o, "skipped", sk);
+    json_t *sf = json_array();
+    for (size_t i = 0; i < r->nskipped_by_feature; i++)
+        json_array_append_new(sf, json_string(r->skipped_by_feature[i]));
+    json_object_set_new(o, "skipped_by_feature", sf);
     json_object_set_new(o, "nothing_compared", json_boolean(r->nothing_compared));
     json_object_set_new(o, "ignored_datasets", json_pack("{s:I,s:I}", "reference",
                                                          (json_int_t)r->ignored_ref, "candidate",
@@ -531,10 +535,12 @@ static json_t *result_json(const probe_compare_result *r)
                                   (json_int_t)r->nmissing_cand, "missing_in_reference",
                                   (json_int_t)r->nmissing_ref, "skipped", (json_int_t)r->nskipped));
     json_object_set_new(o, "identity",
-                        json_pack("{s:I,s:I,s:o,s:I,s:o}", "calls_paired_by_module",
+                        json_pack("{s:I,s:I,s:o,s:s,s:I,s:o}", "calls_paired_by_module",
                                   (json_int_t)r->calls_by_module, "calls_unpaired_by_module",
                                   (json_int_t)r->calls_unpaired_by_module, "by_module_component",
-                                  str_or_null(r->by_module_component), "class_mismatches",
+                                  str_or_null(r->by_module_component), "paired_by",
+                                  r->by_nesting ? "parent_and_block" : "module",
+                                  "class_mismatches",
                                   (json_int_t)r->class_mismatches, "first_class_mismatch",
                                   str_or_null(r->first_class_mismatch)));
     experiment_json(o, r);

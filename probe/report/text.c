@@ -99,14 +99,23 @@ static void print_identity(FILE *out, const probe_compare_result *r)
         for (size_t i = 0; i < r->ntensors && !first; i++)
             if (r->tensors[i].cand_path[0])
                 first = &r->tensors[i];
-        fprintf(out, "paired by module path: the runs called the modules of %s in another order; "
-                     "%zu reference call%s paired with a candidate call of another index",
-                probe_tesc(r->by_module_component), r->calls_by_module, r->calls_by_module == 1 ? "" : "s");
+        if (r->by_nesting)
+            fprintf(out, "paired by parent call and block index: the candidate skipped calls of "
+                         "%s (a step cache?); %zu reference call%s paired with a candidate call of "
+                         "another index", probe_tesc(r->by_module_component), r->calls_by_module,
+                    r->calls_by_module == 1 ? "" : "s");
+        else
+            fprintf(out, "paired by module path: the runs called the modules of %s in another "
+                         "order; %zu reference call%s paired with a candidate call of another "
+                         "index", probe_tesc(r->by_module_component), r->calls_by_module,
+                    r->calls_by_module == 1 ? "" : "s");
         if (first)
             fprintf(out, " (first: %s [%s] with %s)", probe_tesc(first->ref.path),
                     probe_tesc(first->ref.module), probe_tesc(first->cand_path));
         if (r->calls_unpaired_by_module)
-            fprintf(out, ", %zu without a call of the same module in the candidate",
+            fprintf(out, r->by_nesting ? ", %zu without a call at the same step and block in the "
+                                         "candidate"
+                                       : ", %zu without a call of the same module in the candidate",
                     r->calls_unpaired_by_module);
         fputc('\n', out);
     }
@@ -240,6 +249,10 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
         fprintf(out, "%-*s  missing in candidate\n", w, probe_tesc(r->missing_in_candidate[i]));
     for (size_t i = 0; i < r->nmissing_ref; i++)
         fprintf(out, "%-*s  missing in reference\n", w, probe_tesc(r->missing_in_reference[i]));
+    if (r->nskipped_by_feature)
+        fprintf(out, "skipped by the feature (its calibration lets it skip these calls): %zu "
+                "tensor%s, first %s\n", r->nskipped_by_feature,
+                r->nskipped_by_feature == 1 ? "" : "s", probe_tesc(r->skipped_by_feature[0]));
     for (size_t i = 0; i < r->nskipped; i++)
         fprintf(out, "%-*s  skipped in %s: %s\n", w, probe_tesc(r->skipped[i].path),
                 r->skipped[i].side, probe_tesc(r->skipped[i].reason));

@@ -33,6 +33,7 @@ static void usage(FILE *f)
             "                       --reference R0.h5 [--reference R1.h5]...\n"
             "                       --candidate C0.h5 [--candidate C1.h5]...\n"
             "                       [--reference-repeat R0b.h5]... [--references-differ]\n"
+            "                       [--weights same|quantized] [--skips-calls]\n"
             "                       --out CAL.json\n"
             "Write T2 thresholds (docs/calibration.md) from repeated runs: candidate i (feature\n"
             "on) pairs with reference i (feature off, same inputs); per component the worst\n"
@@ -51,6 +52,9 @@ static void usage(FILE *f)
             "                          pair whose weight fingerprints differ is refused, as\n"
             "                          probe-compare refuses it) or quantized (it changes them,\n"
             "                          e.g. FP8 weight storage); written into the file\n"
+            "  --skips-calls           the feature skips calls (a step cache): a candidate may\n"
+            "                          lack tensors; per component the fraction it lacks is\n"
+            "                          calibrated (skipped_fraction_max)\n"
             "  --out FILE              the calibration file to write ('-' for stdout)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 written and T1 sits above the floor, 1 written but T1 does not sit\n"
@@ -128,7 +132,7 @@ typedef struct cli {
 } cli;
 
 enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
-       OPT_DIFFER, OPT_WEIGHTS, OPT_OUT, OPT_HELP, OPT_VERSION };
+       OPT_DIFFER, OPT_WEIGHTS, OPT_SKIPS, OPT_OUT, OPT_HELP, OPT_VERSION };
 
 /* One option c. -1 to go on, else the exit status (0 after --help or
  * --version, 2 after one line). */
@@ -161,6 +165,7 @@ static int parse_option(cli *a, int c, char **argv)
         break;
     }
     case OPT_DIFFER: a->o.references_differ = 1; break;
+    case OPT_SKIPS: a->o.skips_calls = 1; break;
     case OPT_WEIGHTS:
         if (strcmp(optarg, "same") != 0 && strcmp(optarg, "quantized") != 0) {
             fprintf(stderr, "probe-calibrate: --weights %s: must be same or quantized\n",
@@ -237,6 +242,7 @@ static int parse_cli(cli *a, int argc, char **argv)
         {"reference-repeat", required_argument, 0, OPT_REPEAT},
         {"references-differ", no_argument, 0, OPT_DIFFER},
         {"weights", required_argument, 0, OPT_WEIGHTS},
+        {"skips-calls", no_argument, 0, OPT_SKIPS},
         {"out", required_argument, 0, OPT_OUT},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},

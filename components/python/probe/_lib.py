@@ -74,6 +74,9 @@ class Gate(ctypes.Structure):
         ("p99_abs_max", ctypes.c_double),
         ("channel_z_max", ctypes.c_double),
         ("gain_z_max", ctypes.c_double),
+        ("channel_z_max_by_channel", ctypes.POINTER(ctypes.c_double)),
+        ("channel_z_count", ctypes.c_uint64),
+        ("skipped_fraction_max", ctypes.c_double),
         ("headroom", ctypes.c_double),
     ]
 
@@ -85,6 +88,11 @@ class GateVerdict(ctypes.Structure):
         ("nreasons", ctypes.c_int),
         ("reasons", (ctypes.c_char * 160) * PROBE_GATE_MAX_REASONS),
     ]
+
+
+# the structs above, with their C names (checked against the library on load)
+MIRRORED = ((MetricsOpts, "probe_metrics_opts"), (Metrics, "probe_metrics"), (Gate, "probe_gate"),
+            (GateVerdict, "probe_gate_verdict"))
 
 
 class ProbeError(RuntimeError):
@@ -148,6 +156,21 @@ class Library:
         self.dtype_from_name = h.probe_dtype_from_name
         self.dtype_from_name.argtypes = [ctypes.c_char_p]
         self.dtype_from_name.restype = ctypes.c_int
+        self.check_layouts()
+
+    def check_layouts(self):
+        """Each struct this module mirrors has the library's size (probe_struct_size),
+        so a module and a library of different versions never write past a buffer.
+        Raises ProbeError naming the struct."""
+        size = self.handle.probe_struct_size
+        size.argtypes = [ctypes.c_char_p]
+        size.restype = ctypes.c_size_t
+        for cls, name in MIRRORED:
+            want = size(name.encode())
+            if want != ctypes.sizeof(cls):
+                raise ProbeError("%s: struct %s is %d bytes in the library, %d in this module: "
+                                 "the probe module and libprobe are from different versions"
+                                 % (self.path, name, want, ctypes.sizeof(cls)))
 
     def last_error(self):
         s = self.last_error_fn()
