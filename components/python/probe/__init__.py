@@ -32,6 +32,10 @@ it.
 
 libprobe.so is found through PROBE_LIBPROBE or next to this package (see
 probe._lib); docs/packaging.md.
+
+The feature table (probe.Feature, probe.register_feature, probe.FEATURES,
+probe.parametrize_features) and the pytest plugin (probe.pytest_plugin):
+docs/pytest.md.
 """
 
 import json
@@ -41,8 +45,11 @@ import sys
 
 from . import _lib
 from ._version import __version__
+from .features import (FEATURES, Feature, features_with, parametrize_features,  # noqa: F401
+                       register_feature, unregister_feature)
 
-__all__ = ["compare", "assert_parity", "ProbeError", "__version__"]
+__all__ = ["compare", "assert_parity", "ProbeError", "__version__", "Feature", "FEATURES",
+           "register_feature", "unregister_feature", "features_with", "parametrize_features"]
 
 ProbeError = _lib.ProbeError
 
