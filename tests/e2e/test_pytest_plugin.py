@@ -183,6 +183,19 @@ check(c.get("nodeids") == ["test_it.py::test_vae_passes", "test_it.py::test_vae_
 check(doc["summary"] == {"passed": 3, "failed": 2, "skipped": 2}, "cells JSON summary %r" % doc["summary"])
 check(not any(n.startswith(".") for n in os.listdir(d)), "no temporary file left next to the JSON")
 
+# the plugin's JSON is what probe-matrix --tests reads: the same statuses in its HTML's inline JSON
+html_path = os.path.join(d, "matrix.html")
+p = subprocess.run([os.path.join(BUILD, "bin", "probe-matrix"), "--tests", out_json, "--html", html_path,
+                    "--quiet"], capture_output=True, text=True)
+m = re.search(r'<script type="application/json" id="probe-matrix-data">(.*?)</script>',
+              open(html_path).read() if os.path.exists(html_path) else "", re.S)
+mdoc = json.loads(m.group(1)) if m else {"cells": []}
+got = {c["id"]: c["status"] for c in mdoc["cells"] if c["status"] != "absent"}
+check(p.returncode == 1 and got == {k: v[0] for k, v in want.items()}
+      and all(c["pytest"]["status"] == c["status"] for c in mdoc["cells"] if c["status"] != "absent"),
+      "probe-matrix --tests on the plugin's JSON: the matrix HTML carries every cell's status "
+      "(exit %d, %r)" % (p.returncode, got))
+
 # -k deselects: a cell whose tests did not run is not written
 rc, out = pytest(d, "--probe-matrix-out", out_json, "-k", "vae_passes")
 doc = json.load(open(out_json))
