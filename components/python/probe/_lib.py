@@ -97,8 +97,11 @@ def prefixes():
     """The install prefixes this package may belong to, in search order: the
     pip layout (<package>/_prefix), then <prefix>/share/probe/python/probe."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.join(here, "_prefix"),
-            os.path.normpath(os.path.join(here, os.pardir, os.pardir, os.pardir, os.pardir))]
+    out = [os.path.join(here, "_prefix")]
+    parts = here.split(os.sep)
+    if parts[-4:] == ["share", "probe", "python", "probe"]:
+        out.append(os.sep.join(parts[:-4]) or os.sep)
+    return out
 
 
 def share_file(name):
