@@ -357,6 +357,25 @@ if len(lines) == 3:
     check(r2["feature"] == "flash" and r2["arch"] == "sm_100" and r2["kind"] == "floor"
           and r2["component"] == "vae.decode", "record 2: a Feature, an explicit arch, kind floor")
 
+    # the plugin's records are probe-calibrate's input; a line of another format is refused
+    cal = os.path.join(d, "cal.json")
+    p = subprocess.run([os.path.join(BUILD, "bin", "probe-calibrate"), "--feature", "bf16", "--records", rec,
+                        "--out", cal], capture_output=True, text=True)
+    check(p.returncode == 2 and "rec.jsonl:1: not a probe-record" in p.stderr,
+          "probe-calibrate --records refuses the foreign first line, naming FILE:LINE (%r)" % p.stderr)
+    with open(rec, "w") as f:
+        f.write("\n".join(lines[1:]) + "\n")
+    p = subprocess.run([os.path.join(BUILD, "bin", "probe-calibrate"), "--feature", "bf16", "--records", rec,
+                        "--out", cal], capture_output=True, text=True)
+    cdoc = json.load(open(cal)) if os.path.exists(cal) else {"components": {}}
+    e = cdoc["components"].get("dit.step", {})
+    check(p.returncode == 1 and sorted(cdoc["components"]) == ["dit.step"]
+          and abs(e.get("rel_l2_max", 0) - 1.5 * rel) <= 1e-12 * rel
+          and abs(e.get("max_abs_max", 0) - 1.5 * dd.max()) <= 1e-15
+          and cdoc["evidence"]["architectures"] == ["sm_90"] and "floor not measured" in p.stdout,
+          "probe-calibrate --records on the plugin's records: bf16's dit.step thresholds = 1.5 x the "
+          "recorded statistics, sm_90, exit 1 for the unmeasured floor (%d %s)" % (p.returncode, p.stderr))
+
 # --- failures hide probe's frames -----------------------------------------------------
 d = project("tb", '''
     import numpy as np
