@@ -280,11 +280,16 @@ d = project("repeat", '''
     def test_steady(probe_session):
         out = probe_session.run(steady, X)
         assert out["out"][0, 1] == 2.0
+
+    def test_current(probe_session, request):
+        import probe.pytest_plugin
+        assert probe.pytest_plugin.current() is probe_session
+        assert probe_session.nodeid == request.node.nodeid
 ''')
 flag = os.path.join(d, "flag.json")
 os.environ["PROBE_T_OUT"] = flag
 rc, out = pytest(d)
-check(rc == 0 and outcomes(out) == {"passed": 2} and json.load(open(flag)) == {"repeat": False},
+check(rc == 0 and outcomes(out) == {"passed": 3} and json.load(open(flag)) == {"repeat": False},
       "without --probe-repeat: each function runs once, both pass, repeat is False (%d)" % rc)
 rc, out = pytest(d, "--probe-repeat")
 x = np.arange(12, dtype=np.float32).reshape(3, 4) * 2.0
@@ -295,10 +300,10 @@ rel = float(np.linalg.norm(d_abs) / np.linalg.norm(x.astype(np.float64)))
 want = ("nondeterministic candidate: two runs of the same side differ: rel_l2=%.6g max_abs=%.6g at "
         "[1, 2] (run 1 %r, run 2 %r), 1 of 12 elements differ" % (rel, d_abs.max(), float(x[1, 2]),
                                                                   float(x2[1, 2])))
-check(rc == 1 and outcomes(out) == {"failed": 1, "passed": 1} and want in out
+check(rc == 1 and outcomes(out) == {"failed": 1, "passed": 2} and want in out
       and json.load(open(flag)) == {"repeat": True},
       "--probe-repeat: the nondeterministic function fails with the measured difference %r, the "
-      "deterministic one (dict and list results) passes\n%s" % (want, out[-1200:] if want not in out else ""))
+      "deterministic one (dict and list results) passes; current() is probe_session\n%s" % (want, out[-1200:] if want not in out else ""))
 
 # --- --probe-record ------------------------------------------------------------------
 d = project("record", '''

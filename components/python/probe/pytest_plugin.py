@@ -21,6 +21,10 @@ distribution; from a build tree or an install prefix, load it with
 - --probe-record FILE: probe_session.record(component, feature, stats, arch)
   appends one JSON line per call ("probe-record" version 1), the input of
   `probe-calibrate --records FILE`.
+
+Code that runs inside a test without the fixture (a pairing helper) gets the
+same object from current(): the running test's ProbeTest, or None outside a
+test or without the plugin.
 """
 
 import json
@@ -400,8 +404,28 @@ class ProbeTest:
         return rec
 
 
+_current = None
+
+
+def current():
+    """The running test's ProbeTest (what the fixture probe_session returns),
+    or None outside a test or when the plugin is not loaded."""
+    return _current
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _current
+    _current = item._probe_test = ProbeTest(item.config._probe, item)
+    try:
+        yield
+    finally:
+        _current = None
+
+
 @pytest.fixture
 def probe_session(request):
-    """The plugin's per-test object (ProbeTest): repeat, arch, run,
-    check_repeat, record."""
-    return ProbeTest(request.config._probe, request.node)
+    """The plugin's per-test object (ProbeTest): repeat, arch, nodeid, run,
+    check_repeat, record; the same object as current() during the test."""
+    pt = getattr(request.node, "_probe_test", None)
+    return pt if pt is not None else ProbeTest(request.config._probe, request.node)
