@@ -107,6 +107,11 @@ SRC = os.environ.get("PROBE_SOURCE_DIR", os.path.join(os.path.dirname(__file__),
 want = re.search(r"project\(probe VERSION ([0-9.]+)", open(os.path.join(SRC, "CMakeLists.txt")).read())
 check(want is not None and probe.__version__ == want.group(1),
       "probe.__version__ %r is the CMake project version" % probe.__version__)
+p = subprocess.run([PY, "-c", "import probe; print(probe.__version__, probe.__file__)"], capture_output=True,
+                   text=True, env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "components", "python")))
+check(p.returncode == 0 and p.stdout.split()[0] == want.group(1)
+      and os.path.realpath(p.stdout.split()[1]).startswith(os.path.realpath(SRC) + os.sep),
+      "imported from the source tree, probe.__version__ is the same (%r)" % (p.stdout or p.stderr)[-300:])
 
 g = torch.Generator().manual_seed(1234)
 

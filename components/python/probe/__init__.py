@@ -44,7 +44,27 @@ import numbers
 import sys
 
 from . import _lib
-from ._version import __version__
+
+
+def _source_version():
+    """The CMake project version, read from the source tree's CMakeLists.txt
+    when the package is imported from components/python (no build wrote
+    _version.py); "unknown" when that is not found either."""
+    import os
+    import re
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, os.pardir)
+    try:
+        with open(os.path.join(top, "CMakeLists.txt")) as f:
+            m = re.search(r"project\(probe VERSION ([0-9.]+)", f.read())
+        return m.group(1) if m else "unknown"
+    except OSError:
+        return "unknown"
+
+
+try:
+    from ._version import __version__
+except ImportError:
+    __version__ = _source_version()
 from .features import (FEATURES, Feature, features_with, parametrize_features,  # noqa: F401
                        register_feature, unregister_feature)
 
