@@ -8,6 +8,7 @@ integer differences exactly, an expected failure before), T2 with a
 calibration file, bad input (shape mismatch, unknown gate, element types
 probe does not compare), agreement with probe-compare on the same data (same
 C metrics), and the module working from an installed prefix."""
+import ctypes
 import json
 import math
 import os
@@ -112,6 +113,25 @@ p = subprocess.run([PY, "-c", "import probe; print(probe.__version__, probe.__fi
 check(p.returncode == 0 and p.stdout.split()[0] == want.group(1)
       and os.path.realpath(p.stdout.split()[1]).startswith(os.path.realpath(SRC) + os.sep),
       "imported from the source tree, probe.__version__ is the same (%r)" % (p.stdout or p.stderr)[-300:])
+
+# the ctypes structs match the C headers (a field added in C and not here corrupts memory)
+csrc = os.path.join(tempfile.mkdtemp(prefix="probe-pymod-abi."), "abi.c")
+with open(csrc, "w") as f:
+    f.write('#include <stddef.h>\n#include <stdio.h>\n#include "probe/metrics.h"\n#include "probe/gate.h"\n'
+            'int main(void) { printf("%zu %zu %zu %zu %zu %zu\\n", sizeof(probe_metrics_opts), '
+            'sizeof(probe_metrics), sizeof(probe_gate), sizeof(probe_gate_verdict), '
+            'offsetof(probe_gate, headroom), offsetof(probe_metrics, max_abs_ulps_scale)); return 0; }\n')
+exe = csrc[:-2]
+p = subprocess.run(["cc", "-std=c11", "-I", os.path.join(SRC, "include"), "-o", exe, csrc],
+                   capture_output=True, text=True)
+check(p.returncode == 0, "the struct layout probe compiles: %s" % p.stderr[-300:])
+if p.returncode == 0:
+    got = [int(x) for x in subprocess.run([exe], capture_output=True, text=True).stdout.split()]
+    L = probe._lib
+    want_l = [ctypes.sizeof(L.MetricsOpts), ctypes.sizeof(L.Metrics), ctypes.sizeof(L.Gate),
+              ctypes.sizeof(L.GateVerdict), L.Gate.headroom.offset, L.Metrics.max_abs_ulps_scale.offset]
+    check(got == want_l, "ctypes MetricsOpts, Metrics, Gate, GateVerdict sizes and last offsets == C's "
+          "(C %r, ctypes %r)" % (got, want_l))
 
 g = torch.Generator().manual_seed(1234)
 

@@ -62,7 +62,7 @@ class Metrics(ctypes.Structure):
 
 
 class Gate(ctypes.Structure):
-    """struct probe_gate (probe/gate.h)."""
+    """struct probe_gate (probe/gate.h), field for field."""
     _fields_ = [
         ("kind", ctypes.c_int),
         ("name", ctypes.c_char * 64),
@@ -76,6 +76,8 @@ class Gate(ctypes.Structure):
         ("p99_abs_max", ctypes.c_double),
         ("channel_z_max", ctypes.c_double),
         ("gain_z_max", ctypes.c_double),
+        ("channel_z_max_by_channel", ctypes.c_void_p),
+        ("channel_z_count", ctypes.c_uint64),
         ("headroom", ctypes.c_double),
     ]
 
