@@ -225,6 +225,10 @@ def _detect_arch():
     return "cpu"
 
 
+def _abspath(p):
+    return os.path.abspath(p) if p else None
+
+
 class ProbeSession:
     """What the plugin keeps for one pytest run: the options, the cells and
     their outcomes, the recorded statistics."""
@@ -232,8 +236,9 @@ class ProbeSession:
     def __init__(self, config):
         self.config = config
         self.repeat = bool(config.getoption("probe_repeat"))
-        self.matrix_out = config.getoption("probe_matrix_out")
-        self.record_path = config.getoption("probe_record")
+        # absolute now: a test may change the working directory
+        self.matrix_out = _abspath(config.getoption("probe_matrix_out"))
+        self.record_path = _abspath(config.getoption("probe_record"))
         self._arch = config.getoption("probe_arch")
         self.item_cells = {}    # nodeid -> [(component, feature)]
         self.item_status = {}   # nodeid -> (status, first line)
