@@ -31,6 +31,13 @@
  * of z_k about its channel's mean over all channels and pairs, t_K the z limit of
  * the systematic test over the K channels: a prediction band for a new seed's
  * z_k, since the feature's own per-channel z varies from input to input.
+ * Instead of capture files, the statistics may come from records (opts.records:
+ * JSON-lines files of "probe-record" version 1, written by probe's pytest
+ * plugin, docs/calibration.md "Records from tests"): each record of the
+ * calibrated feature is one sample of its component, kind "feature" a
+ * feature sample and kind "floor" a floor sample; the statistics, thresholds
+ * and T1 check are the same (records carry no tensor path: no per-path
+ * structure entries).
  * T1 sits above the floor for a component when, with T1's thresholds from
  * probe_gate_parse("T1") (docs/gates.md "Determinism floor"):
  *   h * floor worst rel_l2 < T1 rel_l2_max (1e-2) and
@@ -80,6 +87,12 @@ typedef struct probe_calibrate_opts {
      * (skipped_fraction) with threshold skipped_fraction_max = min(1, h * worst). 0: a
      * missing tensor is an error. Floor pairs must always hold the same tensors. */
     int skips_calls;
+    /* Records instead of capture files (references, candidates and repeats then empty):
+     * the paths of JSON-lines files of "probe-record" version 1. Records of other features
+     * are left out; atol/rtol are those the records' mismatch_fraction was measured at
+     * when they give them (they must agree), else the options'. */
+    const char *const *records;
+    size_t nrecords;
 } probe_calibrate_opts;
 
 /* One statistic over n samples (a sample is one tensor of one pair). NaN
@@ -158,6 +171,11 @@ typedef struct probe_calibrate_result {
     char weights[16];                     /* "same" or "quantized", as the options said */
     char weights_line[768];               /* what differs in the first feature pair whose weights
                                              differ ("" none; probe/compare/weight_check.c) */
+    /* With records: npairs / nfloor_pairs count the feature / floor records used */
+    int from_records;
+    size_t nrecords_other;                /* records of other features, left out */
+    char **archs;                         /* the records' distinct "arch" values */
+    size_t narchs;
 } probe_calibrate_result;
 
 /* Compare every pair and compute the statistics, thresholds and floor check.
@@ -170,7 +188,12 @@ typedef struct probe_calibrate_result {
  * nothing compared, a NaN in the candidate or a non-finite metric (the
  * message names the pair and the tensor), or a feature pair whose candidate
  * is identical to its reference in every tensor (feature not active);
- * PROBE_ENOMEM. */
+ * PROBE_ENOMEM. With records: PROBE_ENOTFOUND / PROBE_EIO for a file that
+ * cannot be opened or read, PROBE_EFORMAT for a line that is not a valid
+ * record (the message names FILE:LINE), PROBE_EINVAL for records mixed with
+ * capture files, an unknown component, records whose atol/rtol differ, no
+ * record of the feature; PROBE_EMISMATCH when every feature record has
+ * max_abs 0 (feature not active). */
 probe_status probe_calibrate_run(const probe_calibrate_opts *opts, probe_calibrate_result **out);
 void probe_calibrate_result_free(probe_calibrate_result *r);
 

@@ -193,7 +193,45 @@ static void known_list(char *buf, size_t cap, const char *const *names)
         len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
 }
 
-/* Compare one pair and add its tensors to the feature or floor statistics. */
+/* One sample (a tensor of a pair, or a record) of a component's feature or floor
+ * statistics. -1 when out of memory. */
+/* One compared (skipped 0) or skipped (1) tensor of pair pair_id in d's count. */
+static void skip_count(drift_acc *d, long pair_id, int skipped)
+{
+    if (d->last_skip != pair_id) {
+        d->last_skip = pair_id;
+        d->pair_tensors = d->pair_skipped = 0;
+    }
+    if (skipped)
+        d->pair_skipped++;
+    else
+        d->pair_tensors++;
+}
+
+static int add_sample(comp_table *t, const char *component, int is_floor, long pair_id,
+                      double rel_l2, double cosine, double p99_abs, double max_abs,
+                      double mismatch_fraction, double channel_z, double gain_z)
+{
+    long k = comp_find(t, component);
+    if (k < 0)
+        return -1;
+    drift_acc *d = is_floor ? &t->floor[k] : &t->feature[k];
+    skip_count(d, pair_id, 0);
+    acc_add(&d->a[S_REL_L2], rel_l2);
+    acc_add(&d->a[S_1MCOS], 1.0 - cosine);
+    acc_add(&d->a[S_P99], p99_abs);
+    acc_add(&d->a[S_MAX_ABS], max_abs);
+    acc_add(&d->a[S_MISMATCH], mismatch_fraction);
+    acc_add(&d->a[S_CHANNEL_Z], channel_z);
+    acc_add(&d->a[S_GAIN_Z], gain_z);
+    d->tensors++;
+    if (d->last_pair != pair_id) {
+        d->pairs++;
+        d->last_pair = pair_id;
+    }
+    return 0;
+}
+
 /* Every channel's |z| of tensor x into the path's per-channel worst. */
 static probe_status add_channels(path_acc *pa, const probe_tensor_result *x, const char *ref,
                                  const char *cand)
@@ -292,19 +330,6 @@ static probe_status channel_thresholds(const path_acc *a, double h, path_table *
     return PROBE_OK;
 }
 
-/* One compared (skipped 0) or skipped (1) tensor of pair pair_id in d's count. */
-static void skip_count(drift_acc *d, long pair_id, int skipped)
-{
-    if (d->last_skip != pair_id) {
-        d->last_skip = pair_id;
-        d->pair_tensors = d->pair_skipped = 0;
-    }
-    if (skipped)
-        d->pair_skipped++;
-    else
-        d->pair_tensors++;
-}
-
 /* The tensors a feature pair's candidate lacks (a feature that skips calls), counted
  * per component (a path's first element), and each component's skipped fraction of the
  * pair as one sample. */
@@ -329,6 +354,7 @@ static probe_status add_skipped(comp_table *t, const probe_compare_result *r, lo
     return PROBE_OK;
 }
 
+/* Compare one pair and add its tensors to the feature or floor statistics. */
 static probe_status add_pair(const char *ref, const char *cand, int is_floor, long pair_id,
                              const probe_calibrate_opts *o, comp_table *t, path_table *pt)
 {
@@ -405,26 +431,12 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
                                 "on it", what, ref, cand, x->ref.path, bad);
             goto out;
         }
-        long k = comp_find(t, x->ref.component);
-        if (k < 0) {
-            s = probe_set_error(PROBE_ENOMEM, "out of memory");
-            goto out;
-        }
-        drift_acc *d = is_floor ? &t->floor[k] : &t->feature[k];
-        skip_count(d, pair_id, 0);
-        acc_add(&d->a[S_REL_L2], m->rel_l2);
-        acc_add(&d->a[S_1MCOS], 1.0 - m->cosine);
-        acc_add(&d->a[S_P99], m->p99_abs);
-        acc_add(&d->a[S_MAX_ABS], m->max_abs);
-        acc_add(&d->a[S_MISMATCH], m->mismatch_fraction);
         /* NaN (no channel axis) is not a sample */
         double cz = x->shift.count ? fabs(x->shift.z_max) : NAN, gz = fabs(m->gain_z);
-        acc_add(&d->a[S_CHANNEL_Z], cz);
-        acc_add(&d->a[S_GAIN_Z], gz);
-        d->tensors++;
-        if (d->last_pair != pair_id) {
-            d->pairs++;
-            d->last_pair = pair_id;
+        if (add_sample(t, x->ref.component, is_floor, pair_id, m->rel_l2, m->cosine, m->p99_abs,
+                       m->max_abs, m->mismatch_fraction, cz, gz)) {
+            s = probe_set_error(PROBE_ENOMEM, "out of memory");
+            goto out;
         }
         long pk = path_find(pt, x->ref.path, x->ref.component);
         if (pk < 0) {
@@ -472,6 +484,9 @@ void probe_calibrate_result_free(probe_calibrate_result *r)
         return;
     for (size_t i = 0; i < r->nfiles; i++)
         free(r->files[i].manifest);
+    for (size_t i = 0; i < r->narchs; i++)
+        free(r->archs[i]);
+    free(r->archs);
     free(r->files);
     free(r->components);
     for (size_t i = 0; i < r->npaths; i++)
@@ -492,6 +507,14 @@ static probe_status check_opts(const probe_calibrate_opts *o)
     if (!isfinite(o->atol) || o->atol < 0 || !isfinite(o->rtol) || o->rtol < 0)
         return probe_set_error(PROBE_EINVAL, "atol %g rtol %g: must be finite and >= 0",
                                o->atol, o->rtol);
+    if (o->nrecords) {
+        if (!o->records)
+            return probe_set_error(PROBE_EINVAL, "records: NULL list");
+        if (o->nreferences || o->ncandidates || o->nrepeats)
+            return probe_set_error(PROBE_EINVAL, "records and capture files cannot be mixed: "
+                                   "give either records or reference/candidate runs");
+        return PROBE_OK;
+    }
     if (o->nreferences == 0 || !o->references)
         return probe_set_error(PROBE_EINVAL, "no reference run");
     if (o->ncandidates == 0 || !o->candidates)
@@ -572,6 +595,311 @@ static probe_status check_weights(const probe_calibrate_opts *o, probe_calibrate
     return PROBE_OK;
 }
 
+/* Thresholds and the T1 check from the accumulated statistics, into r. */
+static probe_status finish(probe_calibrate_result *r, const comp_table *t, path_table *pt,
+                           double h, const probe_gate *t1)
+{
+    /* Components with feature drift get thresholds; floor-only ones are dropped. */
+    r->t1_above_floor = 1;
+    r->components = calloc(t->n ? t->n : 1, sizeof *r->components);
+    if (!r->components)
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->feature[i].tensors == 0)
+            continue;
+        probe_calibrate_component *c = &r->components[r->ncomponents++];
+        *c = t->c[i];
+        drift_out(&t->feature[i], &c->feature);
+        drift_out(&t->floor[i], &c->floor);
+        c->rel_l2_max = h * c->feature.rel_l2.worst;
+        c->cosine_min = fmax(-1.0, 1.0 - h * c->feature.one_minus_cosine.worst);
+        c->p99_abs_max = h * c->feature.p99_abs.worst; /* NaN stays NaN: not written */
+        c->max_abs_max = h * c->feature.max_abs.worst;
+        c->mismatch_fraction_max = fmin(1.0, h * c->feature.mismatch_fraction.worst);
+        c->skipped_fraction_max = c->feature.skipped_fraction.worst > 0
+                                      ? fmin(1.0, h * c->feature.skipped_fraction.worst) : NAN;
+        c->channel_z_max = h * c->feature.channel_z.worst; /* NaN, inf: not written */
+        c->gain_z_max = h * c->feature.gain_z.worst;
+        c->t1_rel_l2_max = t1->rel_l2_max;
+        c->t1_one_minus_cosine_max = 1.0 - t1->cosine_min;
+        c->floor_rel_l2_x_headroom = h * c->floor.rel_l2.worst;
+        c->floor_one_minus_cosine_x_headroom = h * c->floor.one_minus_cosine.worst;
+        c->t1_above_floor = c->floor.tensors > 0 &&
+                            c->floor_rel_l2_x_headroom < c->t1_rel_l2_max &&
+                            c->floor_one_minus_cosine_x_headroom < c->t1_one_minus_cosine_max;
+        r->t1_above_floor &= c->t1_above_floor;
+    }
+    if (r->ncomponents == 0)
+        return probe_set_error(PROBE_EMISMATCH, "no tensor compared in any pair");
+    /* Paths of the feature pairs; floor-only ones are dropped as components are. */
+    r->paths = calloc(pt->n ? pt->n : 1, sizeof *r->paths);
+    if (!r->paths)
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    for (size_t i = 0; i < pt->n; i++) {
+        const path_acc *a = &pt->p[i];
+        if (a->pairs[0] == 0)
+            continue;
+        probe_calibrate_path *p = &r->paths[r->npaths++];
+        snprintf(p->path, sizeof p->path, "%s", a->path);
+        snprintf(p->component, sizeof p->component, "%s", a->component);
+        p->pairs = a->pairs[0];
+        p->floor_pairs = a->pairs[1];
+        p->channel_z = acc_stat(&a->channel_z[0]);
+        p->gain_z = acc_stat(&a->gain_z[0]);
+        p->floor_channel_z = acc_stat(&a->channel_z[1]);
+        p->floor_gain_z = acc_stat(&a->gain_z[1]);
+        p->channel_z_max = h * p->channel_z.worst;
+        p->gain_z_max = h * p->gain_z.worst;
+        probe_status s;
+        if (a->chan_worst && (s = channel_thresholds(a, h, pt, p)) != PROBE_OK)
+            return s;
+    }
+    return PROBE_OK;
+}
+
+/* --- records (probe-record JSON lines, docs/calibration.md "Records from tests") --- */
+
+/* stats[key] as a finite number >= lo (<= hi); NAN when absent and optional. -1 after
+ * the error. */
+static int record_num(json_t *stats, const char *key, int required, double lo, double hi,
+                      const char *where, double *out)
+{
+    json_t *v = json_object_get(stats, key);
+    *out = NAN;
+    if (!v) {
+        if (!required)
+            return 0;
+        probe_set_error(PROBE_EFORMAT, "%s: stats lacks \"%s\"", where, key);
+        return -1;
+    }
+    if (!json_is_number(v)) {
+        probe_set_error(PROBE_EFORMAT, "%s: stats \"%s\" must be a number", where, key);
+        return -1;
+    }
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi) {
+        probe_set_error(PROBE_EFORMAT, "%s: stats \"%s\" %g is outside [%g, %g]", where, key, x,
+                        lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static probe_status add_arch(probe_calibrate_result *r, const char *arch)
+{
+    for (size_t i = 0; i < r->narchs; i++)
+        if (!strcmp(r->archs[i], arch))
+            return PROBE_OK;
+    char **a = realloc(r->archs, (r->narchs + 1) * sizeof *a);
+    if (!a)
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    r->archs = a;
+    if (!(a[r->narchs] = strdup(arch)))
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    r->narchs++;
+    return PROBE_OK;
+}
+
+typedef struct {
+    int tol_set;       /* a record gave atol/rtol */
+    double atol, rtol;
+    char tol_where[600];
+    size_t nonzero;    /* feature records with max_abs > 0 */
+    char features[512]; /* other features seen, for the message when none matches */
+} record_state;
+
+/* One line (a JSON object) of a records file. */
+static probe_status add_record(const probe_calibrate_opts *o, probe_calibrate_result *r,
+                               comp_table *t, record_state *rs, const char *line,
+                               const char *where, long id)
+{
+    json_error_t err;
+    json_t *doc = json_loads(line, JSON_REJECT_DUPLICATES, &err);
+    probe_status s = PROBE_OK;
+    if (!json_is_object(doc)) {
+        s = probe_set_error(PROBE_EFORMAT, "%s: not a JSON object (%s)", where,
+                            doc ? "another JSON value" : err.text);
+        goto out;
+    }
+    const char *format = json_string_value(json_object_get(doc, "format"));
+    json_t *ver = json_object_get(doc, "version");
+    if (!format || strcmp(format, "probe-record") || !json_is_integer(ver)) {
+        s = probe_set_error(PROBE_EFORMAT, "%s: not a probe-record (no \"format\": "
+                            "\"probe-record\" and integer \"version\")", where);
+        goto out;
+    }
+    if (json_integer_value(ver) != 1) {
+        s = probe_set_error(PROBE_EFORMAT, "%s: probe-record version %lld is not supported "
+                            "(version 1)", where, (long long)json_integer_value(ver));
+        goto out;
+    }
+    const char *comp = json_string_value(json_object_get(doc, "component"));
+    const char *feat = json_string_value(json_object_get(doc, "feature"));
+    const char *kind = json_string_value(json_object_get(doc, "kind"));
+    const char *arch = json_string_value(json_object_get(doc, "arch"));
+    json_t *stats = json_object_get(doc, "stats");
+    if (!comp || !*comp || !feat || !*feat || !kind || !json_is_object(stats)) {
+        s = probe_set_error(PROBE_EFORMAT, "%s: a record needs a string \"component\", "
+                            "\"feature\", \"kind\" and a \"stats\" object", where);
+        goto out;
+    }
+    if (strcmp(kind, "feature") && strcmp(kind, "floor")) {
+        s = probe_set_error(PROBE_EFORMAT, "%s: kind '%s' is not feature or floor", where, kind);
+        goto out;
+    }
+    if (json_object_get(doc, "arch") && !arch) {
+        s = probe_set_error(PROBE_EFORMAT, "%s: \"arch\" must be a string", where);
+        goto out;
+    }
+    double rel, cos, mx, p99, mm, gz, cz, atol, rtol;
+    if (record_num(stats, "rel_l2", 1, 0, INFINITY, where, &rel) ||
+        record_num(stats, "cosine", 1, -1, 1, where, &cos) ||
+        record_num(stats, "max_abs", 1, 0, INFINITY, where, &mx) ||
+        record_num(stats, "p99_abs", 0, 0, INFINITY, where, &p99) ||
+        record_num(stats, "mismatch_fraction", 0, 0, 1, where, &mm) ||
+        record_num(stats, "gain_z", 0, -INFINITY, INFINITY, where, &gz) ||
+        record_num(stats, "channel_z", 0, -INFINITY, INFINITY, where, &cz) ||
+        record_num(stats, "atol", 0, 0, INFINITY, where, &atol) ||
+        record_num(stats, "rtol", 0, 0, INFINITY, where, &rtol)) {
+        s = PROBE_EFORMAT;
+        goto out;
+    }
+    if (strcmp(feat, o->feature)) {
+        r->nrecords_other++;
+        size_t len = strlen(rs->features);
+        if (!strstr(rs->features, feat) && len + strlen(feat) + 3 < sizeof rs->features)
+            snprintf(rs->features + len, sizeof rs->features - len, "%s%s", len ? ", " : "", feat);
+        goto out;
+    }
+    if (!known(o->known_components, comp)) {
+        char list[1024];
+        known_list(list, sizeof list, o->known_components);
+        s = probe_set_error(PROBE_EINVAL, "%s: unknown component '%s' (known: %s)", where, comp,
+                            list);
+        goto out;
+    }
+    if (!isnan(mm) && (!isnan(atol) || !isnan(rtol))) {
+        if (isnan(atol) || isnan(rtol)) {
+            s = probe_set_error(PROBE_EFORMAT, "%s: stats gives one of atol/rtol without the "
+                                "other", where);
+            goto out;
+        }
+        if (!rs->tol_set) {
+            rs->tol_set = 1;
+            rs->atol = atol;
+            rs->rtol = rtol;
+            snprintf(rs->tol_where, sizeof rs->tol_where, "%s", where);
+        } else if (atol != rs->atol || rtol != rs->rtol) {
+            s = probe_set_error(PROBE_EINVAL, "%s: mismatch_fraction at atol %g rtol %g, but %s "
+                                "measured it at atol %g rtol %g; records of one feature must "
+                                "share them", where, atol, rtol, rs->tol_where, rs->atol,
+                                rs->rtol);
+            goto out;
+        }
+    }
+    int is_floor = !strcmp(kind, "floor");
+    if (add_sample(t, comp, is_floor, id, rel, cos, p99, mx, mm, isnan(cz) ? NAN : fabs(cz),
+                   isnan(gz) ? NAN : fabs(gz))) {
+        s = probe_set_error(PROBE_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (is_floor) {
+        r->nfloor_pairs++;
+    } else {
+        r->npairs++;
+        rs->nonzero += mx > 0;
+    }
+    if (arch && *arch)
+        s = add_arch(r, arch);
+out:
+    json_decref(doc);
+    return s;
+}
+
+static probe_status run_records(const probe_calibrate_opts *o, probe_calibrate_result **out)
+{
+    probe_gate t1;
+    probe_status s = probe_gate_parse("T1", &t1);
+    if (s != PROBE_OK)
+        return s;
+    probe_calibrate_result *r = calloc(1, sizeof *r);
+    if (!r || !(r->files = calloc(o->nrecords, sizeof *r->files))) {
+        free(r);
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    }
+    snprintf(r->feature, sizeof r->feature, "%s", o->feature);
+    r->headroom = o->headroom;
+    r->atol = o->atol;
+    r->rtol = o->rtol;
+    r->from_records = 1;
+    snprintf(r->weights, sizeof r->weights, "%s", o->weights ? o->weights : "same");
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    comp_table t = {0};
+    path_table pt = {0};
+    record_state rs;
+    memset(&rs, 0, sizeof rs);
+    long id = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; s == PROBE_OK && i < o->nrecords; i++) {
+        const char *path = o->records[i];
+        probe_calibrate_file *f = &r->files[r->nfiles++];
+        snprintf(f->path, sizeof f->path, "%s", path);
+        snprintf(f->role, sizeof f->role, "records");
+        f->index = (int)i;
+        FILE *fp = fopen(path, "r");
+        if (!fp) {
+            s = probe_set_error(errno == ENOENT ? PROBE_ENOTFOUND : PROBE_EIO,
+                                "records %s: cannot open: %s", path, strerror(errno));
+            break;
+        }
+        ssize_t n;
+        long lineno = 0;
+        errno = 0;
+        while (s == PROBE_OK && (n = getline(&line, &cap, fp)) >= 0) {
+            lineno++;
+            if (strspn(line, " \t\r\n") == (size_t)n)
+                continue;
+            char where[600];
+            snprintf(where, sizeof where, "records %s:%ld", path, lineno);
+            s = add_record(o, r, &t, &rs, line, where, id++);
+        }
+        if (s == PROBE_OK && ferror(fp))
+            s = probe_set_error(PROBE_EIO, "records %s: cannot read: %s", path,
+                                strerror(errno ? errno : EIO));
+        fclose(fp);
+    }
+    free(line);
+    if (s == PROBE_OK && r->npairs == 0)
+        s = probe_set_error(PROBE_EINVAL, "no record of feature '%s' of kind feature in the "
+                            "records (%zu of other features: %s)", o->feature, r->nrecords_other,
+                            rs.features[0] ? rs.features : "none");
+    if (s == PROBE_OK && rs.nonzero == 0)
+        s = probe_set_error(PROBE_EMISMATCH, "every feature record of '%s' has max_abs 0: the "
+                            "candidate was identical to the reference (feature not active?); a "
+                            "feature that did not run cannot be calibrated", o->feature);
+    if (s == PROBE_OK && rs.tol_set) {
+        r->atol = rs.atol;
+        r->rtol = rs.rtol;
+    }
+    if (s == PROBE_OK)
+        s = finish(r, &t, &pt, o->headroom, &t1);
+    free(t.c);
+    free(t.feature);
+    free(t.floor);
+    path_table_free(&pt);
+    if (s != PROBE_OK) {
+        probe_calibrate_result_free(r);
+        return s;
+    }
+    *out = r;
+    return PROBE_OK;
+}
+
 probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_result **out)
 {
     if (!out)
@@ -580,6 +908,8 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
     probe_status s = check_opts(o);
     if (s != PROBE_OK)
         return s;
+    if (o->nrecords)
+        return run_records(o, out);
     probe_gate t1;
     if ((s = probe_gate_parse("T1", &t1)) != PROBE_OK)
         return s;
@@ -624,67 +954,8 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
     if (s != PROBE_OK)
         goto fail;
 
-    /* Components with feature drift get thresholds; floor-only ones are dropped. */
-    double h = o->headroom;
-    r->t1_above_floor = 1;
-    r->components = calloc(t.n ? t.n : 1, sizeof *r->components);
-    if (!r->components) {
-        s = probe_set_error(PROBE_ENOMEM, "out of memory");
+    if ((s = finish(r, &t, &pt, o->headroom, &t1)) != PROBE_OK)
         goto fail;
-    }
-    for (size_t i = 0; i < t.n; i++) {
-        if (t.feature[i].tensors == 0)
-            continue;
-        probe_calibrate_component *c = &r->components[r->ncomponents++];
-        *c = t.c[i];
-        drift_out(&t.feature[i], &c->feature);
-        drift_out(&t.floor[i], &c->floor);
-        c->rel_l2_max = h * c->feature.rel_l2.worst;
-        c->cosine_min = fmax(-1.0, 1.0 - h * c->feature.one_minus_cosine.worst);
-        c->p99_abs_max = h * c->feature.p99_abs.worst; /* NaN stays NaN: not written */
-        c->max_abs_max = h * c->feature.max_abs.worst;
-        c->mismatch_fraction_max = fmin(1.0, h * c->feature.mismatch_fraction.worst);
-        c->skipped_fraction_max = c->feature.skipped_fraction.worst > 0
-                                      ? fmin(1.0, h * c->feature.skipped_fraction.worst) : NAN;
-        c->channel_z_max = h * c->feature.channel_z.worst; /* NaN, inf: not written */
-        c->gain_z_max = h * c->feature.gain_z.worst;
-        c->t1_rel_l2_max = t1.rel_l2_max;
-        c->t1_one_minus_cosine_max = 1.0 - t1.cosine_min;
-        c->floor_rel_l2_x_headroom = h * c->floor.rel_l2.worst;
-        c->floor_one_minus_cosine_x_headroom = h * c->floor.one_minus_cosine.worst;
-        c->t1_above_floor = c->floor.tensors > 0 &&
-                            c->floor_rel_l2_x_headroom < c->t1_rel_l2_max &&
-                            c->floor_one_minus_cosine_x_headroom < c->t1_one_minus_cosine_max;
-        r->t1_above_floor &= c->t1_above_floor;
-    }
-    if (r->ncomponents == 0) {
-        s = probe_set_error(PROBE_EMISMATCH, "no tensor compared in any pair");
-        goto fail;
-    }
-    /* Paths of the feature pairs; floor-only ones are dropped as components are. */
-    r->paths = calloc(pt.n ? pt.n : 1, sizeof *r->paths);
-    if (!r->paths) {
-        s = probe_set_error(PROBE_ENOMEM, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < pt.n; i++) {
-        const path_acc *a = &pt.p[i];
-        if (a->pairs[0] == 0)
-            continue;
-        probe_calibrate_path *p = &r->paths[r->npaths++];
-        snprintf(p->path, sizeof p->path, "%s", a->path);
-        snprintf(p->component, sizeof p->component, "%s", a->component);
-        p->pairs = a->pairs[0];
-        p->floor_pairs = a->pairs[1];
-        p->channel_z = acc_stat(&a->channel_z[0]);
-        p->gain_z = acc_stat(&a->gain_z[0]);
-        p->floor_channel_z = acc_stat(&a->channel_z[1]);
-        p->floor_gain_z = acc_stat(&a->gain_z[1]);
-        p->channel_z_max = h * p->channel_z.worst;
-        p->gain_z_max = h * p->gain_z.worst;
-        if (a->chan_worst && (s = channel_thresholds(a, h, &pt, p)) != PROBE_OK)
-            goto fail;
-    }
     free(t.c);
     free(t.feature);
     free(t.floor);
@@ -893,6 +1164,13 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
             json_array_append_new(floor, jpair(r, "reference", 0, "reference", (int)i));
     for (size_t k = 0; k < nrep; k++)
         json_array_append_new(floor, jpair(r, "reference", (int)k, "repeat", (int)k));
+    for (size_t i = 0; i < r->narchs; i++)
+        add_distinct(archs, r->archs[i]);
+    if (r->from_records)
+        json_object_set_new(ev, "records",
+                            json_pack("{s:I,s:I,s:I}", "feature", (json_int_t)r->npairs, "floor",
+                                      (json_int_t)r->nfloor_pairs, "other_features",
+                                      (json_int_t)r->nrecords_other));
     json_object_set_new(ev, "runs", json_integer((json_int_t)r->npairs));
     json_object_set_new(ev, "floor_runs", json_integer((json_int_t)r->nfloor_pairs));
     json_object_set_new(ev, "pairs", pairs);
@@ -909,7 +1187,13 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
     json_object_set_new(ev, "rtol", json_real(r->rtol));
     json_object_set_new(ev, "t1_above_floor", json_boolean(r->t1_above_floor));
     json_object_set_new(ev, "method",
-                        json_string("probe-calibrate: per component, worst observed drift over "
+                        json_string(r->from_records
+                                    ? "probe-calibrate --records: per component, worst recorded "
+                                      "statistic over every record of the feature x headroom "
+                                      "(cosine: 1 - headroom x (1 - worst cosine)); |channel z| "
+                                      "and |gain_z| likewise; metrics by probe.compare (libprobe) "
+                                      "in the tests that recorded them"
+                                    : "probe-calibrate: per component, worst observed drift over "
                                     "every tensor of every pair x headroom (cosine: 1 - headroom "
                                     "x (1 - worst cosine)); per component and per tensor path, worst "
                                     "|channel z| and |gain_z| x headroom; metrics by the compare "

@@ -35,6 +35,7 @@ static void usage(FILE *f)
             "                       [--reference-repeat R0b.h5]... [--references-differ]\n"
             "                       [--weights same|quantized] [--skips-calls]\n"
             "                       --out CAL.json\n"
+            "       probe-calibrate --feature NAME [--headroom H] --records FILE.jsonl... --out CAL.json\n"
             "Write T2 thresholds (docs/calibration.md) from repeated runs: candidate i (feature\n"
             "on) pairs with reference i (feature off, same inputs); per component the worst\n"
             "observed drift x headroom. The determinism floor is reference 0 vs every other\n"
@@ -55,6 +56,9 @@ static void usage(FILE *f)
             "  --skips-calls           the feature skips calls (a step cache): a candidate may\n"
             "                          lack tensors; per component the fraction it lacks is\n"
             "                          calibrated (skipped_fraction_max)\n"
+            "  --records FILE          instead of runs: statistics recorded by tests (JSON lines\n"
+            "                          of probe-record, pytest --probe-record; repeatable); each\n"
+            "                          record of the feature is one sample of its component\n"
             "  --out FILE              the calibration file to write ('-' for stdout)\n"
             "  --help (-h), --version\n\n"
             "exit status: 0 written and T1 sits above the floor, 1 written but T1 does not sit\n"
@@ -83,8 +87,15 @@ static int same_file(const char *a, const char *b)
 
 static void print_summary(FILE *out, const probe_calibrate_result *r)
 {
-    fprintf(out, "feature %s: %zu pair(s), %zu floor pair(s), headroom %g, mismatch at atol %g rtol %g\n",
-           probe_tesc(r->feature), r->npairs, r->nfloor_pairs, r->headroom, r->atol, r->rtol);
+    if (r->from_records)
+        fprintf(out, "feature %s: %zu record(s), %zu floor record(s) (%zu of other features left "
+                     "out), headroom %g, mismatch at atol %g rtol %g\n",
+                probe_tesc(r->feature), r->npairs, r->nfloor_pairs, r->nrecords_other,
+                r->headroom, r->atol, r->rtol);
+    else
+        fprintf(out, "feature %s: %zu pair(s), %zu floor pair(s), headroom %g, mismatch at atol "
+                     "%g rtol %g\n", probe_tesc(r->feature), r->npairs, r->nfloor_pairs,
+                r->headroom, r->atol, r->rtol);
     if (r->weights_line[0])
         fprintf(out, "weights: %s (--weights quantized): %s\n", r->weights,
                 probe_tesc(r->weights_line));
@@ -125,14 +136,14 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
 
 /* The command line, parsed: the builder's options and the output file. */
 typedef struct cli {
-    const char *refs[MAX_FILES], *cands[MAX_FILES], *reps[MAX_FILES];
-    size_t nref, ncand, nrep;
+    const char *refs[MAX_FILES], *cands[MAX_FILES], *reps[MAX_FILES], *recs[MAX_FILES];
+    size_t nref, ncand, nrep, nrec;
     const char *out_path;
     probe_calibrate_opts o;
 } cli;
 
 enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
-       OPT_DIFFER, OPT_WEIGHTS, OPT_SKIPS, OPT_OUT, OPT_HELP, OPT_VERSION };
+       OPT_DIFFER, OPT_WEIGHTS, OPT_SKIPS, OPT_OUT, OPT_HELP, OPT_VERSION, OPT_RECORDS };
 
 /* One option c. -1 to go on, else the exit status (0 after --help or
  * --version, 2 after one line). */
@@ -154,9 +165,12 @@ static int parse_option(cli *a, int c, char **argv)
         break;
     case OPT_REF:
     case OPT_CAND:
-    case OPT_REPEAT: {
-        size_t *n = c == OPT_REF ? &a->nref : c == OPT_CAND ? &a->ncand : &a->nrep;
-        const char **v = c == OPT_REF ? a->refs : c == OPT_CAND ? a->cands : a->reps;
+    case OPT_REPEAT:
+    case OPT_RECORDS: {
+        size_t *n = c == OPT_REF ? &a->nref : c == OPT_CAND ? &a->ncand
+                    : c == OPT_REPEAT ? &a->nrep : &a->nrec;
+        const char **v = c == OPT_REF ? a->refs : c == OPT_CAND ? a->cands
+                         : c == OPT_REPEAT ? a->reps : a->recs;
         if (*n == MAX_FILES) {
             fprintf(stderr, "probe-calibrate: at most %d files per option\n", MAX_FILES);
             return 2;
@@ -207,19 +221,28 @@ static int check_cli(cli *a, int argc, char **argv)
         fprintf(stderr, "probe-calibrate: --out FILE is required\n");
         return 2;
     }
-    if (a->nref == 0 || a->ncand == 0) {
-        fprintf(stderr, "probe-calibrate: need at least one --reference and one --candidate "
+    if (a->nrec && (a->nref || a->ncand || a->nrep)) {
+        fprintf(stderr, "probe-calibrate: --records and --reference/--candidate/"
+                        "--reference-repeat cannot be mixed\n");
+        return 2;
+    }
+    if (a->nrec && a->o.references_differ) {
+        fprintf(stderr, "probe-calibrate: --references-differ applies to runs, not --records\n");
+        return 2;
+    }
+    if (!a->nrec && (a->nref == 0 || a->ncand == 0)) {
+        fprintf(stderr, "probe-calibrate: need at least one --reference and one --candidate (or --records) "
                         "(got %zu and %zu)\n", a->nref, a->ncand);
         return 2;
     }
-    if (a->ncand > a->nref) {
+    if (!a->nrec && a->ncand > a->nref) {
         fprintf(stderr, "probe-calibrate: %zu candidates but %zu references: candidate i pairs "
                         "with reference i\n", a->ncand, a->nref);
         return 2;
     }
-    const char *const *lists[3] = {a->refs, a->cands, a->reps};
-    size_t counts[3] = {a->nref, a->ncand, a->nrep};
-    for (int k = 0; k < 3 && strcmp(a->out_path, "-"); k++)
+    const char *const *lists[4] = {a->refs, a->cands, a->reps, a->recs};
+    size_t counts[4] = {a->nref, a->ncand, a->nrep, a->nrec};
+    for (int k = 0; k < 4 && strcmp(a->out_path, "-"); k++)
         for (size_t i = 0; i < counts[k]; i++)
             if (same_file(a->out_path, lists[k][i])) {
                 fprintf(stderr, "probe-calibrate: --out %s is the input file %s; refusing to "
@@ -244,6 +267,7 @@ static int parse_cli(cli *a, int argc, char **argv)
         {"weights", required_argument, 0, OPT_WEIGHTS},
         {"skips-calls", no_argument, 0, OPT_SKIPS},
         {"out", required_argument, 0, OPT_OUT},
+        {"records", required_argument, 0, OPT_RECORDS},
         {"help", no_argument, 0, OPT_HELP},
         {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0}};
@@ -263,6 +287,8 @@ static int parse_cli(cli *a, int argc, char **argv)
     a->o.ncandidates = a->ncand;
     a->o.repeats = a->reps;
     a->o.nrepeats = a->nrep;
+    a->o.records = a->recs;
+    a->o.nrecords = a->nrec;
     return -1;
 }
 

@@ -1,5 +1,7 @@
 /* probe-matrix: merge several probe-compare JSON results (one per feature)
- * into one components x features matrix. Format: docs/matrix.md.
+ * and the cells that pytest runs proved (--tests, the probe-pytest-cells JSON
+ * of probe's pytest plugin) into one components x features matrix. Format:
+ * docs/matrix.md.
  *   exit 0  no cell failed or inherited a failure (with --cells: every requested cell
  *           passed or was skipped)
  *   exit 1  a cell failed or inherited a failure (with --cells: a requested cell did, or
@@ -18,6 +20,7 @@
 
 #define MAX_FEATURES 256
 #define MAX_CELL_REASONS 3
+#define MAX_TEST_FILES 64
 
 enum { ST_ABSENT, ST_PASSED, ST_SKIPPED, ST_INHERITED, ST_FAILED, ST_COUNT };
 static const char *const st_name[] = {"absent", "passed", "skipped", "inherited", "failed"};
@@ -29,11 +32,14 @@ typedef struct cell {
     int nreasons;
     char reasons[MAX_CELL_REASONS][400];
     int status;
+    size_t tests_passed, tests_failed, tests_skipped; /* pytest outcomes (--tests) */
+    int test_status;          /* worst of them, ST_ABSENT when no test proved the cell */
 } cell;
 
 typedef struct feature {
-    const char *name, *source;
+    const char *name, *source; /* source: the compare JSON, else the first --tests file */
     json_t *doc;
+    int from_tests;           /* the feature came from --tests only (no compare JSON) */
     int pass;
     int run_failed;           /* run-level reasons: every cell of the feature fails */
     char run_reason[300];
@@ -45,18 +51,25 @@ typedef struct matrix {
     char **comp;              /* component names, in order of first appearance */
     size_t ncomp, capcomp;
     cell *cells;              /* [comp][feat], grown with comp */
+    json_t *tests[MAX_TEST_FILES]; /* the --tests documents */
+    const char *tests_path[MAX_TEST_FILES];
+    size_t ntests;
 } matrix;
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: probe-matrix [options] FEATURE=COMPARE.json ...\n"
+            "usage: probe-matrix [options] [FEATURE=COMPARE.json ...] [--tests CELLS.json]...\n"
             "Merge probe-compare JSON results (one per feature) into one components x features\n"
             "matrix; cell ids are COMPONENT/FEATURE. A cell fails if a tensor of that component\n"
             "failed or is missing (or the feature's run failed, e.g. feature not active); it\n"
             "is inherited when its only failing tensors belong to calls that inherited the\n"
             "difference from upstream (the result's \"calls\"); skipped if all its captures\n"
-            "were skipped; else it passes.\n\n"
+            "were skipped; else it passes. A cell that pytest tests proved (--tests) takes\n"
+            "the worse of the two: failed > inherited > skipped > passed.\n\n"
+            "  --tests FILE     merge the cells of a pytest run (probe-pytest-cells JSON, written\n"
+            "                   by pytest --probe-matrix-out; repeatable); a feature it names\n"
+            "                   that no FEATURE=COMPARE.json gives becomes a column\n"
             "  --out FILE       write the matrix as JSON (docs/matrix.md); '-' for stdout\n"
             "  --html FILE      write a self-contained HTML page of the matrix\n"
             "  --cells ID,...   ask for these cells (repeatable; also --cell ID): an unknown\n"
@@ -282,7 +295,138 @@ static void classify(matrix *m)
             } else {
                 x->status = ST_ABSENT;
             }
+            /* pytest's outcome for the cell: the worse of the two wins */
+            if (x->test_status > x->status)
+                x->status = x->test_status;
         }
+}
+
+/* --- pytest cells (--tests) --- */
+
+static long feature_index(const matrix *m, const char *name)
+{
+    for (size_t f = 0; f < m->nfeat; f++)
+        if (!strcmp(m->feat[f].name, name))
+            return (long)f;
+    return -1;
+}
+
+static int bad_name(const char *s)
+{
+    if (!*s)
+        return 1;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == '/' || *p == ',')
+            return 1;
+    return 0;
+}
+
+/* Read one --tests file (format "probe-pytest-cells", version 1) into the
+ * matrix: each cell's pytest outcome and counts; a feature no compare result
+ * gives becomes a column. Prints the error and returns -1. */
+static int load_tests(matrix *m, const char *path)
+{
+    const char *tp = probe_tesc(path);
+    if (m->ntests == MAX_TEST_FILES) {
+        fprintf(stderr, "probe-matrix: at most %d --tests files\n", MAX_TEST_FILES);
+        return -1;
+    }
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        fprintf(stderr, "probe-matrix: cannot read %s: %s\n", tp, strerror(errno));
+        return -1;
+    }
+    json_error_t err;
+    json_t *doc = json_loadf(fp, 0, &err);
+    fclose(fp);
+    if (!doc) {
+        fprintf(stderr, "probe-matrix: %s: not valid JSON (line %d, column %d): %s\n", tp,
+                err.line, err.column, probe_tesc(err.text));
+        return -1;
+    }
+    m->tests[m->ntests] = doc;
+    m->tests_path[m->ntests++] = path;
+    const char *format = json_string_value(json_object_get(doc, "format"));
+    json_t *ver = json_object_get(doc, "version");
+    if (!format || strcmp(format, "probe-pytest-cells") || !json_is_integer(ver)) {
+        fprintf(stderr, "probe-matrix: %s: not a probe-pytest-cells JSON (no \"format\": "
+                        "\"probe-pytest-cells\" and integer \"version\"; pytest "
+                        "--probe-matrix-out writes it)\n", tp);
+        return -1;
+    }
+    if (json_integer_value(ver) != 1) {
+        fprintf(stderr, "probe-matrix: %s: probe-pytest-cells version %lld is not supported "
+                        "(version 1)\n", tp, (long long)json_integer_value(ver));
+        return -1;
+    }
+    json_t *cells = json_object_get(doc, "cells");
+    if (!json_is_array(cells)) {
+        fprintf(stderr, "probe-matrix: %s: \"cells\" must be a list\n", tp);
+        return -1;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(cells, i, c) {
+        const char *comp = json_string_value(json_object_get(c, "component"));
+        const char *feat = json_string_value(json_object_get(c, "feature"));
+        const char *st = json_string_value(json_object_get(c, "status"));
+        if (!comp || !feat || !st) {
+            fprintf(stderr, "probe-matrix: %s: cells[%zu] lacks a string \"component\", "
+                            "\"feature\" or \"status\"\n", tp, i);
+            return -1;
+        }
+        if (bad_name(comp) || bad_name(feat)) {
+            fprintf(stderr, "probe-matrix: %s: cells[%zu]: component '%s' / feature '%s': a name "
+                            "must be non-empty, without '/', ',' or control characters\n", tp,
+                    i, probe_tesc(comp), probe_tesc(feat));
+            return -1;
+        }
+        int status = !strcmp(st, "passed")    ? ST_PASSED
+                     : !strcmp(st, "skipped") ? ST_SKIPPED
+                     : !strcmp(st, "failed")  ? ST_FAILED
+                                              : -1;
+        if (status < 0) {
+            fprintf(stderr, "probe-matrix: %s: cells[%zu]: status '%s' is not passed, skipped "
+                            "or failed\n", tp, i, probe_tesc(st));
+            return -1;
+        }
+        long f = feature_index(m, feat);
+        if (f < 0) {
+            if (m->nfeat == MAX_FEATURES) {
+                fprintf(stderr, "probe-matrix: at most %d features\n", MAX_FEATURES);
+                return -1;
+            }
+            f = (long)m->nfeat++;
+            m->feat[f].name = feat;
+            m->feat[f].source = path;
+            m->feat[f].from_tests = 1;
+            m->feat[f].pass = 1;
+        }
+        cell *x = row_cell(m, comp, (size_t)f);
+        if (!x) {
+            fprintf(stderr, "probe-matrix: out of memory\n");
+            return -1;
+        }
+        json_t *counts = json_object_get(c, "tests");
+        x->tests_passed += (size_t)json_integer_value(json_object_get(counts, "passed"));
+        x->tests_failed += (size_t)json_integer_value(json_object_get(counts, "failed"));
+        x->tests_skipped += (size_t)json_integer_value(json_object_get(counts, "skipped"));
+        if (status > x->test_status)
+            x->test_status = status;
+        if (status == ST_FAILED && m->feat[f].from_tests)
+            m->feat[f].pass = 0;
+        size_t k;
+        json_t *r;
+        json_array_foreach(json_object_get(c, "reasons"), k, r) {
+            if (json_is_string(r) && x->nreasons < MAX_CELL_REASONS)
+                snprintf(x->reasons[x->nreasons++], sizeof x->reasons[0], "test %s",
+                         json_string_value(r));
+        }
+        if (status == ST_FAILED && !json_array_size(json_object_get(c, "reasons")) &&
+            x->nreasons < MAX_CELL_REASONS)
+            snprintf(x->reasons[x->nreasons++], sizeof x->reasons[0], "a test failed (%s)", path);
+    }
+    return 0;
 }
 
 /* --- requested cells --- */
@@ -342,6 +486,7 @@ static json_t *matrix_json(matrix *m, const req *reqs, size_t nreq, int pass)
         json_object_set_new(fo, "run_failure", m->feat[f].run_failed
                                                    ? json_string(m->feat[f].run_reason)
                                                    : json_null());
+        json_object_set_new(fo, "from_tests", json_boolean(m->feat[f].from_tests));
         json_array_append_new(fs, fo);
     }
     for (size_t c = 0; c < m->ncomp; c++)
@@ -356,14 +501,20 @@ static json_t *matrix_json(matrix *m, const req *reqs, size_t nreq, int pass)
             json_t *r = json_array();
             for (int k = 0; k < x->nreasons; k++)
                 json_array_append_new(r, json_string(x->reasons[k]));
+            json_t *pt = x->test_status == ST_ABSENT
+                             ? json_null()
+                             : json_pack("{s:s,s:I,s:I,s:I}", "status", st_name[x->test_status],
+                                         "passed", (json_int_t)x->tests_passed, "failed",
+                                         (json_int_t)x->tests_failed, "skipped",
+                                         (json_int_t)x->tests_skipped);
             json_array_append_new(
-                cells, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "id", id,
+                cells, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}", "id", id,
                                  "component", m->comp[c], "feature", m->feat[f].name, "status",
                                  st_name[x->status], "tensors", (json_int_t)x->tensors, "passed",
                                  (json_int_t)x->passed, "failed", (json_int_t)x->failed,
                                  "inherited", (json_int_t)x->inherited,
                                  "missing", (json_int_t)x->missing, "skipped",
-                                 (json_int_t)x->skipped, "reasons", r));
+                                 (json_int_t)x->skipped, "reasons", r, "pytest", pt));
         }
     json_object_set_new(o, "features", fs);
     json_object_set_new(o, "components", cs);
@@ -374,6 +525,10 @@ static json_t *matrix_json(matrix *m, const req *reqs, size_t nreq, int pass)
             rq, json_pack("{s:s,s:s}", "id", reqs[i].id, "status",
                           st_name[cell_at(m, reqs[i].comp, reqs[i].feat)->status]));
     json_object_set_new(o, "requested", rq);
+    json_t *tf = json_array();
+    for (size_t i = 0; i < m->ntests; i++)
+        json_array_append_new(tf, json_string(m->tests_path[i]));
+    json_object_set_new(o, "tests", tf);
     json_object_set_new(o, "summary",
                         json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "cells",
                                   (json_int_t)(m->ncomp * m->nfeat), "passed",
@@ -514,20 +669,24 @@ typedef struct cli {
     const char *out_path, *html_path;
     const char **cell_args; /* the --cells lists */
     size_t ncell_args;
+    const char **test_args; /* the --tests files */
+    size_t ntest_args;
     int quiet;
 } cli;
 
 /* -1 to go on, else the exit status (0 after --help or --version, 2 after one line). */
 static int parse_cli(cli *a, int argc, char **argv)
 {
-    enum { OPT_OUT = 256, OPT_HTML, OPT_CELLS, OPT_QUIET, OPT_HELP, OPT_VERSION };
+    enum { OPT_OUT = 256, OPT_HTML, OPT_CELLS, OPT_QUIET, OPT_HELP, OPT_VERSION, OPT_TESTS };
     static const struct option longopts[] = {
         {"out", required_argument, 0, OPT_OUT},     {"html", required_argument, 0, OPT_HTML},
         {"cells", required_argument, 0, OPT_CELLS}, {"cell", required_argument, 0, OPT_CELLS},
         {"quiet", no_argument, 0, OPT_QUIET},       {"help", no_argument, 0, OPT_HELP},
-        {"version", no_argument, 0, OPT_VERSION},   {0, 0, 0, 0}};
+        {"version", no_argument, 0, OPT_VERSION},   {"tests", required_argument, 0, OPT_TESTS},
+        {0, 0, 0, 0}};
     int c;
-    if (!(a->cell_args = calloc((size_t)argc + 1, sizeof *a->cell_args))) {
+    if (!(a->cell_args = calloc((size_t)argc + 1, sizeof *a->cell_args)) ||
+        !(a->test_args = calloc((size_t)argc + 1, sizeof *a->test_args))) {
         fprintf(stderr, "probe-matrix: out of memory\n");
         return 2;
     }
@@ -537,6 +696,7 @@ static int parse_cli(cli *a, int argc, char **argv)
         case OPT_OUT: a->out_path = optarg; break;
         case OPT_HTML: a->html_path = optarg; break;
         case OPT_CELLS: a->cell_args[a->ncell_args++] = optarg; break;
+        case OPT_TESTS: a->test_args[a->ntest_args++] = optarg; break;
         case OPT_QUIET: a->quiet = 1; break;
         case 'h':
         case OPT_HELP: usage(stdout); return 0;
@@ -550,9 +710,9 @@ static int parse_cli(cli *a, int argc, char **argv)
             return 2;
         }
     }
-    if (optind == argc) {
-        fprintf(stderr, "probe-matrix: expected FEATURE=COMPARE.json arguments, got none "
-                        "(--help for more)\n");
+    if (optind == argc && !a->ntest_args) {
+        fprintf(stderr, "probe-matrix: expected FEATURE=COMPARE.json arguments or --tests "
+                        "FILE, got none (--help for more)\n");
         return 2;
     }
     if (a->out_path && a->html_path && !strcmp(a->out_path, "-") && !strcmp(a->html_path, "-")) {
@@ -564,7 +724,7 @@ static int parse_cli(cli *a, int argc, char **argv)
 
 /* Every FEATURE=COMPARE.json argument loaded into m, then classified. 0, or 2
  * after one line. */
-static int load_features(matrix *m, int argc, char **argv)
+static int load_features(matrix *m, const cli *a, int argc, char **argv)
 {
     for (int i = optind; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
@@ -593,6 +753,9 @@ static int load_features(matrix *m, int argc, char **argv)
             return 2;
         m->nfeat++;
     }
+    for (size_t i = 0; i < a->ntest_args; i++)
+        if (load_tests(m, a->test_args[i]))
+            return 2;
     classify(m);
     return 0;
 }
@@ -695,7 +858,7 @@ int main(int argc, char **argv)
     int rc = parse_cli(&a, argc, argv);
     if (rc >= 0)
         goto done;
-    if ((rc = load_features(&m, argc, argv)) || (rc = parse_requests(&m, &a, &reqs, &nreq)))
+    if ((rc = load_features(&m, &a, argc, argv)) || (rc = parse_requests(&m, &a, &reqs, &nreq)))
         goto done;
     int pass = matrix_pass(&m, reqs, nreq);
     doc = matrix_json(&m, reqs, nreq, pass);
@@ -712,11 +875,14 @@ done:
     json_decref(doc);
     for (size_t f = 0; f < m.nfeat; f++)
         json_decref(m.feat[f].doc);
+    for (size_t i = 0; i < m.ntests; i++)
+        json_decref(m.tests[i]);
     for (size_t i = 0; i < m.ncomp; i++)
         free(m.comp[i]);
     free(m.comp);
     free(m.cells);
     free(reqs);
     free(a.cell_args);
+    free(a.test_args);
     return rc;
 }

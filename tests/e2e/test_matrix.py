@@ -168,6 +168,96 @@ for cells_arg, want_rc in [(["--cells", "dit.step/chunked,text_encoder/bf16"], 0
           "requested %s: exit %d (rc=%d), statuses %r" % (ids, want_rc, rc, r["requested"]))
 
 # bad input: one line, exit 2
+# --tests: the cells of a pytest run (probe-pytest-cells, pytest --probe-matrix-out)
+def tcell(comp, feat, status, p=0, f=0, sk=0, reasons=()):
+    return {"id": comp + "/" + feat, "component": comp, "feature": feat, "status": status,
+            "tests": {"passed": p, "failed": f, "skipped": sk}, "nodeids": [],
+            "reasons": list(reasons)}
+
+
+tests_doc = {"format": "probe-pytest-cells", "version": 1, "cells": [
+    tcell("dit.step", "chunked", "failed", 1, 1, reasons=["test_x.py::test_chunk: boom"]),
+    tcell("text_encoder", "chunked", "skipped", sk=1),
+    tcell("scheduler.step", "chunked", "passed", 2),
+    tcell("dit.step", "sdpa-flash", "passed", 1),
+    tcell("vae.decode", "sdpa-flash", "failed", 0, 1),
+    tcell("controlnet", "sdpa-flash", "passed", 1),
+]}
+json.dump(tests_doc, open(j("tests.json"), "w"))
+json.dump({"format": "probe-pytest-cells", "version": 1,
+           "cells": [tcell("text_encoder", "chunked", "passed", 3)]}, open(j("tests2.json"), "w"))
+rc, out, err = run(MATRIX, *args, "--tests", j("tests.json"), "--tests", j("tests2.json"),
+                   "--out", j("mt.json"), "--html", j("mt.html"))
+check(rc == 1, "--tests: a failed cell, exit 1 (rc=%d, %s)" % (rc, err.strip()))
+mt = json.load(open(j("mt.json")))
+check([f["name"] for f in mt["features"]] == FEATS + ["sdpa-flash"]
+      and mt["features"][-1]["source"] == j("tests.json") and mt["features"][-1]["from_tests"] is True
+      and mt["features"][-1]["verdict"] == "fail" and mt["features"][-1]["run_failure"] is None
+      and not any(f["from_tests"] for f in mt["features"][:-1]),
+      "--tests: a feature only the tests name becomes the last column, from_tests, verdict fail")
+check(mt["tests"] == [j("tests.json"), j("tests2.json")], "--tests: the files are listed under tests")
+check(mt["components"] == doc["components"] + ["controlnet"], "--tests: a component only the tests name "
+      "becomes the last row: %r" % mt["components"])
+mc = {c["id"]: c for c in mt["cells"]}
+want_t = dict(expected)
+want_t.update({"dit.step/chunked": "failed",        # compare passes, a test fails: failed
+               "text_encoder/chunked": "skipped",   # compare passes, one test skipped: skipped
+               "scheduler.step/chunked": "passed", "dit.step/sdpa-flash": "passed",
+               "vae.decode/sdpa-flash": "failed", "controlnet/sdpa-flash": "passed"})
+for comp in mt["components"]:
+    want_t.setdefault(comp + "/sdpa-flash", "absent")
+    for feat in FEATS:
+        want_t.setdefault(comp + "/" + feat, "failed" if feat == "noop" else "absent")
+check(len(mt["cells"]) == 6 * 4 and {k: c["status"] for k, c in mc.items()} == want_t,
+      "--tests: each cell the worse of compare and tests (%r)"
+      % {k: (c["status"], want_t.get(k)) for k, c in mc.items() if c["status"] != want_t.get(k)})
+check(mc["dit.step/chunked"]["pytest"] == {"status": "failed", "passed": 1, "failed": 1, "skipped": 0}
+      and mc["dit.step/chunked"]["tensors"] == 2 and mc["dit.step/chunked"]["passed"] == 2
+      and "test test_x.py::test_chunk: boom" in mc["dit.step/chunked"]["reasons"],
+      "dit.step/chunked: pytest counts beside the tensor counts, the test's reason (%r)" % mc["dit.step/chunked"])
+check(mc["text_encoder/chunked"]["pytest"] == {"status": "skipped", "passed": 3, "failed": 0, "skipped": 1},
+      "two --tests files: counts add up, the worst status wins")
+check(mc["vae.decode/sdpa-flash"]["reasons"] == ["a test failed (%s)" % j("tests.json")],
+      "a failed test cell without reasons says which file failed it")
+check(mc["dit.step/bf16"]["pytest"] is None, "a cell no test proved: pytest is null")
+check(mt["summary"]["cells"] == 24 and mt["summary"]["failed"] == sum(v == "failed" for v in want_t.values()),
+      "--tests: summary counts the merged cells")
+h = Cells()
+h.feed(open(j("mt.html")).read())
+check(h.cells.get("dit.step/chunked") == "fail" and h.cells.get("controlnet/sdpa-flash") == "pass"
+      and json.loads(h.data) == mt, "--tests: the HTML shows the merged cells, inline JSON = --out")
+rc, out, err = run(MATRIX, "--tests", j("tests.json"), "--cells", "dit.step/sdpa-flash,controlnet/sdpa-flash",
+                   "--out", "-")
+check(rc == 0 and [f["name"] for f in json.loads(out)["features"]] == ["chunked", "sdpa-flash"],
+      "--tests alone (no compare result), requested passing cells: exit 0 (rc=%d %s)" % (rc, err.strip()))
+rc, out, err = run(MATRIX, "--tests", j("tests.json"), "--cells", "vae.decode/sdpa-flash")
+check(rc == 1 and "requested vae.decode/sdpa-flash: failed" in out, "a requested cell a test failed: exit 1")
+for name, bad in [("fmt", {"format": "probe-matrix", "version": 1, "cells": []}),
+                  ("ver", {"format": "probe-pytest-cells", "version": 2, "cells": []}),
+                  ("nocells", {"format": "probe-pytest-cells", "version": 1}),
+                  ("status", {"format": "probe-pytest-cells", "version": 1,
+                              "cells": [tcell("dit.step", "x", "bogus")]}),
+                  ("nocomp", {"format": "probe-pytest-cells", "version": 1,
+                              "cells": [{"feature": "x", "status": "passed"}]}),
+                  ("slash", {"format": "probe-pytest-cells", "version": 1,
+                             "cells": [tcell("dit.step", "a/b", "passed")]})]:
+    json.dump(bad, open(j("bad-%s.json" % name), "w"))
+for argv, needle in [(["--tests", j("bad-fmt.json")], "not a probe-pytest-cells JSON"),
+                     (["--tests", j("bad-ver.json")], "version 2 is not supported"),
+                     (["--tests", j("bad-nocells.json")], "\"cells\" must be a list"),
+                     (["--tests", j("bad-status.json")], "status 'bogus' is not passed, skipped or failed"),
+                     (["--tests", j("bad-nocomp.json")], "cells[0] lacks a string \"component\""),
+                     (["--tests", j("bad-slash.json")], "feature 'a/b'"),
+                     (["--tests", j("missing-tests.json")], "missing-tests.json"),
+                     (["--tests", j("text.json")], "not valid JSON"),
+                     (["--tests"], "--tests")]:
+    if argv[-1] == j("text.json"):
+        open(j("text.json"), "w").write("not json")
+    rc, out, err = run(MATRIX, *args, *argv)
+    el = err.strip().splitlines()
+    check(rc == 2 and len(el) == 1 and el[0].startswith("probe-matrix: ") and needle in el[0],
+          "bad --tests input %r: exit 2, one line naming %r (rc=%d, %r)" % (argv[-1:], needle, rc, err))
+
 bad_json = j("other.json")
 json.dump({"format": "something-else", "version": 1}, open(bad_json, "w"))
 open(j("text.json"), "w").write("not json")
@@ -183,7 +273,7 @@ for argv, needle in [
     (["chunked=" + j("chunked.json"), "chunked=" + j("bf16.json")], "given twice"),
     ([j("chunked.json")], "not FEATURE=COMPARE.json"),
     (["a/b=" + j("chunked.json")], "may not contain"),
-    ([], "expected FEATURE=COMPARE.json"),
+    ([], "expected FEATURE=COMPARE.json arguments or --tests FILE"),
     (args + ["--frobnicate"], "--frobnicate"),
     (args + ["--out", "-", "--html", "-"], "stdout"),
 ]:

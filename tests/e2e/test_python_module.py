@@ -8,6 +8,7 @@ integer differences exactly, an expected failure before), T2 with a
 calibration file, bad input (shape mismatch, unknown gate, element types
 probe does not compare), agreement with probe-compare on the same data (same
 C metrics), and the module working from an installed prefix."""
+import ctypes
 import json
 import math
 import os
@@ -101,6 +102,37 @@ lib = probe._lib.get()
 check(os.path.realpath(lib.path) == os.path.realpath(os.path.join(BUILD, "lib", "libprobe.so")),
       "probe loads the build tree's libprobe (%s)" % lib.path)
 
+# probe.__version__ is CMake's project version
+import re  # noqa: E402
+SRC = os.environ.get("PROBE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+want = re.search(r"project\(probe VERSION ([0-9.]+)", open(os.path.join(SRC, "CMakeLists.txt")).read())
+check(want is not None and probe.__version__ == want.group(1),
+      "probe.__version__ %r is the CMake project version" % probe.__version__)
+p = subprocess.run([PY, "-c", "import probe; print(probe.__version__, probe.__file__)"], capture_output=True,
+                   text=True, env=dict(os.environ, PYTHONPATH=os.path.join(SRC, "components", "python")))
+check(p.returncode == 0 and p.stdout.split()[0] == want.group(1)
+      and os.path.realpath(p.stdout.split()[1]).startswith(os.path.realpath(SRC) + os.sep),
+      "imported from the source tree, probe.__version__ is the same (%r)" % (p.stdout or p.stderr)[-300:])
+
+# the ctypes structs match the C headers (a field added in C and not here corrupts memory)
+csrc = os.path.join(tempfile.mkdtemp(prefix="probe-pymod-abi."), "abi.c")
+with open(csrc, "w") as f:
+    f.write('#include <stddef.h>\n#include <stdio.h>\n#include "probe/metrics.h"\n#include "probe/gate.h"\n'
+            'int main(void) { printf("%zu %zu %zu %zu %zu %zu\\n", sizeof(probe_metrics_opts), '
+            'sizeof(probe_metrics), sizeof(probe_gate), sizeof(probe_gate_verdict), '
+            'offsetof(probe_gate, headroom), offsetof(probe_metrics, max_abs_ulps_scale)); return 0; }\n')
+exe = csrc[:-2]
+p = subprocess.run(["cc", "-std=c11", "-I", os.path.join(SRC, "include"), "-o", exe, csrc],
+                   capture_output=True, text=True)
+check(p.returncode == 0, "the struct layout probe compiles: %s" % p.stderr[-300:])
+if p.returncode == 0:
+    got = [int(x) for x in subprocess.run([exe], capture_output=True, text=True).stdout.split()]
+    L = probe._lib
+    want_l = [ctypes.sizeof(L.MetricsOpts), ctypes.sizeof(L.Metrics), ctypes.sizeof(L.Gate),
+              ctypes.sizeof(L.GateVerdict), L.Gate.headroom.offset, L.Metrics.max_abs_ulps_scale.offset]
+    check(got == want_l, "ctypes MetricsOpts, Metrics, Gate, GateVerdict sizes and last offsets == C's "
+          "(C %r, ctypes %r)" % (got, want_l))
+
 g = torch.Generator().manual_seed(1234)
 
 # --- values against the oracle ----------------------------------------------
@@ -160,6 +192,53 @@ check(msg is not None and "rel_l2 %.4g > 0.01" % o["rel_l2"] in msg,
 check(msg is not None and "mismatch" in msg and "rel_l2=%.6g" % o["rel_l2"] in msg
       and "max_abs=%.6g at [1, 2, 5, 7]" % o["max_abs"] in msg,
       "perturbed: the message carries the metrics and the max_abs index")
+# the elements at the max-abs index, in the dict and the message (numpy's values)
+flat = int(np.ravel_multi_index([1, 2, 5, 7], tuple(ref.shape)))
+rv, cv = float(ref.numpy().ravel()[flat]), float(cand.numpy().ravel()[flat])
+check(o["max_abs_offset"] == flat, "the oracle's max-abs element is the one perturbed by 0.25")
+res = probe.compare(ref, cand)
+check(res["ref_at_max_abs"] == rv and res["cand_at_max_abs"] == cv and abs(cv - rv) == o["max_abs"],
+      "ref_at_max_abs / cand_at_max_abs are the elements there (%r, %r)" % (rv, cv))
+check(msg is not None and "(reference %r, candidate %r)" % (rv, cv) in msg,
+      "the failure message gives the reference and candidate values at the max-abs index")
+ri = np.array([[3, 7, -2], [10, 4, 4]], np.int32)
+ci = ri.copy()
+ci[1, 0] = -5
+res = probe.compare(ri, ci)
+check(res["max_abs_index"] == [1, 0] and res["ref_at_max_abs"] == 10 and res["cand_at_max_abs"] == -5
+      and isinstance(res["ref_at_max_abs"], int), "integer elements at the max-abs index stay ints")
+rb2 = torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16)
+cb2 = torch.tensor([1.0, 2.0, 3.015625], dtype=torch.bfloat16)
+res = probe.compare(rb2, cb2)
+check(res["ref_at_max_abs"] == 3.0 and res["cand_at_max_abs"] == 3.015625,
+      "bfloat16 elements at the max-abs index are their exact values")
+check(probe.compare(np.zeros(0), np.zeros(0))["ref_at_max_abs"] is None, "empty tensors: no element")
+
+# library frames are hidden from pytest's traceback (__tracebackhide__)
+try:
+    probe.assert_parity(ref, cand)
+except AssertionError as e:
+    tb, probe_frames, hidden = e.__traceback__, 0, 0
+    pkg = os.path.dirname(os.path.abspath(probe.__file__)) + os.sep
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(pkg):
+            probe_frames += 1
+            hidden += tb.tb_frame.f_locals.get("__tracebackhide__") is True
+        tb = tb.tb_next
+    check(probe_frames >= 1 and hidden == probe_frames,
+          "every probe frame of a failure sets __tracebackhide__ (%d of %d)" % (hidden, probe_frames))
+try:
+    probe.compare(ref, cand, atol="1e-3")
+except TypeError as e:
+    tb, probe_frames, hidden = e.__traceback__, 0, 0
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name in ("compare", "_effective_gate", "_tolerance"):
+            probe_frames += 1
+            hidden += tb.tb_frame.f_locals.get("__tracebackhide__") is True
+        tb = tb.tb_next
+    check(probe_frames == 3 and hidden == 3, "a bad-argument error hides probe's frames too (%d of %d)"
+          % (hidden, probe_frames))
+
 res = probe.compare(ref, cand, gate="T1-relaxed:backend-swap")
 check(res["gate"]["name"] == "T1-relaxed:backend-swap" and res["gate"]["rel_l2_max"] == 5e-2,
       "T1-relaxed:backend-swap thresholds")
@@ -192,10 +271,15 @@ check(raises(AssertionError, probe.assert_parity, ref, lossy) is not None, "the 
 msg = raises(AssertionError, probe.assert_parity, ref, lossy, gate="T2", calibration=cal,
              component="dit.step", path="/vae.decode/0000/out")
 check(msg is not None and "rel_l2" in msg and "1e-06" in msg, "T2: a tensors glob wins over the component")
-msg = raises(AssertionError, probe.assert_parity, ref, lossy, gate="T2", calibration=cal,
+msg = raises(ValueError, probe.assert_parity, ref, lossy, gate="T2", calibration=cal,
              component="text_encoder")
-check(msg is not None and "no T2 thresholds for component 'text_encoder'" in msg,
-      "T2: a component without thresholds fails with the reason")
+check(msg is not None and not msg.startswith("WRONG")
+      and "no T2 thresholds for component 'text_encoder'" in msg and "dit.step" in msg
+      and "/vae.decode/*/out" in msg,
+      "T2: a component the calibration file lacks is a ValueError naming what it has: %r" % msg)
+msg = raises(ValueError, probe.compare, ref, lossy, gate="T2", calibration=cal, component="dit.stpe")
+check(msg is not None and not msg.startswith("WRONG") and "'dit.stpe'" in msg,
+      "T2: a misspelt component is a ValueError, not a parity failure: %r" % msg)
 msg = raises(ValueError, probe.compare, ref, lossy, gate="T2")
 check(msg is not None and not msg.startswith("WRONG") and "calibration" in msg, "T2 without calibration: ValueError")
 cal_z = os.path.join(tmp, "cal-z.json")
@@ -229,6 +313,22 @@ msg = raises(TypeError, probe.compare, torch.zeros(3, dtype=torch.complex64), to
 check(msg is not None and not msg.startswith("WRONG") and "complex64" in msg, "complex tensor: TypeError")
 msg = raises(TypeError, probe.compare, np.array(["a", "b"]), np.array(["a", "b"]))
 check(msg is not None and not msg.startswith("WRONG"), "string array: TypeError")
+
+# tolerances: real numbers only (TypeError), finite and >= 0 (ValueError)
+for bad in ("1e-3", b"1e-3", [1e-3], {}, True, torch.tensor(1e-3)):
+    msg = raises(TypeError, probe.compare, ref, cand, atol=bad)
+    check(msg is not None and not msg.startswith("WRONG") and "atol must be a real number" in msg,
+          "atol=%r: TypeError (%r)" % (bad, msg))
+msg = raises(TypeError, probe.assert_parity, ref, cand, rtol="0")
+check(msg is not None and not msg.startswith("WRONG") and "rtol must be a real number" in msg
+      and "str" in msg, "rtol='0': TypeError naming the type (%r)" % msg)
+for bad in (-1e-3, float("nan"), float("inf")):
+    msg = raises(ValueError, probe.compare, ref, cand, atol=bad)
+    check(msg is not None and not msg.startswith("WRONG") and "atol must be finite and >= 0" in msg,
+          "atol=%r: ValueError (%r)" % (bad, msg))
+res = probe.compare(ref, cand, atol=np.float32(0.5), rtol=1)
+check(res["gate"]["atol"] == 0.5 and res["gate"]["rtol"] == 1.0 and isinstance(res["gate"]["atol"], float),
+      "numpy and int tolerances are accepted as floats")
 
 # --- integers are never compared through float64 ---------------------------
 res = probe.compare(2**53 + 1, 2**53, atol=0, rtol=0)

@@ -500,3 +500,74 @@ Test(calibrate, structure_per_path)
     probe_calibrate_result_free(r);
     probe_calibration_free(cal);
 }
+
+/* Records (probe-record JSON lines) instead of capture files: worst x headroom per
+ * component, floor records for the T1 check, other features left out, the
+ * file read back by probe_calibration_load. */
+Test(calibrate, records)
+{
+    const char *path = tmp("r.jsonl");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"format\":\"probe-record\",\"version\":1,\"component\":\"dit.step\",\"feature\":\"fp8\","
+          "\"kind\":\"feature\",\"arch\":\"sm_90\",\"stats\":{\"rel_l2\":0.02,\"cosine\":0.999,"
+          "\"max_abs\":0.5,\"gain_z\":-4}}\n"
+          "{\"format\":\"probe-record\",\"version\":1,\"component\":\"dit.step\",\"feature\":\"fp8\","
+          "\"kind\":\"feature\",\"arch\":\"sm_100\",\"stats\":{\"rel_l2\":0.04,\"cosine\":0.9995,"
+          "\"max_abs\":0.25}}\n"
+          "{\"format\":\"probe-record\",\"version\":1,\"component\":\"dit.step\",\"feature\":\"bf16\","
+          "\"kind\":\"feature\",\"stats\":{\"rel_l2\":0.9,\"cosine\":0.1,\"max_abs\":9}}\n"
+          "{\"format\":\"probe-record\",\"version\":1,\"component\":\"dit.step\",\"feature\":\"fp8\","
+          "\"kind\":\"floor\",\"stats\":{\"rel_l2\":1e-5,\"cosine\":1,\"max_abs\":1e-5}}\n",
+          f);
+    cr_assert_eq(fclose(f), 0);
+    const char *recs[] = {path};
+    const char *known[] = {"text_encoder", "dit.step", NULL};
+    probe_calibrate_opts o = {.feature = "fp8", .headroom = 2, .atol = 1e-3, .rtol = 1e-3,
+                              .records = recs, .nrecords = 1, .known_components = known};
+    probe_calibrate_result *r = NULL;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_OK, "%s", probe_last_error());
+    cr_assert(r->from_records && r->npairs == 2 && r->nfloor_pairs == 1 && r->nrecords_other == 1);
+    cr_assert_eq(r->ncomponents, 1);
+    const probe_calibrate_component *c = &r->components[0];
+    cr_assert_str_eq(c->name, "dit.step");
+    cr_assert_float_eq(c->rel_l2_max, 0.08, 1e-15);
+    cr_assert_float_eq(c->cosine_min, 1 - 2 * (1 - 0.999), 1e-15);
+    cr_assert_float_eq(c->max_abs_max, 1.0, 1e-15);
+    cr_assert_float_eq(c->gain_z_max, 8.0, 1e-15);
+    cr_assert(isnan(c->p99_abs_max) && isnan(c->channel_z_max), "not recorded: not written");
+    cr_assert(c->t1_above_floor && r->t1_above_floor);
+    cr_assert(r->narchs == 2 && !strcmp(r->archs[0], "sm_90") && !strcmp(r->archs[1], "sm_100"));
+    const char *out = tmp("cal.json");
+    FILE *w = fopen(out, "w");
+    cr_assert_eq(probe_calibrate_write_json(r, w), PROBE_OK);
+    cr_assert_eq(fclose(w), 0);
+    probe_calibrate_result_free(r);
+    probe_calibration *cal = NULL;
+    cr_assert_eq(probe_calibration_load(out, known, &cal), PROBE_OK, "%s", probe_last_error());
+    probe_gate g;
+    cr_assert_eq(probe_calibration_gate(cal, "dit.step", NULL, &g), PROBE_OK);
+    cr_assert_float_eq(g.rel_l2_max, 0.08, 1e-15);
+    probe_calibration_free(cal);
+
+    /* mixed with capture files, an unknown component, a bad line */
+    o.references = recs;
+    o.nreferences = 1;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "cannot be mixed"));
+    o.references = NULL;
+    o.nreferences = 0;
+    const char *only_te[] = {"text_encoder", NULL};
+    o.known_components = only_te;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "r.jsonl:1: unknown component 'dit.step'"), "%s",
+              probe_last_error());
+    f = fopen(path, "a");
+    fputs("[1]\n", f);
+    fclose(f);
+    o.known_components = known;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_EFORMAT);
+    cr_assert(strstr(probe_last_error(), "r.jsonl:5: not a JSON object"), "%s", probe_last_error());
+    cr_assert_null(r);
+    cleanup();
+}

@@ -32,14 +32,44 @@ it.
 
 libprobe.so is found through PROBE_LIBPROBE or next to this package (see
 probe._lib); docs/packaging.md.
+
+The feature table (probe.Feature, probe.register_feature, probe.FEATURES,
+probe.parametrize_features) and the pytest plugin (probe.pytest_plugin):
+docs/pytest.md.
 """
 
+import json
 import math
+import numbers
 import sys
 
 from . import _lib
 
-__all__ = ["compare", "assert_parity", "ProbeError"]
+
+def _source_version():
+    """The CMake project version, read from the source tree's CMakeLists.txt
+    when the package is imported from components/python (no build wrote
+    _version.py); "unknown" when that is not found either."""
+    import os
+    import re
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, os.pardir)
+    try:
+        with open(os.path.join(top, "CMakeLists.txt")) as f:
+            m = re.search(r"project\(probe VERSION ([0-9.]+)", f.read())
+        return m.group(1) if m else "unknown"
+    except OSError:
+        return "unknown"
+
+
+try:
+    from ._version import __version__
+except ImportError:
+    __version__ = _source_version()
+from .features import (FEATURES, Feature, features_with, parametrize_features,  # noqa: F401
+                       register_feature, unregister_feature)
+
+__all__ = ["compare", "assert_parity", "ProbeError", "__version__", "Feature", "FEATURES",
+           "register_feature", "unregister_feature", "features_with", "parametrize_features"]
 
 ProbeError = _lib.ProbeError
 
@@ -81,6 +111,7 @@ def _from_python(x, side):
     [-1, 2**63] float64): ints (bools among them) as int64, or uint64 when a
     value needs it and none is negative; bools alone as bool. None when x is
     not made of Python numbers or holds a float (numpy's float64, as asked)."""
+    __tracebackhide__ = True
     import numpy as np
     vals = _python_numbers(x)
     if vals is None or any(isinstance(v, (float, complex)) for v in vals):
@@ -115,6 +146,7 @@ def _is_torch_tensor(x):
 
 
 def _view(x, side):
+    __tracebackhide__ = True
     if _is_torch_tensor(x):
         t = x.detach()
         if t.layout != sys.modules["torch"].strided:
@@ -159,6 +191,20 @@ def _unravel(offset, shape):
     return list(reversed(idx))
 
 
+def _element(view, offset):
+    """The element at flat row-major offset of a view, as a Python number (an
+    int for integer and bool types, a float otherwise: every float type probe
+    reads is exactly a double); None when offset is None."""
+    if offset is None:
+        return None
+    v = view.keep.reshape(-1)[offset].item()
+    return v if isinstance(v, (bool, int)) else float(v)
+
+
+def _fmt(v):
+    return "n/a" if v is None else repr(v)
+
+
 def _gate_dict(g):
     d = {"name": g.name.decode(), "atol": g.atol, "rtol": g.rtol,
          "mismatch_fraction_max": g.mismatch_fraction_max, "rel_l2_max": g.rel_l2_max,
@@ -171,16 +217,47 @@ def _gate_dict(g):
     return d
 
 
+def _tolerance(name, x):
+    """atol/rtol as a float: None stays None; a real number (Python or numpy,
+    not bool) that is finite and >= 0; TypeError for anything else (a string
+    such as "1e-3" included), ValueError for a negative or non-finite one."""
+    __tracebackhide__ = True
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError("probe: %s must be a real number (int or float), not %s %r"
+                        % (name, type(x).__name__, x))
+    v = float(x)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError("probe: %s must be finite and >= 0, not %r" % (name, x))
+    return v
+
+
+def _calibrated_names(calibration):
+    """The component names and tensor globs of a calibration file (its
+    "components" and "tensors" keys), for the error message of a T2 lookup
+    that finds no entry. The file has already been loaded by libprobe."""
+    try:
+        with open(str(calibration)) as f:
+            doc = json.load(f)
+        return sorted(doc.get("components") or {}), list(doc.get("tensors") or {})
+    except (OSError, ValueError, AttributeError):
+        return [], []
+
+
 def _effective_gate(lib, gate, atol, rtol, calibration, component, path):
     """The gate as probe-compare applies it to one tensor: parsed spec, T2
     thresholds from the calibration file, then the atol/rtol overrides.
-    Returns (Gate, reason or None)."""
+    Returns the Gate. Raises ValueError when T2 finds no entry for
+    component/path in the calibration file."""
+    __tracebackhide__ = True
     import ctypes
     if not isinstance(gate, str):
         raise ValueError("probe: gate must be a string such as 'T1', not %r" % (gate,))
+    atol = _tolerance("atol", atol)
+    rtol = _tolerance("rtol", rtol)
     g = _lib.Gate()
     lib.check(lib.gate_parse(gate.encode(), ctypes.byref(g)), "probe: gate")
-    reason = None
     if g.kind == 3:  # PROBE_GATE_T2
         if calibration is None:
             raise ValueError("probe: gate T2 needs calibration=FILE (docs/calibration.md)")
@@ -195,13 +272,19 @@ def _effective_gate(lib, gate, atol, rtol, calibration, component, path):
         finally:
             lib.cal_free(cal)
         if st != _lib.PROBE_OK:
-            reason = "no T2 thresholds for component '%s' in the calibration file" % (
-                component if component is not None else path)
+            comps, globs = _calibrated_names(calibration)
+            what = ("component '%s'" % component if path is None else
+                    "path '%s'" % path if component is None else
+                    "component '%s' or path '%s'" % (component, path))
+            raise ValueError("probe: no T2 thresholds for %s in the calibration file %s "
+                             "(its components: %s; its tensor globs: %s)"
+                             % (what, calibration, ", ".join(comps) or "none",
+                                ", ".join(globs) or "none"))
     if atol is not None:
-        g.atol = float(atol)
+        g.atol = atol
     if rtol is not None:
-        g.rtol = float(rtol)
-    return g, reason
+        g.rtol = rtol
+    return g
 
 
 def compare(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, component=None,
@@ -225,14 +308,20 @@ def compare(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, compon
     max_abs, max_abs_index, p99_abs, mean_abs, mismatch_fraction, nan_ref,
     nan_cand, inf_ref, inf_cand, zero_norm_reference, identical, verdict
     ("pass"/"fail"), reasons; plus n_finite, mismatch_count, inf_mismatch,
-    norm_ref, norm_cand, norm_diff, dot and gate (the thresholds applied).
+    norm_ref, norm_cand, norm_diff, dot, gate (the thresholds applied) and
+    ref_at_max_abs / cand_at_max_abs (the two elements at max_abs_index, as
+    Python numbers; None for empty tensors).
     Metrics that are not finite are float nan/inf (the JSON writes null).
 
     Raises ValueError for shapes that differ, an unknown gate, T2 without
-    calibration/component; TypeError for an element type probe does not
-    compare; FileNotFoundError / probe.ProbeError for an unreadable
-    calibration file; OSError when libprobe.so cannot be found.
+    calibration/component, a T2 component (or path) for which the
+    calibration file has no thresholds, a negative or non-finite atol/rtol;
+    TypeError for an element type probe does not compare and for an
+    atol/rtol that is not a real number (e.g. the string "1e-3");
+    FileNotFoundError / probe.ProbeError for an unreadable calibration file;
+    OSError when libprobe.so cannot be found.
     """
+    __tracebackhide__ = True
     import ctypes
     lib = _lib.get()
     r = _view(ref, "reference")
@@ -240,7 +329,7 @@ def compare(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, compon
     if r.shape != c.shape:
         raise ValueError("probe: shape mismatch: reference %s, candidate %s"
                          % (list(r.shape), list(c.shape)))
-    g, reason = _effective_gate(lib, gate, atol, rtol, calibration, component, path)
+    g = _effective_gate(lib, gate, atol, rtol, calibration, component, path)
 
     m = _lib.Metrics()
     opts = _lib.MetricsOpts(g.atol, g.rtol)
@@ -248,22 +337,22 @@ def compare(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, compon
     ct = lib.dtype_from_name(c.dtype_name.encode())
     lib.check(lib.compute_typed(rt, r.ptr, ct, c.ptr, r.n, ctypes.byref(opts), ctypes.byref(m)),
               "probe: metrics")
-    if reason is None:
-        v = _lib.GateVerdict()
-        lib.check(lib.gate_check(ctypes.byref(g), ctypes.byref(m), ctypes.byref(v)), "probe: gate")
-        if g.kind == 3:  # T2: the calibrated gain z (no channel axis in memory: no channel z)
-            noise = lib.systematic_limit(1, 1e-6)  # PROBE_SYSTEMATIC_FALSE_ALARM
-            lib.check(lib.gate_check_structure(ctypes.byref(g), ctypes.byref(m), None,
-                                               float("nan"), noise, ctypes.byref(v)), "probe: gate")
-        passed = bool(v.pass_)
-        reasons = [v.reasons[i].value.decode("utf-8", "replace") for i in range(v.nreasons)]
-    else:
-        passed, reasons = False, [reason]
+    v = _lib.GateVerdict()
+    lib.check(lib.gate_check(ctypes.byref(g), ctypes.byref(m), ctypes.byref(v)), "probe: gate")
+    if g.kind == 3:  # T2: the calibrated gain z (no channel axis in memory: no channel z)
+        noise = lib.systematic_limit(1, 1e-6)  # PROBE_SYSTEMATIC_FALSE_ALARM
+        lib.check(lib.gate_check_structure(ctypes.byref(g), ctypes.byref(m), None,
+                                           float("nan"), noise, ctypes.byref(v)), "probe: gate")
+    passed = bool(v.pass_)
+    reasons = [v.reasons[i].value.decode("utf-8", "replace") for i in range(v.nreasons)]
+    at = m.max_abs_offset if r.n and m.max_abs_offset < r.n else None
 
     return {
         "n": m.n, "shape": list(r.shape), "dtype": r.dtype_name, "dtype_candidate": c.dtype_name,
         "rel_l2": m.rel_l2, "cosine": m.cosine, "max_abs": m.max_abs,
-        "max_abs_index": _unravel(m.max_abs_offset, r.shape), "p99_abs": m.p99_abs,
+        "max_abs_index": _unravel(m.max_abs_offset, r.shape),
+        "ref_at_max_abs": _element(r, at), "cand_at_max_abs": _element(c, at),
+        "p99_abs": m.p99_abs,
         "mean_abs": m.mean_abs, "mismatch_fraction": m.mismatch_fraction,
         "mismatch_count": m.mismatch_count, "nan_ref": m.nan_ref, "nan_cand": m.nan_cand,
         "inf_ref": m.inf_ref, "inf_cand": m.inf_cand, "inf_mismatch": m.inf_mismatch,
@@ -280,9 +369,13 @@ def assert_parity(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, 
 
     Returns compare()'s dict when the gate passes. Raises AssertionError when
     it fails; the message names the gate, every failing reason (e.g.
-    "rel_l2 0.0312 > 0.01", "candidate has 1 NaN") and the metrics. Raises
-    ValueError / TypeError / OSError as compare() does for bad input.
+    "rel_l2 0.0312 > 0.01", "candidate has 1 NaN"), the metrics and the
+    reference and candidate values at the max_abs index. Raises
+    ValueError / TypeError / OSError as compare() does for bad input. Under
+    pytest, the traceback of a failure stops at the caller's line
+    (__tracebackhide__).
     """
+    __tracebackhide__ = True
     res = compare(ref, cand, gate=gate, atol=atol, rtol=rtol, calibration=calibration,
                   component=component, path=path)
     if res["verdict"] == "pass":
@@ -291,11 +384,13 @@ def assert_parity(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, 
     if component is not None or path is not None:
         what = " for %s" % (path if path is not None else component)
     raise AssertionError(
-        "probe: gate %s failed%s: %s\n  rel_l2=%.6g cosine=%.9g max_abs=%.6g at %s p99_abs=%.6g "
+        "probe: gate %s failed%s: %s\n  rel_l2=%.6g cosine=%.9g max_abs=%.6g at %s "
+        "(reference %s, candidate %s) p99_abs=%.6g "
         "mean_abs=%.6g mismatch_fraction=%.6g (atol=%g rtol=%g) nan_ref=%d nan_cand=%d "
         "inf_ref=%d inf_cand=%d n=%d shape=%s dtype=%s/%s"
         % (res["gate"]["name"], what, "; ".join(res["reasons"]), res["rel_l2"], res["cosine"],
-           res["max_abs"], res["max_abs_index"], res["p99_abs"], res["mean_abs"],
+           res["max_abs"], res["max_abs_index"], _fmt(res["ref_at_max_abs"]),
+           _fmt(res["cand_at_max_abs"]), res["p99_abs"], res["mean_abs"],
            res["mismatch_fraction"], res["gate"]["atol"], res["gate"]["rtol"], res["nan_ref"],
            res["nan_cand"], res["inf_ref"], res["inf_cand"], res["n"], res["shape"],
            res["dtype"], res["dtype_candidate"]))

@@ -6,7 +6,9 @@ libprobe.so is found, in this order:
   1. the environment variable PROBE_LIBPROBE (a path to libprobe.so);
   2. next to this package: the package lives in <prefix>/share/probe/python/probe
      (installed) or <build>/share/probe/python/probe (build tree), and the
-     library in <prefix>/lib, <prefix>/lib64 or <prefix>/lib/<multiarch>.
+     library in <prefix>/lib, <prefix>/lib64 or <prefix>/lib/<multiarch>;
+     or, installed by pip (the distribution probe-parity), the package is
+     <site-packages>/probe and the prefix <site-packages>/probe/_prefix.
 """
 
 import ctypes
@@ -60,7 +62,7 @@ class Metrics(ctypes.Structure):
 
 
 class Gate(ctypes.Structure):
-    """struct probe_gate (probe/gate.h)."""
+    """struct probe_gate (probe/gate.h), field for field."""
     _fields_ = [
         ("kind", ctypes.c_int),
         ("name", ctypes.c_char * 64),
@@ -99,17 +101,37 @@ class ProbeError(RuntimeError):
     """libprobe returned an error status that is not a bad argument."""
 
 
+def prefixes():
+    """The install prefixes this package may belong to, in search order: the
+    pip layout (<package>/_prefix), then <prefix>/share/probe/python/probe."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = [os.path.join(here, "_prefix")]
+    parts = here.split(os.sep)
+    if parts[-4:] == ["share", "probe", "python", "probe"]:
+        out.append(os.sep.join(parts[:-4]) or os.sep)
+    return out
+
+
+def share_file(name):
+    """The path of <prefix>/share/probe/NAME for the first prefix that has it,
+    or None."""
+    for prefix in prefixes():
+        p = os.path.join(prefix, "share", "probe", name)
+        if os.path.exists(p):
+            return p
+    return None
+
+
 def _candidates():
     env = os.environ.get("PROBE_LIBPROBE")
     if env:
         return [env]
-    here = os.path.dirname(os.path.abspath(__file__))
-    prefix = os.path.normpath(os.path.join(here, os.pardir, os.pardir, os.pardir, os.pardir))
     out = []
-    for d in ["lib", "lib64"] + sorted(os.path.relpath(p, prefix)
-                                       for p in glob.glob(os.path.join(prefix, "lib", "*-linux-*"))):
-        for name in ("libprobe.so", "libprobe.so.0"):
-            out.append(os.path.join(prefix, d, name))
+    for prefix in prefixes():
+        for d in ["lib", "lib64"] + sorted(os.path.relpath(p, prefix) for p in
+                                           glob.glob(os.path.join(prefix, "lib", "*-linux-*"))):
+            for name in ("libprobe.so", "libprobe.so.0"):
+                out.append(os.path.join(prefix, d, name))
     return out
 
 
