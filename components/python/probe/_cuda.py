@@ -86,8 +86,8 @@ class CudaLibrary:
                              ctypes.byref(spec) if spec is not None else None,
                              ctypes.c_void_p(stream or None), ctypes.byref(m), ctypes.byref(sh))
         if st == PROBE_EUNSUPPORTED:
-            raise CudaUnavailable("probe: probe_cuda_metrics: %s" % self.core.last_error())
-        self.core.check(st, "probe: probe_cuda_metrics")
+            raise CudaUnavailable("probe: %s" % self.core.last_error())
+        self.core.check(st, "probe")
         return m, sh
 
 

@@ -77,11 +77,13 @@ class Toggle:
             raise ValueError("probe.feature(%r): give on= (a context manager factory) or "
                              "enable=/disable= (plain callables), not both" % id)
         for k, v in (("on", on), ("off", off), ("enable", enable), ("disable", disable)):
+            if v is not None and hasattr(v, "__enter__"):
+                raise TypeError("probe.feature(%r): %s= is a context manager object, which is used "
+                                "once; pass a factory that makes a fresh one, e.g. "
+                                "lambda: attention_backend('flash')" % (id, k))
             if v is not None and not callable(v):
-                hint = (" (a context manager object is used once: pass a factory, e.g. "
-                        "lambda: attention_backend('flash'))" if hasattr(v, "__enter__") else "")
-                raise TypeError("probe.feature(%r): %s= must be callable, not %s%s"
-                                % (id, k, type(v).__name__, hint))
+                raise TypeError("probe.feature(%r): %s= must be callable, not %s"
+                                % (id, k, type(v).__name__))
         if on is None and enable is None:
             raise ValueError("probe.feature(%r): give on= (a context manager factory) or enable= "
                              "(a callable that switches the feature on)" % id)
@@ -373,6 +375,8 @@ class _Rng:
             try:
                 yield
             finally:
+                for g, s in self.gens:
+                    g.set_state(s)
                 random.setstate(py_outer)
                 if np_outer is not None:
                     np.random.set_state(np_outer)
