@@ -581,6 +581,10 @@ def _slot_line(s):
         line += " channel_shift=%.6g (channel %d, %.4g std) channel_z=%.4g" % (
             s["channel_shift_max"], s["channel_shift_channel"], s["channel_shift_rel"],
             s["channel_z_max"])
+    if "floor_identical" in s:
+        line += (" floor: identical" if s["floor_identical"] else
+                 " floor: rel_l2=%.6g max_abs=%.6g (the reference differs from itself)"
+                 % (s["floor_rel_l2"], s["floor_max_abs"]))
     if s["nan_ref"] or s["nan_cand"] or s["inf_ref"] or s["inf_cand"]:
         line += " nan_ref=%d nan_cand=%d inf_ref=%d inf_cand=%d" % (
             s["nan_ref"], s["nan_cand"], s["inf_ref"], s["inf_cand"])
@@ -840,11 +844,10 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
         reasons.append("feature not active: the candidate is identical to the reference in every "
                        "compared slot (%s)" % ", ".join(wanted))
     if floor is not None:
-        bad = [k for k, s in floor.items() if not s["identical"]]
-        if bad:
-            reasons_note = "the reference is not deterministic: %s differ between two runs" % ", ".join(bad)
-            for k in bad:
-                slots[k].setdefault("notes", []).append(reasons_note)
+        for k, f in floor.items():
+            slots[k]["floor_identical"] = f["identical"]
+            slots[k]["floor_rel_l2"] = f["rel_l2"]
+            slots[k]["floor_max_abs"] = f["max_abs"]
     arch = _arch(torch, [t for _, t in cs])
     res = PairResult(case, slots, reasons, floor, arch)
     if session is not None and hasattr(session, "record"):
