@@ -403,8 +403,8 @@ def main():
                                feature=probe.feature("f", on=lambda: knob(2.0)), gate="T1"),
          "c.shape slot out", "[6, 24]", "[3, 24]"),
         (ValueError, lambda: P(lambda x: None, (x,), component="c", feature=feat, gate="T1"), "no tensor"),
-        (TypeError, lambda: P(lambda x: x.to(torch.complex64), (x,), component="c", feature=feat, gate="T1"),
-         "complex64"),
+        (TypeError, lambda: P(lambda x: x.to(torch.complex64), (x,), component="c.cplx", feature=feat, gate="T1"),
+         "c.cplx slot out", "complex64"),
     ]
     for i, (exc, fn, *words) in enumerate(cases):
         ok_, msg = raises(exc, fn, *words)

@@ -515,8 +515,12 @@ def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component
                               lib.dtype_from_name(cn.encode()), g.atol, g.rtol, channel)
         where, rname, cname = "device", rn, cn
     else:
-        rv = _probe._view(r, "reference")
-        cv = _probe._view(c, "candidate")
+        try:
+            rv = _probe._view(r, "reference")
+            cv = _probe._view(c, "candidate")
+        except TypeError as e:
+            raise TypeError("probe: %s slot %s: %s" % (component, slot,
+                                                       str(e).replace("probe: ", "", 1))) from None
         if channel is not None:
             m, sh = _host_channel_metrics(lib, rv, cv, g.atol, g.rtol, channel)
         else:
