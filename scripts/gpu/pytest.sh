@@ -16,7 +16,7 @@
 #    max_abs, p99; sums within docs/device.md's tolerance), no host copy,
 #    stream order, torch's allocator untouched.
 # 3. pytest on tests/pytest/test_wan_parity.py with PROBE_PAIR_DEVICE=cuda
-#    (bf16 Wan block and DiT step; native against _native_flash,
+#    (bf16 Wan block and DiT step; SDPA math against _native_flash,
 #    _native_efficient, _native_cudnn under T1-relaxed:backend-swap; the
 #    backends active by call count and by their kernels in torch.profiler;
 #    bf16 against the fp32 oracle under T2 with the CPU-measured calibration

@@ -196,6 +196,12 @@ def main():
         check_stats("toy " + k, res[k], rs[k], cs[k], 1e-3, 1e-3, axis)
         check(res[k]["computed_on"] == "host" and res[k]["path"] == "/toy.step/0000/" + k,
               "%s: computed on the host, path %s" % (k, res[k]["path"]))
+    for k in want:
+        pc = probe.compare(rs[k], cs[k], gate="T1")
+        same = [f for f in ("rel_l2", "cosine", "max_abs", "p99_abs", "mean_abs", "mismatch_fraction",
+                            "norm_ref", "norm_cand", "norm_diff", "dot", "identical", "verdict")
+                if res[k][f] != pc[f]]
+        check(not same, "%s: bit-equal to probe.compare on the same tensors (differ: %s)" % (k, same))
     check(res.passed, "T1 passes a 2e-5 gain with a per-channel bias of 1e-6 per channel index%s" % ("" if res.passed else ": " + res.report()))
 
     # ---- the adapter's naming, two levels (what the capture keeps)

@@ -75,7 +75,7 @@ def main():
     print("records: %s" % sorted(by_test))
     with open(os.path.join(src, "tests", "pytest", "wan_bf16_calibration.json")) as fh:
         cal = json.load(fh)["components"]
-    backend = "_native_math" if device == "cpu" else "_native_flash"
+    backend = "native" if device == "cpu" else "_native_flash"
     cases = [
         ("test_block_attention_backend[%s]" % backend, "dit.block", "attn:" + backend, "out"),
         ("test_dit_step_attention_backend[%s]" % backend, "dit.step", "attn:" + backend, "out.sample"),

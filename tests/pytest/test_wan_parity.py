@@ -12,13 +12,14 @@ random weights (torch.manual_seed(0)) on latents [1, 16, 3, 8, 8].
 
 Device: cuda when torch has one, else cpu (PROBE_PAIR_DEVICE=cpu|cuda
 overrides). The cases:
-  attention backend swap, reference feature-off:
-    cpu   float32, native -> _native_math, gate T1;
-    cuda  bfloat16, native -> _native_flash / _native_efficient /
+  attention backend swap, reference feature-off (SDPA's math backend):
+    cpu   float32, _native_math -> native (SDPA's fused CPU kernel), gate T1;
+    cuda  bfloat16, _native_math -> _native_flash / _native_efficient /
           _native_cudnn, gate T1-relaxed:backend-swap;
   feature active (one call each): the backend's function is called inside
-    the component with the feature on, the outputs differ from native's
-    (cpu), and on cuda a kernel of that backend ran (torch.profiler);
+    the component with the feature on (twice: self- and cross-attention),
+    the outputs differ from the math backend's, and on cuda a kernel of that
+    backend ran (torch.profiler's kernel events);
   bf16 vs fp32, reference fp32-oracle (the same weights held in float32 on
     float32 copies of the inputs), gate T2 with wan_bf16_calibration.json;
   a planted defect (the attention output scaled by 1.25): the gate fails
@@ -43,21 +44,27 @@ CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=32
               out_channels=16, text_dim=64, freq_dim=64, ffn_dim=256, num_layers=2,
               cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=64)
 
+# The reference runs SDPA's math backend (the unfused reference
+# implementation); the candidate another backend: on the CPU "native" (SDPA's
+# choice there, its fused CPU kernel), on CUDA each fused backend by name (SDPA's
+# own choice on CUDA is one of them, which would compare a backend with itself).
+REFERENCE_BACKEND = "_native_math"
 if DEVICE == "cuda":
     DTYPE, GATE = torch.bfloat16, "T1-relaxed:backend-swap"
     BACKENDS = ["_native_flash", "_native_efficient", "_native_cudnn"]
     KERNELS = {"_native_flash": "*flash*", "_native_efficient": "*fmha*"}
 else:
     DTYPE, GATE = torch.float32, "T1"
-    BACKENDS = ["_native_math"]
+    BACKENDS = ["native"]
     KERNELS = {}
 
 
 def backend_feature(name):
-    """The attention-backend swap as a probe feature: on = diffusers'
-    attention_backend(name) context manager (the reference runs the default,
-    native)."""
-    return probe.feature("attn:" + name, on=lambda: attention_backend(name), gate=GATE)
+    """The attention-backend swap as a probe feature: diffusers'
+    attention_backend context manager, with `name` on the candidate side and
+    the math backend on the reference side."""
+    return probe.feature("attn:" + name, on=lambda: attention_backend(name),
+                         off=lambda: attention_backend(REFERENCE_BACKEND), gate=GATE)
 
 
 class Wan:
@@ -129,7 +136,7 @@ def test_attention_backend_is_active(wan, backend):
                               component="dit.block", feature=backend_feature(backend),
                               called=(backends, AttentionBackendName(backend)),
                               min_calls=2,  # self-attention and cross-attention
-                              differs=DEVICE == "cpu", kernel=KERNELS.get(backend))
+                              differs=True, kernel=KERNELS.get(backend))
     print("calls with the feature on: %s; differing slots: %s; matching kernels: %s"
           % (res.calls_on, res.differing, res.kernels_matched))
 

@@ -383,8 +383,13 @@ class _Rng:
 
 
 def _cuda_devices(torch, *objs):
+    """The CUDA device indices of the tensors in objs (an nn.Module among
+    them: of its parameters and buffers), plus the current device when CUDA
+    is initialized."""
     devs = set()
     for o in objs:
+        if isinstance(o, torch.nn.Module):
+            o = list(o.parameters()) + list(o.buffers())
         for t in _walk(o):
             if isinstance(t, torch.Tensor) and t.device.type == "cuda":
                 devs.add(t.device.index if t.device.index is not None else torch.cuda.current_device())
@@ -405,10 +410,12 @@ class _PairSource(ctypes.Structure):
                 ("ctx", ctypes.c_void_p)]
 
 
-def _host_channel_metrics(lib, rv, cv, atol, rtol, channel):
-    """probe_metrics_compute_source on two host views, with a channel spec:
-    the CPU engine's per-channel shift (bit-identical metrics to
-    probe_metrics_compute_typed, which is this function on arrays)."""
+def _host_metrics(lib, rv, cv, atol, rtol, channel):
+    """probe_metrics_compute_source on two host views (read in chunks of
+    131072 elements: memory bounded independently of n), with the channel
+    spec (count, inner) or None. The metrics are bit-identical to
+    probe_metrics_compute_typed's (probe.compare), which is this function on
+    arrays."""
     from . import _cuda
     fn = getattr(lib, "_pair_compute_source", None)
     if fn is None:
@@ -433,7 +440,7 @@ def _host_channel_metrics(lib, rv, cv, atol, rtol, channel):
 
     cb = _READ(read)
     src = _PairSource(rv.n, (ctypes.c_int * 2)(*dts), cb, None)
-    so = _StreamOpts(0, _cuda.ChannelSpec(*channel), None, None, None)
+    so = _StreamOpts(0, _cuda.ChannelSpec(*(channel or (0, 1))), None, None, None)
     m = _lib.Metrics()
     sh = _cuda.ChannelShift()
     lib.check(fn(ctypes.byref(src), ctypes.byref(_lib.MetricsOpts(atol, rtol)), ctypes.byref(so),
@@ -521,14 +528,7 @@ def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component
         except TypeError as e:
             raise TypeError("probe: %s slot %s: %s" % (component, slot,
                                                        str(e).replace("probe: ", "", 1))) from None
-        if channel is not None:
-            m, sh = _host_channel_metrics(lib, rv, cv, g.atol, g.rtol, channel)
-        else:
-            m = _lib.Metrics()
-            lib.check(lib.compute_typed(lib.dtype_from_name(rv.dtype_name.encode()), rv.ptr,
-                                        lib.dtype_from_name(cv.dtype_name.encode()), cv.ptr, rv.n,
-                                        ctypes.byref(_lib.MetricsOpts(g.atol, g.rtol)),
-                                        ctypes.byref(m)), "probe: metrics")
+        m, sh = _host_metrics(lib, rv, cv, g.atol, g.rtol, channel)
         where, rname, cname = "host", rv.dtype_name, cv.dtype_name
     if reason is None:
         v = _lib.GateVerdict()
@@ -790,7 +790,7 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
     case = {"component": component, "tensor": tensor, "feature": feat.id,
             "reference": _ref_label(ref), "gate": gate}
 
-    rng = _Rng(torch, args, kwargs, seed, _cuda_devices(torch, args, kwargs))
+    rng = _Rng(torch, args, kwargs, seed, _cuda_devices(torch, args, kwargs, _module_of(fn)))
     clone = lambda t: t.detach().clone()  # noqa: E731
 
     def run_ref():
@@ -991,9 +991,11 @@ def assert_active(fn, args=(), kwargs=None, *, component, feature, called=None, 
         raise ValueError("probe: min_calls must be an int >= 1, not %r" % (min_calls,))
     if kernel is not None and (not isinstance(kernel, str) or not kernel):
         raise TypeError("probe: kernel must be a non-empty glob str, not %r" % (kernel,))
-    devs = _cuda_devices(torch, args, kwargs)
     mod = _module_of(fn)
-    on_cuda = bool(devs) or (mod is not None and any(p.device.type == "cuda" for p in mod.parameters()))
+    devs = _cuda_devices(torch, args, kwargs, mod)
+    on_cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda"
+                  for o in (args, kwargs, list(mod.parameters()) if mod is not None else [])
+                  for t in _walk(o))
     if kernel is not None and not on_cuda:
         raise ValueError("probe: kernel=%r needs the component to run on CUDA (no CUDA tensor among "
                          "its inputs or parameters); on the CPU use called= or differs=" % kernel)
