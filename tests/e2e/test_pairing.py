@@ -16,6 +16,9 @@ Asserted:
     gives identical slots and fails as "feature not active"; the caller's RNG
     state is unchanged afterwards; an in-place change of an input by one side
     never reaches the other or the caller;
+  * state the component changes is put back before each side and after the
+    pair: a module's buffers (BatchNorm running statistics in train mode),
+    the instance attributes of a method's object (a scheduler's step index);
   * the fp32 oracle: the reference is the module's bf16 weights held in fp32
     on fp32 inputs (equal to an independent fp32 computation), and the
     module's weights are bit-identical to what they were after the call;
@@ -295,6 +298,56 @@ def main():
     check(torch.equal(x, xc), "the caller's input is unchanged by an in-place component")
     check(r7["out"]["rel_l2"] == 1.0, "each side got the original input (c = 2 r exactly: rel_l2 %r)"
           % r7["out"]["rel_l2"])
+
+    # ---- state the component changes: buffers of a module, attributes of a method's object
+    bn = torch.nn.Sequential(torch.nn.Linear(24, 8), torch.nn.BatchNorm1d(8)).train()
+    r10 = probe.pair(lambda x: bn(x) * Knob.scale, (x,), component="toy.bn",
+                     feature=probe.feature("x2", on=lambda: knob(2.0)), gate="T1")
+    check(r10["out"]["rel_l2"] == 1.0, "BatchNorm in train mode: c = 2 r exactly (rel_l2 %r)"
+          % r10["out"]["rel_l2"])
+    # (a lambda is not a module: its calls above updated the running stats)
+    rm, nb = bn[1].running_mean.clone(), int(bn[1].num_batches_tracked)
+    check(not torch.equal(rm, torch.zeros(8)) and nb == 2, "the lambda's two calls updated the stats (%d)" % nb)
+    r10b = probe.pair(bn, (x,), component="toy.bn", feature=probe.feature("noop", on=knob), gate="T1",
+                      require_active=False)
+    check(r10b["out"]["identical"] and torch.equal(bn[1].running_mean, rm)
+          and int(bn[1].num_batches_tracked) == nb,
+          "a module's buffers (running stats) are put back before each side and after the pair")
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x):
+            self.calls += 1
+            return x * self.calls * Knob.scale
+
+    cm_ = Counting()
+    r12 = probe.pair(cm_, (x,), component="toy.count", feature=probe.feature("x2", on=lambda: knob(2.0)),
+                     gate="T1")
+    check(r12["out"]["rel_l2"] == 1.0 and float(cm_.calls) == 0.0,
+          "a buffer the forward increments: each side starts from its value (rel_l2 %r), put back after (%r)"
+          % (r12["out"]["rel_l2"], float(cm_.calls)))
+
+    class Sched:
+        def __init__(self):
+            self.step_index = 0
+            self.sigmas = torch.linspace(1, 0, 5)
+
+        def step(self, x):
+            out = x * self.sigmas[self.step_index] * Knob.scale
+            self.step_index += 1
+            self.extra = True
+            return out
+
+    sch = Sched()
+    r11 = probe.pair(sch.step, (x,), component="scheduler.step", feature=probe.feature("x2", on=lambda: knob(2.0)),
+                     gate="T1")
+    check(r11["out"]["rel_l2"] == 1.0 and r11["out"]["reference_at_max_abs"] * 2 == r11["out"]["candidate_at_max_abs"],
+          "a method's object: both sides start at step_index 0 (rel_l2 %r)" % r11["out"]["rel_l2"])
+    check(sch.step_index == 0 and not hasattr(sch, "extra"),
+          "the object's attributes are put back after the pair (step_index %d)" % sch.step_index)
 
     # ---- fp32 oracle
     tb = Toy().to(torch.bfloat16).eval()

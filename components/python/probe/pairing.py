@@ -28,6 +28,9 @@ Both sides get:
     had when pair() was called (or seeded with seed=) before each side, and
     restored afterwards (torch.random.fork_rng), so dropout and noise draws
     match;
+  - the component's own state as it was: an nn.Module's buffers, or the
+    instance attributes of the object whose method it is, put back before
+    each side and after the pair;
   - torch.no_grad().
 
 Where the slots are compared:
@@ -380,6 +383,41 @@ class _Rng:
                 random.setstate(py_outer)
                 if np_outer is not None:
                     np.random.set_state(np_outer)
+
+
+class _State:
+    """The state a call of the component may change, put back before each
+    side and after the pair: for an nn.Module (or a method of one) its
+    buffers (restored in place: BatchNorm running statistics, caches held in
+    buffers); for a method of another object (scheduler.step) that object's
+    instance attributes, one level deep (an attribute rebound by the call,
+    such as a step counter, gets its old value back; a tensor changed in
+    place does not)."""
+
+    def __init__(self, torch, fn):
+        self.torch = torch
+        self.module = _module_of(fn)
+        self.buffers = None
+        self.attrs = None
+        owner = getattr(fn, "__self__", None) if self.module is None else None
+        if self.module is not None:
+            self.buffers = [(b, b.detach().clone()) for b in self.module.buffers()]
+        elif owner is not None and not isinstance(owner, type) and hasattr(owner, "__dict__") \
+                and not isinstance(owner, type(sys)):
+            self.owner = owner
+            self.attrs = dict(vars(owner))
+
+    def restore(self):
+        if self.buffers is not None:
+            with self.torch.no_grad():
+                for b, saved in self.buffers:
+                    if b.shape == saved.shape:
+                        b.copy_(saved)
+        if self.attrs is not None:
+            d = vars(self.owner)
+            for k in [k for k in d if k not in self.attrs]:
+                del d[k]
+            d.update(self.attrs)
 
 
 def _cuda_devices(torch, *objs):
@@ -793,7 +831,10 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
     rng = _Rng(torch, args, kwargs, seed, _cuda_devices(torch, args, kwargs, _module_of(fn)))
     clone = lambda t: t.detach().clone()  # noqa: E731
 
+    state = _State(torch, fn)
+
     def run_ref():
+        state.restore()
         with rng.side(), torch.no_grad():
             if ref == REFERENCE_OFF:
                 with _entered(feat.off, feat.id, "disable()"):
@@ -805,14 +846,18 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
             return ref.fn(*_map_tensors(args, clone), **_map_tensors(kwargs, clone))
 
     def run_cand():
+        state.restore()
         with rng.side(), torch.no_grad():
             with _entered(feat.on, feat.id, "enable()"):
                 return fn(*_map_tensors(args, clone), **_map_tensors(kwargs, clone))
 
     repeat = bool(getattr(session, "repeat", False)) if session is not None else False
-    ref_out = run_ref()
-    ref2_out = run_ref() if repeat else None
-    cand_out = run_cand()
+    try:
+        ref_out = run_ref()
+        ref2_out = run_ref() if repeat else None
+        cand_out = run_cand()
+    finally:
+        state.restore()
 
     rs = _slots_of(component, "reference", ref_out, tensor)
     cs = _slots_of(component, "candidate", cand_out, tensor)
@@ -1005,7 +1050,10 @@ def assert_active(fn, args=(), kwargs=None, *, component, feature, called=None, 
     counter = {}
     armed = [None]
 
+    state = _State(torch, fn)
+
     def run(on):
+        state.restore()
         with rng.side(), torch.no_grad():
             with _entered(feat.on if on else feat.off, feat.id, "enable()" if on else "disable()"):
                 armed[0] = "on" if on else "off"
@@ -1017,6 +1065,7 @@ def assert_active(fn, args=(), kwargs=None, *, component, feature, called=None, 
     with contextlib.ExitStack() as stack:
         if called is not None:
             stack.enter_context(_counting(called, counter, armed))
+        stack.callback(state.restore)
         off_out = run(False) if differs else None
         if kernel is not None:
             from torch.profiler import ProfilerActivity, profile
