@@ -369,6 +369,32 @@ def main():
                                                          saved[k].view(torch.int16) if v.dtype == torch.bfloat16 else saved[k])
                for k, v in tb.state_dict().items())
     check(same, "after the oracle the module's weights are bfloat16 and bit-identical to before")
+    seen = {}
+
+    class Spy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16))
+
+        def forward(self, x):
+            seen.setdefault("tf32", []).append((torch.backends.cuda.matmul.allow_tf32,
+                                                torch.backends.cudnn.allow_tf32,
+                                                torch.get_float32_matmul_precision(), self.w.dtype))
+            return x * self.w
+
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+    mm_before = torch.backends.cuda.matmul.allow_tf32
+    probe.pair(Spy(), (torch.ones(3, dtype=torch.bfloat16),), component="spy", feature="bf16",
+               reference="fp32-oracle", gate="T1", require_active=False)
+    caller = (torch.backends.cuda.matmul.allow_tf32, True, "high", torch.bfloat16)
+    check(seen["tf32"] == [(False, False, "highest", torch.float32), caller],
+          "the oracle runs in full fp32 (TF32 off, precision highest), the candidate as the caller set it: %s"
+          % seen["tf32"])
+    check(torch.backends.cudnn.allow_tf32 and torch.get_float32_matmul_precision() == "high"
+          and torch.backends.cuda.matmul.allow_tf32 == mm_before,
+          "the caller's TF32 settings are put back")
+    torch.set_float32_matmul_precision("highest")
     check(*raises(TypeError, lambda: probe.pair(lambda x: x, (xb,), component="c", feature="bf16",
                                                 reference="fp32-oracle", gate="T1"), "nn.Module"))
 

@@ -317,11 +317,32 @@ def _module_of(fn):
 
 
 @contextlib.contextmanager
+def _full_fp32(torch):
+    """float32 matmuls and convolutions in full float32 inside the block: TF32
+    off for cuBLAS and cuDNN, matmul precision "highest"; put back after."""
+    prec = torch.get_float32_matmul_precision() if hasattr(torch, "get_float32_matmul_precision") else None
+    mm = torch.backends.cuda.matmul.allow_tf32
+    cd = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if prec is not None:
+            torch.set_float32_matmul_precision("highest")
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = mm
+        torch.backends.cudnn.allow_tf32 = cd
+        if prec is not None:
+            torch.set_float32_matmul_precision(prec)
+
+
+@contextlib.contextmanager
 def _in_fp32(module):
     """module's floating parameters and buffers narrower than float32
     (bfloat16, float16, FP8) held in float32 inside the block, then put back
     in their own type (exact: each of these types converts to float32 and
-    back without change). float32 and float64 tensors are left as they are."""
+    back without change). float32 and float64 tensors are left as they are.
+    Inside the block float32 arithmetic is full float32 (_full_fp32)."""
     torch = sys.modules["torch"]
     saved = []
     try:
@@ -330,7 +351,8 @@ def _in_fp32(module):
                 if _narrow_float(t):
                     saved.append((t, t.dtype))
                     t.data = t.data.to(torch.float32)
-        yield
+        with _full_fp32(torch):
+            yield
     finally:
         with torch.no_grad():
             for t, dt in saved:
