@@ -14,7 +14,9 @@ PROBE_PAIR_STATS (the session records of every pair). Asserted:
     backend swap on the CPU, float32/bfloat16 for the fp32 oracle;
   * the backend swap on the CPU is not bit-identical (rel_l2 > 0) and within
     T1 (rel_l2 <= 1e-2); bf16 against the oracle is within the calibration
-    file's rel_l2_max.
+    file's rel_l2_max;
+  * the complete example of docs/pairing.md, taken from the page, passes its
+    3 tests under pytest.
 """
 import json
 import os
@@ -104,6 +106,31 @@ def main():
                   "%s: float32 on both sides" % name)
             check(0 < s["rel_l2"] <= 1e-2 and not s["identical"],
                   "%s: the swap changes the output (rel_l2 %.3g > 0) within T1" % (name, s["rel_l2"]))
+
+    # the complete example of docs/pairing.md, as it stands on the page
+    with open(os.path.join(src, "docs", "pairing.md")) as fh:
+        doc = fh.read()
+    start = doc.find("```python", doc.find("## Complete example"))
+    end = doc.find("```", start + 9)
+    check(start >= 0 and end > start, "docs/pairing.md has a complete example")
+    example = os.path.join(tmp, "test_doc_example.py")
+    with open(example, "w") as fh:
+        fh.write(doc[start + len("```python\n"):end])
+    env2 = dict(env, WAN_CALIBRATION=os.path.join(src, "tests", "pytest", "wan_bf16_calibration.json"),
+                PYTHONPATH=os.path.join(build, "share", "probe", "python"))
+    env2.pop("PROBE_PAIR_STATS", None)
+    p = subprocess.run([sys.executable, "-m", "pytest", example, "-q", "-p", "no:cacheprovider",
+                        "--junitxml", junit + ".doc"], cwd=tmp, env=env2, capture_output=True,
+                       text=True, timeout=600)
+    print(p.stdout[-3000:])
+    try:
+        suite = ET.parse(junit + ".doc").getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
+    except (OSError, ET.ParseError) as e:
+        counts = {"error": str(e)}
+    check(p.returncode == 0 and counts == {"tests": 3, "failures": 0, "errors": 0, "skipped": 0},
+          "the example of docs/pairing.md passes its 3 tests (exit %d, %s)" % (p.returncode, counts))
     finish()
 
 
