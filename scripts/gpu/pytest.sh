@@ -19,6 +19,8 @@
 #    (bf16 Wan block and DiT step; SDPA math against _native_flash,
 #    _native_efficient, _native_cudnn under T1-relaxed:backend-swap; the
 #    backends active by call count and by their kernels in torch.profiler;
+#    the same swaps judged by the oracle verdict (oracle=True: no less
+#    accurate than the math backend against the fp32 oracle);
 #    bf16 against the fp32 oracle under T2 with the CPU-measured calibration
 #    file; a planted defect that must fail) and PROBE_PAIR_REPEAT=1 (each
 #    reference is run twice: the determinism floor). Every pair's slot
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "pytest-selftest: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -80,7 +82,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])] if sys.argv[1] and __import__("os").path.exists(sys.argv[1]) else []
 print("measured statistics (%d slots; reference vs candidate, per pair):" % len(rows))
 hdr = ("test", "component", "feature", "slot", "dtypes", "rel_l2", "cosine", "max_abs", "p99_abs",
-       "chan_z", "gain_z", "floor", "verdict")
+       "chan_z", "gain_z", "oracle_ratio", "floor", "verdict")
 print("  ".join(hdr))
 for r in rows:
     t = r["test"].split("::", 1)[-1]
@@ -88,7 +90,10 @@ for r in rows:
         if "floor_identical" in r else "-"
     print("  ".join([t, r["component"], r["feature"], r["slot"], "%s/%s" % (r["dtype"], r["dtype_candidate"]),
                      "%.4g" % r["rel_l2"], "%.9f" % r["cosine"], "%.4g" % r["max_abs"], "%.4g" % r["p99_abs"],
-                     "%.3g" % r.get("channel_z_max", float("nan")), "%.3g" % r["gain_z"], floor,
+                     "%.3g" % r.get("channel_z_max", float("nan")), "%.3g" % r["gain_z"],
+                     ("%.4g (limit %.4g; gate alone: %s)" % (r["oracle"]["ratio"], r["oracle"]["limit"],
+                                                            r["gate_verdict"])) if "oracle" in r else "-",
+                     floor,
                      r["verdict"] + ("" if r["verdict"] == "pass" else " (%s)" % "; ".join(r["reasons"]))]))
 print("arch: %s" % sorted({r["arch"] for r in rows}))
 EOF

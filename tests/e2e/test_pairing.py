@@ -22,6 +22,10 @@ Asserted:
   * the fp32 oracle: the reference is the module's bf16 weights held in fp32
     on fp32 inputs (equal to an independent fp32 computation), and the
     module's weights are bit-identical to what they were after the call;
+  * the oracle verdict (oracle=True): the errors against the fp32 oracle,
+    their ratio and its limit equal numpy's; a feature that rounds less
+    passes although T1 fails it, one that rounds coarser fails as "less
+    accurate than the reference";
   * an external reference; T1 failing with an AssertionError that names the
     component, feature, reference, gate, slot, dtype, shape, the statistics
     and the values at the max-abs index, from a frame with __tracebackhide__;
@@ -397,6 +401,56 @@ def main():
     torch.set_float32_matmul_precision("highest")
     check(*raises(TypeError, lambda: probe.pair(lambda x: x, (xb,), component="c", feature="bf16",
                                                 reference="fp32-oracle", gate="T1"), "nn.Module"))
+
+    # ---- the oracle verdict (feature-off reference judged through the fp32 oracle)
+    class TwoStage(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = torch.Generator().manual_seed(5)
+            self.w1 = torch.nn.Parameter((torch.randn(64, 24, generator=g) / 5).to(torch.bfloat16))
+            self.w2 = torch.nn.Parameter((torch.randn(32, 64, generator=g) / 8).to(torch.bfloat16))
+
+        def forward(self, x):
+            h = x.float() @ self.w1.float().T
+            if Knob.bias == 0:           # the reference: h rounded to the parameters' type
+                h = h.to(self.w1.dtype)
+            elif Knob.bias == 2:         # a worse feature: h on a grid 8x coarser than bfloat16's
+                h = (h * 16).to(torch.bfloat16).float().div(16).mul(1 + 2 ** -6 * torch.sign(h))
+            return (h.float() @ self.w2.float().T).to(self.w1.dtype)
+
+    ts_ = TwoStage().eval()
+    xb2 = torch.randn(16, 24, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+    better = probe.feature("keep-h-fp32", on=lambda: knob(1.0, 1.0))
+    worse = probe.feature("coarse-h", on=lambda: knob(1.0, 2.0))
+    o_ts = TwoStage().float().eval()
+    o_ts.load_state_dict({k: v.float() for k, v in ts_.state_dict().items()})
+    with torch.no_grad():
+        o_out = o_ts(xb2.float())
+        r_out = ts_(xb2)
+        with knob(1.0, 1.0):
+            c_better = ts_(xb2)
+        with knob(1.0, 2.0):
+            c_worse = ts_(xb2)
+    for feat_, cand_, want_pass in ((better, c_better, True), (worse, c_worse, False)):
+        rr_ = probe.pair(ts_, (xb2,), component="toy.mlp", feature=feat_, gate="T1", oracle=True)
+        s_ = rr_["out"]
+        er = float(np.linalg.norm(f64(r_out) - f64(o_out)) / np.linalg.norm(f64(o_out)))
+        ec = float(np.linalg.norm(f64(cand_) - f64(o_out)) / np.linalg.norm(f64(o_out)))
+        o_ = s_["oracle"]
+        check(close(o_["err_reference"], er) and close(o_["err_candidate"], ec)
+              and close(o_["ratio"], ec / er) and o_["limit"] == max(1.05, 1 + 4 / np.sqrt(s_["n"])),
+              "%s: oracle errors %r / %r, ratio %r, limit %r == numpy %r / %r, %r"
+              % (feat_.id, o_["err_reference"], o_["err_candidate"], o_["ratio"], o_["limit"], er, ec, ec / er))
+        check(s_["gate_verdict"] == "fail", "%s: T1 alone fails a bf16 change (%s)" % (feat_.id, s_["gate_reasons"]))
+        check((s_["verdict"] == "pass") == want_pass and rr_.passed == want_pass
+              and (want_pass or "less accurate than the reference" in s_["reasons"][0]),
+              "%s: oracle verdict %s (ratio %.3g; %s)" % (feat_.id, s_["verdict"], o_["ratio"], s_["reasons"]))
+    check(*raises(ValueError, lambda: probe.pair(ts_, (xb2,), component="c", feature=better, gate="T1",
+                                                 oracle=True, reference="fp32-oracle"), "oracle=True"))
+    check(*raises(TypeError, lambda: probe.pair(lambda x: ts_(x), (xb2,), component="c", feature=better,
+                                                gate="T1", oracle=True), "nn.Module"))
+    check(*raises(TypeError, lambda: probe.pair(ts_, (xb2,), component="c", feature=better, gate="T1",
+                                                oracle=1), "oracle"))
 
     # ---- external reference
     W, B = toy.lin.weight.detach().double(), toy.lin.bias.detach().double()

@@ -57,7 +57,7 @@ def main():
     print(p.stderr[-2000:])
     print("pytest took %.1f s" % (time.time() - t0))
     check(p.returncode == 0, "pytest exits 0 (exit %d)" % p.returncode)
-    want = 6 if device == "cpu" else 12
+    want = 7 if device == "cpu" else 15
     try:
         suite = ET.parse(junit).getroot()
         suite = suite if suite.tag == "testsuite" else suite.find("testsuite")

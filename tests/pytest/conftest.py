@@ -33,9 +33,7 @@ class StatsRecorder:
     def record(self, component, feature, stats, arch):
         if not self.path:
             return
-        keep = {k: v for k, v in stats.items()
-                if isinstance(v, (str, int, float, bool, list, type(None))) or k == "case"}
-        line = dict(keep, test=self.test, component=component, feature=feature, arch=arch)
+        line = dict(stats, test=self.test, component=component, feature=feature, arch=arch)
         with open(self.path, "a") as fh:
             fh.write(json.dumps(line, default=str) + "\n")
 

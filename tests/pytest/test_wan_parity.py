@@ -20,6 +20,9 @@ overrides). The cases:
     the component with the feature on (twice: self- and cross-attention),
     the outputs differ from the math backend's, and on cuda a kernel of that
     backend ran (torch.profiler's kernel events);
+  the same swap in bfloat16 on both devices judged by the oracle verdict
+    (oracle=True: no less accurate than the math backend against the fp32
+    oracle);
   bf16 vs fp32, reference fp32-oracle (the same weights held in float32 on
     float32 copies of the inputs), gate T2 with wan_bf16_calibration.json;
   a planted defect (the attention output scaled by 1.25): the gate fails
@@ -139,6 +142,21 @@ def test_attention_backend_is_active(wan, backend):
                               differs=True, kernel=KERNELS.get(backend))
     print("calls with the feature on: %s; differing slots: %s; matching kernels: %s"
           % (res.calls_on, res.differing, res.kernels_matched))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_block_bf16_attention_backend_oracle_verdict(wan, backend, pair_stats):
+    """The bf16 backend swap judged as gates.md recommends for bf16: no less
+    accurate than the math backend against the fp32 oracle (oracle=True); the
+    gate's own verdict is reported beside it."""
+    res = probe.assert_pair(wan.bf16.blocks[1], wan.block_args(torch.bfloat16),
+                            component="dit.block", feature=backend_feature(backend),
+                            reference="feature-off", oracle=True,
+                            gate="T1-relaxed:backend-swap", session=pair_stats)
+    print(res.report())
+    s = res["out"]
+    print("gate alone: %s %s" % (s["gate_verdict"], s["gate_reasons"]))
+    assert not s["oracle"]["same_as_reference"]
 
 
 def test_block_bf16_against_fp32_oracle(pair_stats):

@@ -555,21 +555,14 @@ def _dtype_name(x):
     return str(x.dtype).replace("torch.", "")
 
 
-def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component, path, axis):
-    """The stats dict of one slot pair (probe.compare's keys plus the
-    channel shift, the values at the max-abs index, where it was computed)."""
+def _raw_metrics(lib, component, slot, r, c, atol, rtol, channel):
+    """(Metrics, ChannelShift or None, "device"/"host", reference dtype name,
+    candidate dtype name) of one pair: on the device when both are on one
+    CUDA device, else on the host."""
     import probe as _probe
     torch = sys.modules.get("torch")
-    if _shape(r) != _shape(c):
-        raise ValueError("probe: %s slot %s: reference shape %s, candidate shape %s (the two sides "
-                         "of a slot must have one shape)" % (component, slot, list(_shape(r)),
-                                                             list(_shape(c))))
-    g, reason = _probe._effective_gate(lib, gate_spec, atol, rtol, calibration, component, path)
-    shape = _shape(r)
-    channel = _channel_spec(shape, axis)
     on_device = (torch is not None and isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor)
                  and r.device.type == "cuda" and r.device == c.device)
-    sh = None
     if on_device:
         from . import _cuda
         rn = _probe._TORCH_NAMES.get(_dtype_name(r))
@@ -579,17 +572,33 @@ def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component
                 raise TypeError("probe: %s slot %s: %s has element type %s, which probe does not "
                                 "compare" % (component, slot, side, t.dtype))
         m, sh = _cuda.metrics(r, c, lib.dtype_from_name(rn.encode()),
-                              lib.dtype_from_name(cn.encode()), g.atol, g.rtol, channel)
-        where, rname, cname = "device", rn, cn
-    else:
-        try:
-            rv = _probe._view(r, "reference")
-            cv = _probe._view(c, "candidate")
-        except TypeError as e:
-            raise TypeError("probe: %s slot %s: %s" % (component, slot,
-                                                       str(e).replace("probe: ", "", 1))) from None
-        m, sh = _host_metrics(lib, rv, cv, g.atol, g.rtol, channel)
-        where, rname, cname = "host", rv.dtype_name, cv.dtype_name
+                              lib.dtype_from_name(cn.encode()), atol, rtol, channel)
+        return m, sh, "device", rn, cn
+    try:
+        rv = _probe._view(r, "reference")
+        cv = _probe._view(c, "candidate")
+    except TypeError as e:
+        raise TypeError("probe: %s slot %s: %s" % (component, slot,
+                                                   str(e).replace("probe: ", "", 1))) from None
+    m, sh = _host_metrics(lib, rv, cv, atol, rtol, channel)
+    return m, sh, "host", rv.dtype_name, cv.dtype_name
+
+
+def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component, path, axis,
+                  oracle=None, headroom=None):
+    """The stats dict of one slot pair (probe.compare's keys plus the
+    channel shift, the values at the max-abs index, where it was computed);
+    with `oracle` (the slot of an fp32 oracle run) also the oracle verdict,
+    which is then the slot's verdict."""
+    import probe as _probe
+    if _shape(r) != _shape(c):
+        raise ValueError("probe: %s slot %s: reference shape %s, candidate shape %s (the two sides "
+                         "of a slot must have one shape)" % (component, slot, list(_shape(r)),
+                                                             list(_shape(c))))
+    g, reason = _probe._effective_gate(lib, gate_spec, atol, rtol, calibration, component, path)
+    shape = _shape(r)
+    channel = _channel_spec(shape, axis)
+    m, sh, where, rname, cname = _raw_metrics(lib, component, slot, r, c, g.atol, g.rtol, channel)
     if reason is None:
         v = _lib.GateVerdict()
         lib.check(lib.gate_check(ctypes.byref(g), ctypes.byref(m), ctypes.byref(v)), "probe: gate")
@@ -622,7 +631,97 @@ def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component
         res.update({"channel_axis": axis, "channels": sh.count, "channel_shift_max": sh.max,
                     "channel_shift_channel": sh.argmax, "channel_shift_rel": sh.max_rel,
                     "channel_z_max": sh.z_max, "channel_z_channel": sh.z_argmax})
+    if oracle is not None:
+        _oracle_verdict(lib, res, component, slot, r, c, oracle, g, m, headroom)
     return res
+
+
+class _Systematic(ctypes.Structure):
+    """struct probe_systematic (probe/verdict.h)."""
+    _fields_ = [("computed", ctypes.c_int), ("floor_gate", ctypes.c_double),
+                ("floor", ctypes.c_double), ("gain_limit", ctypes.c_double),
+                ("gain_fail", ctypes.c_int), ("channels", ctypes.c_uint64),
+                ("channel_limit", ctypes.c_double), ("channel", ctypes.c_uint64),
+                ("channel_z", ctypes.c_double), ("channel_shift", ctypes.c_double),
+                ("channel_size", ctypes.c_double), ("channel_fail", ctypes.c_int)]
+
+
+class _OracleVerdict(ctypes.Structure):
+    """struct probe_oracle_verdict (probe/verdict.h)."""
+    _fields_ = [("computed", ctypes.c_int), ("err_reference", ctypes.c_double),
+                ("err_candidate", ctypes.c_double), ("ratio", ctypes.c_double),
+                ("limit", ctypes.c_double), ("ratio_fail", ctypes.c_int),
+                ("floor", ctypes.c_double), ("gain_excess", ctypes.c_double),
+                ("gain_excess_size", ctypes.c_double), ("gain_fail", ctypes.c_int),
+                ("channel", ctypes.c_uint64), ("channel_excess", ctypes.c_double),
+                ("channel_excess_size", ctypes.c_double), ("channel_fail", ctypes.c_int),
+                ("pass_", ctypes.c_int)]
+
+
+def _verdict_fns(lib):
+    fns = getattr(lib, "_pair_verdict_fns", None)
+    if fns is None:
+        sc = lib.handle.probe_systematic_check
+        sc.argtypes = [ctypes.POINTER(_lib.Metrics), ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_uint64, ctypes.c_double,
+                       ctypes.POINTER(_Systematic)]
+        sc.restype = ctypes.c_int
+        oc = lib.handle.probe_oracle_check
+        oc.argtypes = [ctypes.POINTER(_lib.Metrics), ctypes.POINTER(_lib.Metrics),
+                       ctypes.POINTER(_lib.Metrics), ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                       ctypes.POINTER(_Systematic), ctypes.c_double,
+                       ctypes.POINTER(_OracleVerdict)]
+        oc.restype = ctypes.c_int
+        fns = lib._pair_verdict_fns = (sc, oc)
+    return fns
+
+
+def _oracle_verdict(lib, res, component, slot, r, c, o, g, m, headroom):
+    """probe_oracle_check of one slot (docs/gates.md "The oracle"): the
+    candidate is no less accurate than the reference against the oracle o
+    (error ratio, gain excess; no channel excess), put into res as "oracle";
+    res's verdict becomes the oracle's, plus what every gate fails (NaN in the
+    candidate, NaN in the reference only, an infinity mismatch). The gate's
+    own verdict stays in "gate_verdict" / "gate_reasons". An oracle that
+    holds the reference's very bytes cannot judge: the gate's verdict stays."""
+    if _shape(o) != _shape(r):
+        raise ValueError("probe: %s slot %s: the oracle's shape %s is not the reference's %s"
+                         % (component, slot, list(_shape(o)), list(_shape(r))))
+    m_or = _raw_metrics(lib, component, slot, o, r, g.atol, g.rtol, None)[0]
+    m_oc = _raw_metrics(lib, component, slot, o, c, g.atol, g.rtol, None)[0]
+    sc, oc = _verdict_fns(lib)
+    sy = _Systematic()
+    lib.check(sc(ctypes.byref(m), None, None, None, 0, g.rel_l2_max, ctypes.byref(sy)),
+              "probe: systematic")
+    ov = _OracleVerdict()
+    lib.check(oc(ctypes.byref(m_or), ctypes.byref(m_oc), ctypes.byref(m), None, None, None, None, 0,
+                 ctypes.byref(sy), float(headroom or 0.0), ctypes.byref(ov)), "probe: oracle")
+    reasons = []
+    if ov.ratio_fail:
+        reasons.append("less accurate than the reference: error against the oracle %.4g vs the "
+                       "reference's %.4g (ratio %.4g > %.4g)" % (ov.err_candidate, ov.err_reference,
+                                                                ov.ratio, ov.limit))
+    if ov.gain_fail:
+        reasons.append("adds a systematic gain error against the oracle: excess %.4g (z %.3g > %.3g)"
+                       % (ov.gain_excess_size, ov.gain_excess, sy.gain_limit))
+    same = bool(m_or.identical)
+    res["oracle"] = {"err_reference": ov.err_reference, "err_candidate": ov.err_candidate,
+                     "ratio": ov.ratio, "limit": ov.limit, "gain_excess": ov.gain_excess,
+                     "gain_excess_size": ov.gain_excess_size, "same_as_reference": same,
+                     "verdict": "pass" if ov.pass_ else "fail", "reasons": reasons}
+    res["gate_verdict"], res["gate_reasons"] = res["verdict"], list(res["reasons"])
+    if same:
+        return
+    always = []
+    if m.nan_cand:
+        always.append("NaN in candidate (%d elements)" % m.nan_cand)
+    if m.nan_ref_only:
+        always.append("NaN in reference where the candidate is not NaN (%d elements)" % m.nan_ref_only)
+    if m.inf_mismatch:
+        always.append("infinity mismatch (%d elements)" % m.inf_mismatch)
+    res["reasons"] = always + reasons
+    res["verdict"] = "pass" if not res["reasons"] else "fail"
 
 
 # ---------------------------------------------------------------- results
@@ -645,6 +744,12 @@ def _slot_line(s):
         line += " channel_shift=%.6g (channel %d, %.4g std) channel_z=%.4g" % (
             s["channel_shift_max"], s["channel_shift_channel"], s["channel_shift_rel"],
             s["channel_z_max"])
+    if "oracle" in s:
+        o = s["oracle"]
+        line += (" oracle: error %.4g vs the reference's %.4g, ratio %.4g (limit %.4g)%s"
+                 % (o["err_candidate"], o["err_reference"], o["ratio"], o["limit"],
+                    "; it holds the reference's bytes: the gate judges" if o["same_as_reference"]
+                    else ""))
     if "floor_identical" in s:
         line += (" floor: identical" if s["floor_identical"] else
                  " floor: rel_l2=%.6g max_abs=%.6g (the reference differs from itself)"
@@ -781,7 +886,7 @@ def _slots_of(component, side, out, tensor):
 
 def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=REFERENCE_OFF,
          calibration=None, tensor="*", atol=None, rtol=None, channel_axis=None, seed=None,
-         require_active=True, session=None):
+         require_active=True, oracle=False, oracle_headroom=None, session=None):
     """Run fn(*args, **kwargs) as the reference and with the feature on, and
     compare every output slot matching `tensor` (docs/pairing.md).
 
@@ -809,6 +914,13 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
                  an int: both sides are seeded with it.
     require_active: with the feature-off reference, fail the pair as
                  "feature not active" when every compared slot is identical.
+    oracle:      with the feature-off reference: also run the fp32 oracle
+                 (as reference="fp32-oracle" runs it) and judge each slot by
+                 the oracle verdict, "no less accurate than the reference"
+                 (docs/gates.md): the candidate's error against the oracle
+                 over the reference's, at most max(oracle_headroom (default
+                 1.05), 1 + 4/sqrt(n)), and no added gain error. The gate's
+                 verdict is kept in the stats as gate_verdict.
     session:     None, or an object with .repeat (bool) and
                  .record(component, feature, stats, arch): each slot's stats
                  are recorded; with .repeat the reference is run twice and
@@ -835,36 +947,47 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
         raise ValueError("probe: feature %r is a name only (a str): with reference %r both sides "
                          "would be the same run; give probe.feature(%r, on=...) or another "
                          "reference" % (feat.id, REFERENCE_OFF, feat.id))
+    if not isinstance(oracle, bool):
+        raise TypeError("probe: oracle must be True or False, not %r" % (oracle,))
+    _check_number("oracle_headroom", oracle_headroom)
+    if oracle and ref != REFERENCE_OFF:
+        raise ValueError("probe: oracle=True judges the candidate against the %r reference through "
+                         "an fp32 oracle; reference is %s" % (REFERENCE_OFF, _ref_label(ref)))
     module = None
-    if ref == REFERENCE_ORACLE:
+    if ref == REFERENCE_ORACLE or oracle:
         module = _module_of(fn)
         if module is None:
-            raise TypeError("probe: reference %r needs the component to be an nn.Module (or a "
-                            "bound method of one), not %s; give probe.external(fp32_fn) instead"
-                            % (REFERENCE_ORACLE, type(fn).__name__))
+            raise TypeError("probe: %s needs the component to be an nn.Module (or a bound "
+                            "method of one), not %s; give probe.external(fp32_fn) instead"
+                            % ("oracle=True" if oracle else "reference %r" % REFERENCE_ORACLE,
+                               type(fn).__name__))
     lib = _lib.get()
     # the gate is parsed before anything runs: a bad gate costs no run
     _probe_mod = sys.modules["probe"]
     _probe_mod._effective_gate(lib, gate, atol, rtol, calibration, component,
                                "/%s/0000/out" % component)
     case = {"component": component, "tensor": tensor, "feature": feat.id,
-            "reference": _ref_label(ref), "gate": gate}
+            "reference": _ref_label(ref) + (" with the fp32 oracle verdict" if oracle else ""),
+            "gate": gate}
 
     rng = _Rng(torch, args, kwargs, seed, _cuda_devices(torch, args, kwargs, _module_of(fn)))
     clone = lambda t: t.detach().clone()  # noqa: E731
 
     state = _State(torch, fn)
 
-    def run_ref():
+    def run_oracle():
+        up = lambda t: t.detach().to(torch.float32) if _narrow_float(t) else t.detach().clone()  # noqa: E731
+        with _in_fp32(module), _entered(feat.off, feat.id, "disable()"):
+            return fn(*_map_tensors(args, up), **_map_tensors(kwargs, up))
+
+    def run_ref(as_oracle=False):
         state.restore()
         with rng.side(), torch.no_grad():
+            if as_oracle or ref == REFERENCE_ORACLE:
+                return run_oracle()
             if ref == REFERENCE_OFF:
                 with _entered(feat.off, feat.id, "disable()"):
                     return fn(*_map_tensors(args, clone), **_map_tensors(kwargs, clone))
-            if ref == REFERENCE_ORACLE:
-                up = lambda t: t.detach().to(torch.float32) if _narrow_float(t) else t.detach().clone()  # noqa: E731
-                with _in_fp32(module), _entered(feat.off, feat.id, "disable()"):
-                    return fn(*_map_tensors(args, up), **_map_tensors(kwargs, up))
             return ref.fn(*_map_tensors(args, clone), **_map_tensors(kwargs, clone))
 
     def run_cand():
@@ -877,6 +1000,7 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
     try:
         ref_out = run_ref()
         ref2_out = run_ref() if repeat else None
+        oracle_out = run_ref(as_oracle=True) if oracle else None
         cand_out = run_cand()
     finally:
         state.restore()
@@ -896,11 +1020,20 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
         raise ValueError("probe: %s: no output slot matches tensor=%r (slots: %s)"
                          % (component, tensor, ", ".join(rnames)))
     rmap, cmap = dict(rs), dict(cs)
+    omap = None
+    if oracle_out is not None:
+        omap = dict(_slots_of(component, "oracle", oracle_out, tensor))
+        missing = [k for k in wanted if k not in omap]
+        if missing:
+            raise ValueError("probe: %s: the fp32 oracle's output has no slot %s (its slots: %s)"
+                             % (component, ", ".join(missing), ", ".join(omap)))
     slots = {}
     for k in wanted:
         path = "/%s/0000/%s" % (component, k)
         slots[k] = _compare_slot(lib, k, rmap[k], cmap[k], gate, atol, rtol, calibration,
-                                 component, path, channel_axis)
+                                 component, path, channel_axis,
+                                 oracle=omap[k] if omap is not None else None,
+                                 headroom=oracle_headroom)
     floor = None
     if ref2_out is not None:
         r2 = dict(_slots_of(component, "reference (repeat)", ref2_out, tensor))
