@@ -56,7 +56,7 @@ import torch
 BUILD = os.path.abspath(os.environ.get("PROBE_BUILD_DIR", "build"))
 sys.path.insert(0, os.path.join(BUILD, "share", "probe", "python"))
 import probe  # noqa: E402
-from probe import pairing, _cuda  # noqa: E402
+from probe import _cuda  # noqa: E402
 from probe_adapter._runtime import Runtime, _slot_part  # noqa: E402
 
 failures = []

@@ -16,8 +16,10 @@ candidate). Every tensor of its output is a slot, named as the capture side
 names it (probe_adapter: "out" for a bare tensor, "out.<key>" for an element
 of a tuple, list, dict, dataclass or diffusers BaseOutput, "out.<k1>.<k2>" one
 level deeper, and so on); each slot pair is compared by libprobe's C metrics
-and judged by the gate. docs/pairing.md is the user guide and defines exactly
-what is compared.
+and judged by the gate (with oracle=True, by the oracle verdict: no less
+accurate than the reference against the component run in fp32, a third
+run). docs/pairing.md is the user guide and defines exactly what is
+compared.
 
 Both sides get:
   - their own copies of the tensor inputs (tensor.clone(), so an in-place
