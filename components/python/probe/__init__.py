@@ -394,3 +394,7 @@ def assert_parity(ref, cand, gate="T1", atol=None, rtol=None, calibration=None, 
            res["mismatch_fraction"], res["gate"]["atol"], res["gate"]["rtol"], res["nan_ref"],
            res["nan_cand"], res["inf_ref"], res["inf_cand"], res["n"], res["shape"],
            res["dtype"], res["dtype_candidate"]))
+
+from .pairing import (pair, assert_pair, assert_active, feature, external,  # noqa: E402
+                      output_slots)
+__all__ += ["pair", "assert_pair", "assert_active", "feature", "external", "output_slots"]
