@@ -271,6 +271,10 @@ def _effective_gate(lib, gate, atol, rtol, calibration, component, path):
                               path.encode() if path is not None else None, ctypes.byref(g))
         finally:
             lib.cal_free(cal)
+            # the per-channel thresholds are the calibration's memory, freed here: the
+            # module applies the largest-|z| threshold only (docs/pytest.md)
+            g.channel_z_max_by_channel = None
+            g.channel_z_count = 0
         if st != _lib.PROBE_OK:
             comps, globs = _calibrated_names(calibration)
             what = ("component '%s'" % component if path is None else

@@ -597,7 +597,8 @@ def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component
         raise ValueError("probe: %s slot %s: reference shape %s, candidate shape %s (the two sides "
                          "of a slot must have one shape)" % (component, slot, list(_shape(r)),
                                                              list(_shape(c))))
-    g, reason = _probe._effective_gate(lib, gate_spec, atol, rtol, calibration, component, path)
+    g = _probe._effective_gate(lib, gate_spec, atol, rtol, calibration, component, path)
+    reason = None
     shape = _shape(r)
     channel = _channel_spec(shape, axis)
     m, sh, where, rname, cname = _raw_metrics(lib, component, slot, r, c, g.atol, g.rtol, channel)
@@ -923,10 +924,14 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
                  over the reference's, at most max(oracle_headroom (default
                  1.05), 1 + 4/sqrt(n)), and no added gain error. The gate's
                  verdict is kept in the stats as gate_verdict.
-    session:     None, or an object with .repeat (bool) and
-                 .record(component, feature, stats, arch): each slot's stats
-                 are recorded; with .repeat the reference is run twice and
-                 the determinism floor reported (PairResult.floor).
+    session:     an object with .repeat (bool) and .record(component, feature,
+                 stats, arch), such as the pytest plugin's probe_session;
+                 None: the running test's when the plugin is loaded
+                 (probe.pytest_plugin.current()), else none. Each slot's stats
+                 are recorded; with .repeat (pytest --probe-repeat) both sides
+                 run twice, the determinism floor is reported
+                 (PairResult.floor), and with .check_repeat a side whose two
+                 runs are not bit-identical fails the test.
 
     Returns a PairResult. Raises TypeError/ValueError for bad arguments,
     outputs whose structures (slot names) differ, shapes that differ.
@@ -998,14 +1003,21 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
             with _entered(feat.on, feat.id, "enable()"):
                 return fn(*_map_tensors(args, clone), **_map_tensors(kwargs, clone))
 
+    if session is None:  # the running test's, when the pytest plugin is loaded
+        plugin = sys.modules.get("probe.pytest_plugin")
+        session = plugin.current() if plugin is not None else None
     repeat = bool(getattr(session, "repeat", False)) if session is not None else False
     try:
         ref_out = run_ref()
         ref2_out = run_ref() if repeat else None
         oracle_out = run_ref(as_oracle=True) if oracle else None
         cand_out = run_cand()
+        cand2_out = run_cand() if repeat else None
     finally:
         state.restore()
+    if repeat and hasattr(session, "check_repeat"):  # the determinism floor: bit-identical
+        session.check_repeat(ref_out, ref2_out, side="reference (%s off)" % feat.id)
+        session.check_repeat(cand_out, cand2_out, side="candidate (%s on)" % feat.id)
 
     rs = _slots_of(component, "reference", ref_out, tensor)
     cs = _slots_of(component, "candidate", cand_out, tensor)
