@@ -272,7 +272,7 @@ def _effective_gate(lib, gate, atol, rtol, calibration, component, path):
         finally:
             lib.cal_free(cal)
             # the per-channel thresholds are the calibration's memory, freed here: the
-            # module applies the largest-|z| threshold only (docs/pytest.md)
+            # module applies the largest-|z| threshold only (docs/pairing.md)
             g.channel_z_max_by_channel = None
             g.channel_z_count = 0
         if st != _lib.PROBE_OK:
