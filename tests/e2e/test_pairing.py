@@ -276,6 +276,19 @@ def main():
                     gate="T1")
     check(r3["out"]["rel_l2"] == 1.0, "dropout masks match: c = 2 r gives rel_l2 exactly 1 (%r)"
           % r3["out"]["rel_l2"])
+    class Doubled:
+        """A context manager class: the class is a factory of fresh ones."""
+        def __enter__(self):
+            self.old = Knob.scale
+            Knob.scale = 2.0
+
+        def __exit__(self, *a):
+            Knob.scale = self.old
+
+    r3c = probe.pair(dropped, (x,), component="toy.drop", feature=probe.feature("x2", on=Doubled),
+                     gate="T1")
+    check(r3c["out"]["rel_l2"] == 1.0, "on= a context manager class: each side gets a fresh one "
+          "(rel_l2 %r)" % r3c["out"]["rel_l2"])
     r4 = probe.pair(dropped, (x,), component="toy.drop", feature=probe.feature("noop", on=knob),
                     gate="T1")
     check(r4["out"]["identical"] and not r4.passed and "feature not active" in r4.reasons[0],

@@ -82,7 +82,7 @@ class Toggle:
             raise ValueError("probe.feature(%r): give on= (a context manager factory) or "
                              "enable=/disable= (plain callables), not both" % id)
         for k, v in (("on", on), ("off", off), ("enable", enable), ("disable", disable)):
-            if v is not None and hasattr(v, "__enter__"):
+            if v is not None and hasattr(v, "__enter__") and not inspect.isclass(v):
                 raise TypeError("probe.feature(%r): %s= is a context manager object, which is used "
                                 "once; pass a factory that makes a fresh one, e.g. "
                                 "lambda: attention_backend('flash')" % (id, k))
