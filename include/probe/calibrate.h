@@ -139,14 +139,18 @@ typedef struct probe_calibrate_path {
     double channel_z_max, gain_z_max;   /* h * feature worst; NaN: not written */
     /* Per channel k < nchannels (tensors with a channel axis; NULL / 0 otherwise), over
      * the N_k feature pairs with a finite z_k: ceil(max(h * worst |z_k|, |mean z_k| +
-     * channel_t * channel_z_spread * sqrt(1 + 1/N_k))); NaN where N_k = 0. */
+     * channel_t * channel_z_spread * sqrt(1 + 1/N_k))); NaN where N_k = 0. gain_z_max
+     * likewise: max(h * worst |gain_z|, |mean gain_z| + t_1 * gain_z_spread * sqrt(1 +
+     * 1/N)), t_1 = probe_systematic_limit(1, ...). */
     double *channel_z_max_by_channel;
     uint64_t nchannels;
     double channel_z_spread; /* pooled standard deviation of z_k about its channel's mean,
-                                over the channels and feature pairs; where N_k < 2 everywhere
-                                (one pair held the path) the same over every path of the
-                                component; NaN when that has none either */
+                                over the channels and feature pairs, or the same over every
+                                path of the component where that is larger or the path has
+                                no degree of freedom (one pair held it); NaN: neither */
     double channel_t;        /* probe_systematic_limit(nchannels, PROBE_SYSTEMATIC_FALSE_ALARM) */
+    double gain_z_spread;    /* pooled standard deviation of gain_z about each path's mean, over
+                                the component's paths and feature pairs (NaN: none) */
 } probe_calibrate_path;
 
 typedef struct probe_calibrate_file {

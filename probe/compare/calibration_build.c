@@ -49,6 +49,7 @@ typedef struct {
      * sum and sum of squares of z_k, and their count */
     double *chan_worst, *chan_sum, *chan_sq, *chan_n;
     uint64_t nchan;
+    double gain_sum, gain_sq, gain_n; /* signed gain_z over the feature pairs (finite ones) */
 } path_acc;
 
 typedef struct {
@@ -58,7 +59,7 @@ typedef struct {
     size_t nslot;
     struct {
         char component[128];
-        double value;
+        double channel, gain;
     } *spread;     /* component_spread's cache */
     size_t nspread;
 } path_table;
@@ -280,29 +281,57 @@ static void path_spread(const path_acc *a, double *ss, double *dof)
         }
 }
 
-/* The pooled spread of z_k over every path of component `comp` (NaN: none), computed
- * once per component into the table's cache. */
-static double component_spread(path_table *pt, const char *comp)
+/* The pooled spreads, over every path of component `comp`, of z_k about each path's
+ * channel mean (*channel) and of gain_z about each path's mean (*gain); NaN: no degree of
+ * freedom. Computed once per component into the table's cache. */
+static void component_spread(path_table *pt, const char *comp, double *channel, double *gain)
 {
     for (size_t i = 0; i < pt->nspread; i++)
-        if (strcmp(pt->spread[i].component, comp) == 0)
-            return pt->spread[i].value;
-    double ss = 0, dof = 0;
+        if (strcmp(pt->spread[i].component, comp) == 0) {
+            *channel = pt->spread[i].channel;
+            *gain = pt->spread[i].gain;
+            return;
+        }
+    double ss = 0, dof = 0, gss = 0, gdof = 0;
     for (size_t i = 0; i < pt->n; i++)
         if (strcmp(pt->p[i].component, comp) == 0) {
+            const path_acc *a = &pt->p[i];
             double s1, d1;
-            path_spread(&pt->p[i], &s1, &d1);
+            path_spread(a, &s1, &d1);
             ss += s1;
             dof += d1;
+            if (a->gain_n >= 2) {
+                double m = a->gain_sum / a->gain_n, d = a->gain_sq - a->gain_n * m * m;
+                gss += d > 0 ? d : 0;
+                gdof += a->gain_n - 1;
+            }
         }
-    double v = dof > 0 ? sqrt(ss / dof) : NAN;
+    *channel = dof > 0 ? sqrt(ss / dof) : NAN;
+    *gain = gdof > 0 ? sqrt(gss / gdof) : NAN;
     void *grown = realloc(pt->spread, (pt->nspread + 1) * sizeof *pt->spread);
     if (grown) { /* without memory it is computed again next time */
         pt->spread = grown;
         snprintf(pt->spread[pt->nspread].component, sizeof pt->spread[0].component, "%s", comp);
-        pt->spread[pt->nspread++].value = v;
+        pt->spread[pt->nspread].channel = *channel;
+        pt->spread[pt->nspread++].gain = *gain;
     }
-    return v;
+}
+
+/* gain_z_max of one path: max(h * worst |gain_z|, |mean gain_z| + t_1 * s * sqrt(1 + 1/N)),
+ * s the component's pooled gain_z spread (the band left out when it is NaN). */
+static void gain_threshold(const path_acc *a, double h, path_table *pt, probe_calibrate_path *p)
+{
+    double sc, sg;
+    component_spread(pt, a->component, &sc, &sg);
+    p->gain_z_spread = sg;
+    p->gain_z_max = h * p->gain_z.worst;
+    if (a->gain_n >= 1 && isfinite(sg)) {
+        double band = fabs(a->gain_sum / a->gain_n) +
+                      probe_systematic_limit(1, PROBE_SYSTEMATIC_FALSE_ALARM) * sg *
+                          sqrt(1.0 + 1.0 / a->gain_n);
+        if (band > p->gain_z_max)
+            p->gain_z_max = band;
+    }
 }
 
 /* The per-channel thresholds of one path (probe/calibrate.h): the pooled spread of z_k
@@ -311,9 +340,13 @@ static double component_spread(path_table *pt, const char *comp)
 static probe_status channel_thresholds(const path_acc *a, double h, path_table *pt,
                                        probe_calibrate_path *p)
 {
-    double ss, dof;
+    double ss, dof, sc, sg;
     path_spread(a, &ss, &dof);
-    p->channel_z_spread = dof > 0 ? sqrt(ss / dof) : component_spread(pt, a->component);
+    component_spread(pt, a->component, &sc, &sg);
+    /* the path's own, or its component's where that is larger or the path has none: a
+     * feature whose regime changes from seed to seed (a step cache) moves quiet paths more
+     * than the few calibration seeds of that path show */
+    p->channel_z_spread = dof > 0 && !(sqrt(ss / dof) < sc) ? sqrt(ss / dof) : sc;
     p->channel_t = probe_systematic_limit(a->nchan, PROBE_SYSTEMATIC_FALSE_ALARM);
     if (!(p->channel_z_max_by_channel = malloc((size_t)a->nchan * sizeof(double))))
         return probe_set_error(PROBE_ENOMEM, "out of memory");
@@ -446,6 +479,11 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
         path_acc *pa = &pt->p[pk];
         acc_add(&pa->channel_z[is_floor], cz);
         acc_add(&pa->gain_z[is_floor], gz);
+        if (!is_floor && isfinite(m->gain_z)) {
+            pa->gain_sum += m->gain_z;
+            pa->gain_sq += m->gain_z * m->gain_z;
+            pa->gain_n += 1;
+        }
         if (!is_floor && x->channel_z && (s = add_channels(pa, x, ref, cand)) != PROBE_OK)
             goto out;
         if (pa->last_pair[is_floor] != pair_id) {
@@ -649,7 +687,7 @@ static probe_status finish(probe_calibrate_result *r, const comp_table *t, path_
         p->floor_channel_z = acc_stat(&a->channel_z[1]);
         p->floor_gain_z = acc_stat(&a->gain_z[1]);
         p->channel_z_max = h * p->channel_z.worst;
-        p->gain_z_max = h * p->gain_z.worst;
+        gain_threshold(a, h, pt, p);
         probe_status s;
         if (a->chan_worst && (s = channel_thresholds(a, h, pt, p)) != PROBE_OK)
             return s;
@@ -1139,6 +1177,8 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
             json_object_set_new(obs, "channel_z_spread", jnum(p->channel_z_spread));
             json_object_set_new(obs, "channel_t", jnum(p->channel_t));
         }
+        if (isfinite(p->gain_z_spread))
+            json_object_set_new(obs, "gain_z_spread", jnum(p->gain_z_spread));
         json_object_set_new(fl, "runs", json_integer((json_int_t)p->floor_pairs));
         json_object_set_new(fl, "channel_z", jstat(&p->floor_channel_z, "max"));
         json_object_set_new(fl, "gain_z", jstat(&p->floor_gain_z, "max"));

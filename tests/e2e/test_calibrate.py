@@ -113,12 +113,20 @@ def z_limit(k, p=1e-6):
     return 0.5 * (lo + hi)
 
 
-def band(zs, h):
+def spread(zs):
+    """The pooled spread of z_k about each channel's mean: squared deviations, dof."""
+    z = np.array(zs)  # [N pairs, K channels]
+    return float(((z - z.mean(axis=0)) ** 2).sum()), z.shape[1] * (z.shape[0] - 1)
+
+
+def band(zs, h, comp):
     """docs/calibration.md "Structure per channel": per channel ceil(max(h worst |z_k|,
-    |mean z_k| + t_K s sqrt(1 + 1/N))), s the pooled spread about each channel's mean."""
+    |mean z_k| + t_K s sqrt(1 + 1/N))), s the pooled spread about each channel's mean, or the
+    component's (comp) where larger."""
     z = np.array(zs)  # [N pairs, K channels]
     n, k = z.shape
-    s = math.sqrt(((z - z.mean(axis=0)) ** 2).sum() / (k * (n - 1)))
+    ss, dof = spread(zs)
+    s = max(math.sqrt(ss / dof), comp)
     t = np.maximum(h * np.abs(z).max(axis=0), np.abs(z.mean(axis=0)) + z_limit(k) * s * math.sqrt(1 + 1 / n))
     return [math.ceil(x) for x in t], s
 
@@ -157,9 +165,11 @@ def structure(P, rng):
               and e["observed"]["runs"] == 3 and e["observed"]["floor"]["runs"] == 2,
               "structure %s: channel_z_max = %g x numpy's worst |z| (%r vs %r)"
               % (k, h, e.get("channel_z_max"), h * worst[k]))
-        want, spread = band(zs[k], h)
+        sd = [spread(zs[p]) for p in paths]
+        comp = math.sqrt(sum(x for x, _ in sd) / sum(d for _, d in sd))
+        want, sp = band(zs[k], h, comp)
         check(e.get("channel_z_max_by_channel") == want
-              and close(e["observed"].get("channel_z_spread"), spread, 1e-9)
+              and close(e["observed"].get("channel_z_spread"), sp, 1e-9)
               and close(e["observed"].get("channel_t"), z_limit(8), 1e-9),
               "structure %s: channel_z_max_by_channel is numpy's prediction band (%r vs %r)"
               % (k, e.get("channel_z_max_by_channel"), want))

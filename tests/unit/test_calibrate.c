@@ -319,7 +319,7 @@ static double channel_z_abs(const double *r, const double *c, int *argmax)
 }
 
 /* |alpha / se(alpha)|, alpha = <d, r> / <r, r>, se = sqrt(sum r^2 (d - alpha r)^2) / <r, r>. */
-static double gain_z_abs(const double *r, const double *c)
+static double gain_z_signed(const double *r, const double *c)
 {
     double dr = 0, rr = 0, s = 0;
     for (size_t i = 0; i < SN; i++) {
@@ -331,7 +331,7 @@ static double gain_z_abs(const double *r, const double *c)
         double e = c[i] - r[i] - alpha * r[i];
         s += r[i] * r[i] * e * e;
     }
-    return fabs(alpha / (sqrt(s) / rr));
+    return alpha / (sqrt(s) / rr);
 }
 
 #define REL_EQ(a, b, what) \
@@ -348,6 +348,7 @@ Test(calibrate, structure_per_path)
     const char *refs[3], *cands[3];
     double worst_c[2] = {0, 0}, worst_g[2] = {0, 0}, worst_k[2][SCH] = {{0}}, zk[SCH];
     double zall[2][3][SCH]; /* z_k (signed) per path, pair and channel */
+    double gall[2][3];      /* gain_z (signed) per path and pair */
     char name[32];
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "sr%d.h5", i);
@@ -359,8 +360,10 @@ Test(calibrate, structure_per_path)
         int k;
         worst_c[0] = fmax(worst_c[0], channel_z_abs(r0, c0[i], &k));
         worst_c[1] = fmax(worst_c[1], channel_z_abs(r1, c1[i], &k));
-        worst_g[0] = fmax(worst_g[0], gain_z_abs(r0, c0[i]));
-        worst_g[1] = fmax(worst_g[1], gain_z_abs(r1, c1[i]));
+        gall[0][i] = gain_z_signed(r0, c0[i]);
+        gall[1][i] = gain_z_signed(r1, c1[i]);
+        worst_g[0] = fmax(worst_g[0], fabs(gall[0][i]));
+        worst_g[1] = fmax(worst_g[1], fabs(gall[1][i]));
         for (int p = 0; p < 2; p++) {
             channel_z_each(p ? r1 : r0, p ? c1[i] : c0[i], zk);
             for (int k = 0; k < SCH; k++)
@@ -376,6 +379,20 @@ Test(calibrate, structure_per_path)
     cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_OK, "%s", probe_last_error());
 
     cr_assert_eq(r->npaths, 2);
+    /* spreads of z_k (per path; pooled over both paths, the component's) and of gain_z
+       (pooled over the component's paths), about the means over the 3 pairs */
+    double ssp[2] = {0, 0}, gss = 0, gmean[2];
+    for (int p = 0; p < 2; p++) {
+        gmean[p] = (gall[p][0] + gall[p][1] + gall[p][2]) / 3;
+        for (int i = 0; i < 3; i++)
+            gss += (gall[p][i] - gmean[p]) * (gall[p][i] - gmean[p]);
+        for (int k = 0; k < SCH; k++) {
+            double m = (zall[p][0][k] + zall[p][1][k] + zall[p][2][k]) / 3;
+            for (int i = 0; i < 3; i++)
+                ssp[p] += (zall[p][i][k] - m) * (zall[p][i][k] - m);
+        }
+    }
+    double comp_spread = sqrt((ssp[0] + ssp[1]) / (2 * SCH * 2)), gspread = sqrt(gss / (2 * 2));
     for (int p = 0; p < 2; p++) {
         const probe_calibrate_path *e = &r->paths[p];
         cr_assert_str_eq(e->path, p ? "/dit.step/0001/out" : "/dit.step/0000/out");
@@ -386,18 +403,19 @@ Test(calibrate, structure_per_path)
         REL_EQ(e->channel_z.worst, worst_c[p], "worst |channel z|");
         REL_EQ(e->channel_z_max, h * worst_c[p], "channel_z_max");
         REL_EQ(e->gain_z.worst, worst_g[p], "worst |gain_z|");
-        REL_EQ(e->gain_z_max, h * worst_g[p], "gain_z_max");
+        REL_EQ(e->gain_z_spread, gspread, "pooled gain spread");
+        REL_EQ(e->gain_z_max, fmax(h * worst_g[p], fabs(gmean[p]) + probe_systematic_limit(1, 1e-6) *
+                                                    gspread * sqrt(4.0 / 3)), "gain_z_max");
         cr_assert_eq(e->floor_channel_z.worst, 0.0, "identical floor pairs: z 0");
         cr_assert_eq(e->floor_gain_z.worst, 0.0);
         cr_assert_eq(e->nchannels, SCH);
         /* the prediction band: pooled spread of z_k about each channel's mean (3 pairs) */
-        double mean[SCH], ss = 0;
-        for (int k = 0; k < SCH; k++) {
+        double mean[SCH];
+        for (int k = 0; k < SCH; k++)
             mean[k] = (zall[p][0][k] + zall[p][1][k] + zall[p][2][k]) / 3;
-            for (int i = 0; i < 3; i++)
-                ss += (zall[p][i][k] - mean[k]) * (zall[p][i][k] - mean[k]);
-        }
-        double spread = sqrt(ss / (SCH * 2)), tk = probe_systematic_limit(SCH, 1e-6);
+        /* the path's own, or the component's where larger */
+        double spread = fmax(sqrt(ssp[p] / (SCH * 2)), comp_spread);
+        double tk = probe_systematic_limit(SCH, 1e-6);
         REL_EQ(e->channel_z_spread, spread, "pooled spread");
         REL_EQ(e->channel_t, tk, "t_K");
         for (int k = 0; k < SCH; k++) {
