@@ -21,13 +21,23 @@ def z_of(ref, cand, path):
         r = a[path][()].astype(np.float64)
         c = b[path][()].astype(np.float64)
     d = (c - r).reshape(-1, r.shape[-1])
-    return d.mean(0) / (d.std(0, ddof=1) / np.sqrt(d.shape[0]))
+    mu, se = d.mean(0), d.std(0, ddof=1) / np.sqrt(d.shape[0])
+    with np.errstate(divide="ignore", invalid="ignore"):  # z 0 where nothing differs
+        return np.where(mu == 0, 0.0, mu / se)
 
 
 def main():
     root, feature = sys.argv[1], sys.argv[2]
     fdir = os.path.join(root, feature)
-    refdir = next(d for d in sorted(glob.glob(os.path.join(root, "*"))) if os.path.exists(os.path.join(d, "ref-1.h5")))
+    with h5py.File(os.path.join(fdir, "cal-1.h5")) as f:
+        steps = len(f["dit.step"])
+    refdir = None  # the group whose references ran the feature's number of steps
+    for d in sorted(glob.glob(os.path.join(root, "*"))):
+        if os.path.exists(os.path.join(d, "ref-1.h5")):
+            with h5py.File(os.path.join(d, "ref-1.h5")) as f:
+                if len(f["dit.step"]) == steps:
+                    refdir = d
+                    break
     cal = json.load(open(os.path.join(fdir, "calibration.json")))
     cseeds = sorted(int(f.split("-")[1].split(".")[0]) for f in os.listdir(fdir) if f.startswith("cal-") and f.endswith(".h5"))
     tseeds = sorted(int(f.split("-")[1].split(".")[0]) for f in os.listdir(fdir) if f.startswith("feature-") and f.endswith(".h5"))
