@@ -45,12 +45,13 @@ Where the slots are compared:
 
 import contextlib
 import ctypes
-import dataclasses
 import fnmatch
 import inspect
 import numbers
 import sys
 import threading
+
+from probe_adapter import _slots
 
 from . import _lib
 
@@ -59,7 +60,6 @@ __all__ = ["pair", "assert_pair", "assert_active", "feature", "external", "outpu
 
 REFERENCE_OFF = "feature-off"
 REFERENCE_ORACLE = "fp32-oracle"
-_DIST_FIELDS = ("mean", "logvar")  # as probe_adapter: diffusers' VAE posterior
 
 
 # ---------------------------------------------------------------- features
@@ -212,9 +212,7 @@ def _ref_label(ref):
 
 # ---------------------------------------------------------------- outputs
 
-def _slot_part(key):
-    s = str(key).replace("/", "_")
-    return s if s else "_"
+_slot_part = _slots.slot_part
 
 
 def _is_tensor(x):
@@ -226,19 +224,9 @@ def _is_tensor(x):
 
 
 def _children(obj):
-    """(key, value) pairs one level into a structured output, as
-    probe_adapter's Runtime._children."""
-    if obj is None or isinstance(obj, (str, bytes, numbers.Number)) or _is_tensor(obj):
-        return []
-    if isinstance(obj, dict):  # also diffusers BaseOutput / transformers ModelOutput
-        return list(obj.items())
-    if isinstance(obj, (list, tuple)):
-        return list(enumerate(obj))
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [(f.name, getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
-    if type(obj).__name__.endswith("Distribution"):
-        return [(k, getattr(obj, k, None)) for k in _DIST_FIELDS]
-    return []
+    """(key, value) pairs one level into a structured output, as the capture
+    side takes them (probe_adapter._slots)."""
+    return _slots.children(obj, _is_tensor)
 
 
 def output_slots(output, prefix="out"):

@@ -49,7 +49,6 @@ goes on with them. The tap then records what was actually used.
 import atexit
 import builtins
 import ctypes
-import dataclasses
 import fnmatch
 import functools
 import inspect
@@ -64,7 +63,7 @@ import threading
 import types
 import weakref
 
-from . import _abi, _cfg
+from . import _abi, _cfg, _slots
 
 # torch dtype attribute name -> probe_dtype (include/probe/dtype.h)
 _DTYPE_CODES = (
@@ -76,7 +75,6 @@ _DTYPE_CODES = (
 
 _TIMESTEP_ARGS = ("timestep", "t")
 _MAX_EQUAL_SCAN = 4096  # CPU timestep tensors up to this size are checked for one value
-_DIST_FIELDS = ("mean", "logvar")  # taken from *Distribution outputs (diffusers' VAE posterior)
 
 
 _DYNAMO_EVAL_FRAME = "torch._dynamo.eval_frame"
@@ -241,9 +239,7 @@ def _note_stderr(msg):
 _SKIP = object()
 
 
-def _slot_part(key):
-    s = str(key).replace("/", "_")
-    return s if s else "_"
+_slot_part = _slots.slot_part
 
 
 class Runtime:
@@ -1247,18 +1243,8 @@ class Runtime:
 
     @staticmethod
     def _children(obj, Tensor):
-        """(key, value) pairs one level into a structured output."""
-        if obj is None or isinstance(obj, (str, bytes, numbers.Number, Tensor)):
-            return []
-        if isinstance(obj, dict):  # also diffusers BaseOutput / transformers ModelOutput
-            return list(obj.items())
-        if isinstance(obj, (list, tuple)):
-            return list(enumerate(obj))
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return [(f.name, getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
-        if type(obj).__name__.endswith("Distribution"):
-            return [(k, getattr(obj, k, None)) for k in _DIST_FIELDS]
-        return []
+        """(key, value) pairs one level into a structured output (_slots.children)."""
+        return _slots.children(obj, lambda x: isinstance(x, Tensor))
 
     def _describe(self, ctx, slot, t):
         """The tap descriptor of t (its shape/strides arrays are kept alive
