@@ -855,27 +855,37 @@ out:
     return s;
 }
 
+/* A fresh result with the options' feature, headroom and tolerances, room for nfiles
+ * files and the date; NULL when out of memory. */
+static probe_calibrate_result *result_new(const probe_calibrate_opts *o, size_t nfiles)
+{
+    probe_calibrate_result *r = calloc(1, sizeof *r);
+    if (!r || !(r->files = calloc(nfiles ? nfiles : 1, sizeof *r->files))) {
+        free(r);
+        return NULL;
+    }
+    snprintf(r->feature, sizeof r->feature, "%s", o->feature);
+    r->headroom = o->headroom;
+    r->atol = o->atol;
+    r->rtol = o->rtol;
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return r;
+}
+
 static probe_status run_records(const probe_calibrate_opts *o, probe_calibrate_result **out)
 {
     probe_gate t1;
     probe_status s = probe_gate_parse("T1", &t1);
     if (s != PROBE_OK)
         return s;
-    probe_calibrate_result *r = calloc(1, sizeof *r);
-    if (!r || !(r->files = calloc(o->nrecords, sizeof *r->files))) {
-        free(r);
+    probe_calibrate_result *r = result_new(o, o->nrecords);
+    if (!r)
         return probe_set_error(PROBE_ENOMEM, "out of memory");
-    }
-    snprintf(r->feature, sizeof r->feature, "%s", o->feature);
-    r->headroom = o->headroom;
-    r->atol = o->atol;
-    r->rtol = o->rtol;
     r->from_records = 1;
     snprintf(r->weights, sizeof r->weights, "%s", o->weights ? o->weights : "same");
-    time_t now = time(NULL);
-    struct tm tm;
-    if (gmtime_r(&now, &tm))
-        strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
     comp_table t = {0};
     path_table pt = {0};
     record_state rs;
@@ -952,20 +962,9 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
     if ((s = probe_gate_parse("T1", &t1)) != PROBE_OK)
         return s;
 
-    probe_calibrate_result *r = calloc(1, sizeof *r);
-    size_t nf = o->nreferences + o->ncandidates + o->nrepeats;
-    if (!r || !(r->files = calloc(nf, sizeof *r->files))) {
-        free(r);
+    probe_calibrate_result *r = result_new(o, o->nreferences + o->ncandidates + o->nrepeats);
+    if (!r)
         return probe_set_error(PROBE_ENOMEM, "out of memory");
-    }
-    snprintf(r->feature, sizeof r->feature, "%s", o->feature);
-    r->headroom = o->headroom;
-    r->atol = o->atol;
-    r->rtol = o->rtol;
-    time_t now = time(NULL);
-    struct tm tm;
-    if (gmtime_r(&now, &tm))
-        strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
 
     /* Every file first: a missing one is reported before any comparison. */
     for (size_t i = 0; s == PROBE_OK && i < o->nreferences; i++)
