@@ -432,6 +432,63 @@ check("t-one" not in probe.FEATURES, "unregister_feature removes it")
 msg = raises(TypeError, probe.parametrize_features)
 check(msg is not None and not msg.startswith("WRONG"), "parametrize_features() with no capability: TypeError")
 
+# --- output paths that cannot be written: a usage error before any test runs ----------
+d = project("unwritable", '''
+    def test_ran():
+        open("ran", "w").close()
+''')
+for opt in ("--probe-matrix-out", "--probe-record"):
+    bad = os.path.join(tmp, "no-such-folder", "out.json")
+    rc, out = pytest(d, opt, bad)
+    want = "probe: %s %s: the folder %s does not exist" % (opt, bad, os.path.dirname(bad))
+    check(rc == 4 and want in out and "Traceback" not in out and not os.path.exists(os.path.join(d, "ran")),
+          "%s in a missing folder: exit 4, '%s', no test run (%d)\n%s" % (opt, want, rc, out[-600:]))
+rc, out = pytest(d, "--probe-matrix-out", tmp)
+check(rc == 4 and ("probe: --probe-matrix-out %s: %s is a folder" % (tmp, tmp)) in out,
+      "--probe-matrix-out naming a folder: exit 4 (%d)" % rc)
+
+# --- probe.pair records the determinism floor under --probe-repeat ----------------------
+try:
+    import torch  # noqa: F401
+    have_torch = True
+except ImportError:
+    have_torch = False
+if have_torch:
+    d = project("pairfloor", '''
+        import contextlib
+        import torch
+        import probe
+
+        K = {"s": 1.0}
+
+        @contextlib.contextmanager
+        def scaled():
+            K["s"] = 1.0 + 1e-3
+            try:
+                yield
+            finally:
+                K["s"] = 1.0
+
+        def test_pair():
+            x = torch.linspace(-1, 1, 64).reshape(8, 8)
+            probe.assert_pair(lambda t: t * K["s"], (x,), component="dit.step",
+                              feature=probe.feature("fp8", on=scaled), gate="T1-relaxed:backend-swap")
+    ''')
+    rec = os.path.join(d, "rec.jsonl")
+    rc, out = pytest(d, "--probe-record", rec, "--probe-repeat")
+    recs = [json.loads(x) for x in open(rec)] if os.path.exists(rec) else []
+    kinds = sorted(r["kind"] for r in recs)
+    fl = [r for r in recs if r["kind"] == "floor"]
+    check(rc == 0 and kinds == ["feature", "floor"] and fl and fl[0]["stats"]["rel_l2"] == 0.0
+          and fl[0]["stats"]["max_abs"] == 0.0,
+          "pair under --probe-repeat --probe-record: one feature and one floor record, the floor 0 "
+          "(%d %r)\n%s" % (rc, kinds, out[-600:] if rc else ""))
+    cal = os.path.join(d, "cal.json")
+    p = subprocess.run([os.path.join(BUILD, "bin", "probe-calibrate"), "--feature", "fp8", "--records", rec,
+                        "--out", cal], capture_output=True, text=True)
+    check(p.returncode == 0, "probe-calibrate --records with the floor record: exit 0, T1 above the floor "
+          "(%d %s %s)" % (p.returncode, p.stdout[-300:], p.stderr[-300:]))
+
 import shutil  # noqa: E402
 shutil.rmtree(tmp, ignore_errors=True)
 print("test_pytest_plugin: %d failed" % len(failures))

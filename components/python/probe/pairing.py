@@ -827,6 +827,7 @@ class PairResult:
 # ---------------------------------------------------------------- pair()
 
 def _check_number(name, v):
+    __tracebackhide__ = True
     if v is None:
         return
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
@@ -844,6 +845,7 @@ def _arch(torch, tensors):
 
 
 def _validate(fn, args, kwargs, component, tensor, channel_axis, seed):
+    __tracebackhide__ = True
     if not callable(fn):
         raise TypeError("probe: the component must be an nn.Module or a callable, not %s"
                         % type(fn).__name__)
@@ -924,6 +926,7 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
     Returns a PairResult. Raises TypeError/ValueError for bad arguments,
     outputs whose structures (slot names) differ, shapes that differ.
     """
+    __tracebackhide__ = True  # bad arguments point at the test's line
     import torch
     _validate(fn, args, kwargs, component, tensor, channel_axis, seed)
     _check_number("atol", atol)
@@ -1059,6 +1062,10 @@ def pair(fn, args=(), kwargs=None, *, component, feature, gate=None, reference=R
     if session is not None and hasattr(session, "record"):
         for k, s in slots.items():
             session.record(component, feat.id, dict(s, case=case), arch)
+        # the determinism floor, for probe-calibrate --records, where the session takes it
+        if floor is not None and "kind" in inspect.signature(session.record).parameters:
+            for k, f in floor.items():
+                session.record(component, feat.id, dict(f, case=case), arch, kind="floor")
     return res
 
 

@@ -30,6 +30,7 @@ test or without the plugin.
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -205,7 +206,11 @@ def _first_line(rep):
 
 def pytest_sessionfinish(session, exitstatus):
     ps = session.config._probe
-    ps.write()
+    try:
+        ps.write()
+    except OSError as e:  # checked at start; the disk may still fill or the folder go
+        sys.stderr.write("probe: cannot write %s: %s\n" % (e.filename or "the outputs", e.strerror or e))
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 # --- repeat and record ------------------------------------------------------------
@@ -239,6 +244,8 @@ class ProbeSession:
         # absolute now: a test may change the working directory
         self.matrix_out = _abspath(config.getoption("probe_matrix_out"))
         self.record_path = _abspath(config.getoption("probe_record"))
+        for opt, path in (("--probe-matrix-out", self.matrix_out), ("--probe-record", self.record_path)):
+            _check_writable(opt, path)
         self._arch = config.getoption("probe_arch")
         self.item_cells = {}    # nodeid -> [(component, feature)]
         self.item_status = {}   # nodeid -> (status, first line)
@@ -284,6 +291,21 @@ class ProbeSession:
             text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in self.records)
             with open(self.record_path, "a") as f:
                 f.write(text)
+
+
+def _check_writable(opt, path):
+    """A UsageError (one line, before any test runs) when the output file of option opt
+    cannot be written: its folder missing or not writable, or the path a folder."""
+    if not path:
+        return
+    d = os.path.dirname(path)
+    why = ("%s is a folder" % path if os.path.isdir(path) else
+           "the folder %s does not exist" % d if not os.path.isdir(d) else
+           "the folder %s is not writable" % d if not os.access(d, os.W_OK | os.X_OK) else
+           "%s is not writable" % path if os.path.exists(path) and not os.access(path, os.W_OK)
+           else None)
+    if why:
+        raise pytest.UsageError("probe: %s %s: %s" % (opt, path, why))
 
 
 def _write_atomic(path, text):
