@@ -265,7 +265,7 @@ def _effective_gate(lib, gate, atol, rtol, calibration, component, path):
             raise ValueError("probe: gate T2 needs component= (or path=) to look up its thresholds")
         cal = ctypes.c_void_p()
         lib.check(lib.cal_load(str(calibration).encode(), None, ctypes.byref(cal)),
-                  "probe: calibration")
+                  "probe")  # the message starts "calibration FILE: ..."
         try:
             st = lib.cal_gate(cal, component.encode() if component is not None else None,
                               path.encode() if path is not None else None, ctypes.byref(g))
