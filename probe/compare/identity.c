@@ -112,13 +112,34 @@ static int same_nesting(const call_rec *a, size_t na, const call_rec *b, size_t 
     return 1;
 }
 
-static int cmp_nesting(const void *a, const void *b)
+/* The key two paired calls share: (parent call, block index) when nested, else the
+ * module path. */
+static int cmp_key(const call_rec *x, const call_rec *y, int nested)
+{
+    if (!nested)
+        return strcmp(x->module, y->module);
+    int c = strcmp(x->parent, y->parent);
+    return c ? c : (x->block > y->block) - (x->block < y->block);
+}
+
+/* qsort orders: by key, then by call index (the j-th call of a key pairs with the j-th). */
+static int cmp_call(const call_rec *x, const call_rec *y)
+{
+    return (x->call > y->call) - (x->call < y->call);
+}
+
+static int cmp_sort_nested(const void *a, const void *b)
 {
     const call_rec *x = *(const call_rec *const *)a, *y = *(const call_rec *const *)b;
-    int c = strcmp(x->parent, y->parent);
-    if (c)
-        return c;
-    return (x->block > y->block) - (x->block < y->block);
+    int c = cmp_key(x, y, 1);
+    return c ? c : cmp_call(x, y);
+}
+
+static int cmp_sort_module(const void *a, const void *b)
+{
+    const call_rec *x = *(const call_rec *const *)a, *y = *(const call_rec *const *)b;
+    int c = cmp_key(x, y, 0);
+    return c ? c : cmp_call(x, y);
 }
 
 /* Every call of the group has a module path and a well-formed path. */
@@ -140,19 +161,10 @@ static int same_order(const call_rec *a, size_t na, const call_rec *b, size_t nb
     return 1;
 }
 
-static int cmp_module_call(const void *a, const void *b)
-{
-    const call_rec *x = *(const call_rec *const *)a, *y = *(const call_rec *const *)b;
-    int c = strcmp(x->module, y->module);
-    if (c)
-        return c;
-    return (x->call > y->call) - (x->call < y->call);
-}
-
 /* Fill cm for the groups g[0] (reference) and g[1] (candidate): the j-th
- * call of each module on one side with the j-th call of it on the other. */
+ * call of each key (cmp_key) on one side with the j-th call of it on the other. */
 static probe_status pair_group(comp_map *cm, const call_rec *const g[2], const size_t n[2],
-                               int (*key_cmp)(const void *, const void *))
+                               int nested)
 {
     const call_rec **ord[2] = {NULL, NULL};
     probe_status s = PROBE_OK;
@@ -170,13 +182,12 @@ static probe_status pair_group(comp_map *cm, const call_rec *const g[2], const s
             cm->other[side][i] = -1;
             ord[side][i] = &g[side][i];
         }
-        qsort(ord[side], n[side], sizeof *ord[side], key_cmp);
+        qsort(ord[side], n[side], sizeof *ord[side], nested ? cmp_sort_nested : cmp_sort_module);
     }
     size_t i = 0, j = 0;
     while (i < n[0] && j < n[1]) {
         const call_rec *a = ord[0][i], *b = ord[1][j];
-        int c = key_cmp == cmp_nesting ? cmp_nesting(&ord[0][i], &ord[1][j])
-                                       : strcmp(a->module, b->module);
+        int c = cmp_key(a, b, nested);
         if (c < 0) {
             i++;
         } else if (c > 0) {
@@ -238,7 +249,7 @@ probe_status probe_call_map_build(const probe_rankset *ref, const probe_rankset 
             cm->nested = by_nesting;
             const call_rec *g[2] = {v[0] + i, v[1] + j};
             const size_t n[2] = {ei - i, ej - j};
-            if ((s = pair_group(cm, g, n, by_nesting ? cmp_nesting : cmp_module_call)) != PROBE_OK)
+            if ((s = pair_group(cm, g, n, by_nesting)) != PROBE_OK)
                 goto done;
             for (size_t k = 0; k < cm->n[0]; k++) {
                 m->moved += cm->other[0][k] >= 0 && cm->other[0][k] != cm->calls[0][k];
