@@ -227,12 +227,13 @@ probe_status probe_gate_check(const probe_gate *g, const probe_metrics *m, probe
     return PROBE_OK;
 }
 
-static void calibrated_note(const probe_gate *g, char *buf, size_t size)
+/* "the feature's own[WHERE], calibrated[ with headroom H]" */
+static void calibrated_note(const probe_gate *g, const char *where, char *buf, size_t size)
 {
     if (isfinite(g->headroom))
-        snprintf(buf, size, "the feature's own, calibrated with headroom %g", g->headroom);
+        snprintf(buf, size, "the feature's own%s, calibrated with headroom %g", where, g->headroom);
     else
-        snprintf(buf, size, "the feature's own, calibrated");
+        snprintf(buf, size, "the feature's own%s, calibrated", where);
 }
 
 /* Fail `what` when |z| exceeds max(threshold, noise). */
@@ -245,7 +246,7 @@ static void check_z(reasons *rs, const probe_gate *g, const char *what, double z
     if (isnan(z) || !(az > limit))
         return;
     char note[96], vs[32], ls[32];
-    calibrated_note(g, note, sizeof note);
+    calibrated_note(g, "", note, sizeof note);
     fmt_pair(az, limit, vs, ls, sizeof vs);
     if (by_noise)
         add_reason(rs, "%s: |z| %s > %s (the z limit of rounding noise; %s: %.4g)", what, vs, ls,
@@ -311,11 +312,7 @@ probe_status probe_gate_check_channels(const probe_gate *g, const double *z, uin
     if (!above)
         return PROBE_OK;
     char note[96], vs[32], ls[32], more[48] = "";
-    if (isfinite(g->headroom))
-        snprintf(note, sizeof note, "the feature's own in that channel, calibrated with headroom %g",
-                 g->headroom);
-    else
-        snprintf(note, sizeof note, "the feature's own in that channel, calibrated");
+    calibrated_note(g, " in that channel", note, sizeof note);
     fmt_pair(fabs(z[worst]), worst_limit, vs, ls, sizeof vs);
     if (above > 1)
         snprintf(more, sizeof more, "; %llu channels above theirs", (unsigned long long)above);
