@@ -43,6 +43,7 @@ size_t probe_struct_size(const char *name)
         {"probe_channel_spec", sizeof(probe_channel_spec)},
         {"probe_channel_shift", sizeof(probe_channel_shift)},
         {"probe_pair_source", sizeof(probe_pair_source)},
+        {"probe_stream_opts", sizeof(probe_stream_opts)},
     };
     for (size_t i = 0; name && i < sizeof sizes / sizeof sizes[0]; i++)
         if (strcmp(name, sizes[i].name) == 0)

@@ -59,7 +59,8 @@ typedef struct probe_gate {
 
 /* The size in bytes of a public struct that a binding mirrors (ctypes, cffi), by its
  * C name: "probe_gate", "probe_gate_verdict", "probe_metrics", "probe_metrics_opts",
- * "probe_channel_spec", "probe_channel_shift", "probe_pair_source"; 0 for any other
+ * "probe_channel_spec", "probe_channel_shift", "probe_pair_source", "probe_stream_opts";
+ * 0 for any other
  * name or NULL. A binding checks its layout against it when it loads the library. */
 size_t probe_struct_size(const char *name);
 

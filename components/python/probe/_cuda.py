@@ -70,6 +70,8 @@ class CudaLibrary:
                                     ctypes.POINTER(ChannelSpec), ctypes.c_void_p,
                                     ctypes.POINTER(_lib.Metrics), ctypes.POINTER(ChannelShift)]
         self.metrics_fn.restype = ctypes.c_int
+        for cls, name in ((ChannelSpec, "probe_channel_spec"), (ChannelShift, "probe_channel_shift")):
+            core.check_layout(cls, name)
 
     def raw_metrics(self, ref_dtype, ref_ptr, cand_dtype, cand_ptr, n, atol, rtol, channel=None,
                     stream=0):

@@ -184,15 +184,19 @@ class Library:
         """Each struct this module mirrors has the library's size (probe_struct_size),
         so a module and a library of different versions never write past a buffer.
         Raises ProbeError naming the struct."""
+        for cls, name in MIRRORED:
+            self.check_layout(cls, name)
+
+    def check_layout(self, cls, name):
+        """ProbeError unless ctypes structure cls has the size of C struct `name`."""
         size = self.handle.probe_struct_size
         size.argtypes = [ctypes.c_char_p]
         size.restype = ctypes.c_size_t
-        for cls, name in MIRRORED:
-            want = size(name.encode())
-            if want != ctypes.sizeof(cls):
-                raise ProbeError("%s: struct %s is %d bytes in the library, %d in this module: "
-                                 "the probe module and libprobe are from different versions"
-                                 % (self.path, name, want, ctypes.sizeof(cls)))
+        want = size(name.encode())
+        if want != ctypes.sizeof(cls):
+            raise ProbeError("%s: struct %s is %d bytes in the library, %d in this module: "
+                             "the probe module and libprobe are from different versions"
+                             % (self.path, name, want, ctypes.sizeof(cls)))
 
     def last_error(self):
         s = self.last_error_fn()

@@ -474,6 +474,10 @@ def _host_metrics(lib, rv, cv, atol, rtol, channel):
                        ctypes.POINTER(_StreamOpts), ctypes.POINTER(_lib.Metrics),
                        ctypes.POINTER(_cuda.ChannelShift)]
         fn.restype = ctypes.c_int
+        for cls, name in ((_PairSource, "probe_pair_source"), (_StreamOpts, "probe_stream_opts"),
+                          (_cuda.ChannelSpec, "probe_channel_spec"),
+                          (_cuda.ChannelShift, "probe_channel_shift")):
+            lib.check_layout(cls, name)
         lib._pair_compute_source = fn
         lib.handle.probe_dtype_size.argtypes = [ctypes.c_int]
         lib.handle.probe_dtype_size.restype = ctypes.c_size_t
@@ -586,23 +590,19 @@ def _compare_slot(lib, slot, r, c, gate_spec, atol, rtol, calibration, component
                          "of a slot must have one shape)" % (component, slot, list(_shape(r)),
                                                              list(_shape(c))))
     g = _probe._effective_gate(lib, gate_spec, atol, rtol, calibration, component, path)
-    reason = None
     shape = _shape(r)
     channel = _channel_spec(shape, axis)
     m, sh, where, rname, cname = _raw_metrics(lib, component, slot, r, c, g.atol, g.rtol, channel)
-    if reason is None:
-        v = _lib.GateVerdict()
-        lib.check(lib.gate_check(ctypes.byref(g), ctypes.byref(m), ctypes.byref(v)), "probe: gate")
-        if g.kind == 3:  # T2: the calibrated structure (gain z; channel z with a channel axis)
-            noise_g = lib.systematic_limit(1, 1e-6)  # PROBE_SYSTEMATIC_FALSE_ALARM
-            noise_c = lib.systematic_limit(sh.count, 1e-6) if sh is not None and sh.count else float("nan")
-            lib.check(lib.gate_check_structure(ctypes.byref(g), ctypes.byref(m),
-                                               ctypes.byref(sh) if sh is not None and sh.count else None,
-                                               noise_c, noise_g, ctypes.byref(v)), "probe: gate")
-        passed = bool(v.pass_)
-        reasons = [v.reasons[i].value.decode("utf-8", "replace") for i in range(v.nreasons)]
-    else:
-        passed, reasons = False, [reason]
+    v = _lib.GateVerdict()
+    lib.check(lib.gate_check(ctypes.byref(g), ctypes.byref(m), ctypes.byref(v)), "probe: gate")
+    if g.kind == 3:  # T2: the calibrated structure (gain z; channel z with a channel axis)
+        noise_g = lib.systematic_limit(1, 1e-6)  # PROBE_SYSTEMATIC_FALSE_ALARM
+        noise_c = lib.systematic_limit(sh.count, 1e-6) if sh is not None and sh.count else float("nan")
+        lib.check(lib.gate_check_structure(ctypes.byref(g), ctypes.byref(m),
+                                           ctypes.byref(sh) if sh is not None and sh.count else None,
+                                           noise_c, noise_g, ctypes.byref(v)), "probe: gate")
+    passed = bool(v.pass_)
+    reasons = [v.reasons[i].value.decode("utf-8", "replace") for i in range(v.nreasons)]
     idx = _probe._unravel(m.max_abs_offset, shape)
     res = {
         "slot": slot, "path": path, "n": m.n, "shape": list(shape), "dtype": rname,
