@@ -835,6 +835,23 @@ static probe_status write_dataset(probe_writer *w, const probe_record *rec, hid_
     return s;
 }
 
+/* What every record must pass before it is written, after check_record: text fields
+ * in UTF-8, a usable file, its path free, and room for `bytes` more (preflight). */
+static probe_status admit(probe_writer *w, const probe_record *rec, size_t bytes)
+{
+    const char *bad = bad_utf8_field(rec);
+    if (bad != NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: record %s is not valid UTF-8", w->path,
+                               rec->path, bad);
+    probe_status s = check_usable(w);
+    if (s != PROBE_OK)
+        return s;
+    H5E_BEGIN_TRY { s = check_free(w, rec->path); } H5E_END_TRY;
+    if (s != PROBE_OK)
+        return s;
+    return preflight(w, rec->path, bytes, SLACK_TENSOR);
+}
+
 probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
                               size_t nbytes)
 {
@@ -845,16 +862,7 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
     probe_status s = check_record(w, rec, data, nbytes, dims);
     if (s != PROBE_OK)
         return s;
-    const char *bad = bad_utf8_field(rec);
-    if (bad != NULL)
-        return probe_set_error(PROBE_EINVAL, "%s: %s: record %s is not valid UTF-8", w->path,
-                               rec->path, bad);
-    if ((s = check_usable(w)) != PROBE_OK)
-        return s;
-    H5E_BEGIN_TRY { s = check_free(w, rec->path); } H5E_END_TRY;
-    if (s != PROBE_OK)
-        return s;
-    if ((s = preflight(w, rec->path, nbytes, SLACK_TENSOR)) != PROBE_OK)
+    if ((s = admit(w, rec, nbytes)) != PROBE_OK)
         return s;
     int je = probe_journal_reserve(w->journal, SLACK_JOURNAL);
     if (je != 0)
@@ -965,16 +973,7 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
                                w->path, rec->path, (unsigned long long)sum->n_finite,
                                (unsigned long long)sum->nan, (unsigned long long)sum->inf,
                                (unsigned long long)sum->n);
-    const char *bad = bad_utf8_field(rec);
-    if (bad != NULL)
-        return probe_set_error(PROBE_EINVAL, "%s: %s: record %s is not valid UTF-8", w->path,
-                               rec->path, bad);
-    if ((s = check_usable(w)) != PROBE_OK)
-        return s;
-    H5E_BEGIN_TRY { s = check_free(w, rec->path); } H5E_END_TRY;
-    if (s != PROBE_OK)
-        return s;
-    if ((s = preflight(w, rec->path, sizeof *sum, SLACK_TENSOR)) != PROBE_OK)
+    if ((s = admit(w, rec, sizeof *sum)) != PROBE_OK)
         return s;
     /* The journal records full tensors only (docs/file-format.md "Journal"):
      * a file with stats-only records has none, and is read through HDF5 as
