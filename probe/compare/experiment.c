@@ -41,6 +41,17 @@ static probe_root_input *push_root(probe_compare_result *res)
     return &p[res->nroots++];
 }
 
+/* A new root input of tensor ti (its path and component set); NULL: out of memory. */
+static probe_root_input *root_of(probe_compare_result *res, const probe_tensor_info *ti)
+{
+    probe_root_input *ri = push_root(res);
+    if (ri) {
+        snprintf(ri->path, sizeof ri->path, "%s", ti->path);
+        snprintf(ri->component, sizeof ri->component, "%s", ti->component);
+    }
+    return ri;
+}
+
 static void shape_text(char *buf, size_t cap, int rank, const int64_t *shape)
 {
     size_t len = (size_t)snprintf(buf, cap, "[");
@@ -189,13 +200,11 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
         const probe_tensor_info *ti = probe_file_tensor(rf, i);
         if (!is_root(ti->component, roots))
             continue;
-        probe_root_input *ri = push_root(res);
+        probe_root_input *ri = root_of(res, ti);
         if (!ri) {
             json_decref(mc);
             return probe_set_error(PROBE_ENOMEM, "out of memory listing root inputs");
         }
-        snprintf(ri->path, sizeof ri->path, "%s", ti->path);
-        snprintf(ri->component, sizeof ri->component, "%s", ti->component);
         snprintf(ri->hash_reference, sizeof ri->hash_reference, "%s", ti->hash);
         ri->in_reference = 1;
         size_t ci;
@@ -215,13 +224,11 @@ probe_status probe_experiment_roots(probe_compare_result *res, probe_file *rf, p
         size_t ri_;
         if (!is_root(ti->component, roots) || probe_file_find(rf, ti->path, &ri_) == PROBE_OK)
             continue;
-        probe_root_input *ri = push_root(res);
+        probe_root_input *ri = root_of(res, ti);
         if (!ri) {
             json_decref(mc);
             return probe_set_error(PROBE_ENOMEM, "out of memory listing root inputs");
         }
-        snprintf(ri->path, sizeof ri->path, "%s", ti->path);
-        snprintf(ri->component, sizeof ri->component, "%s", ti->component);
         snprintf(ri->hash_candidate, sizeof ri->hash_candidate, "%s", ti->hash);
         ri->in_candidate = 1;
         snprintf(ri->why, sizeof ri->why, "missing in the reference");
