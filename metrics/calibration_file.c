@@ -341,6 +341,43 @@ static probe_status parse_root(const char *path, json_t *root, const char *const
     return PROBE_OK;
 }
 
+probe_status probe_calibration_load_stream(FILE *f, const char *name,
+                                           const char *const *known_components,
+                                           probe_calibration **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (f == NULL || name == NULL || out == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_calibration_load_stream: %s is NULL",
+                               f == NULL ? "f" : name == NULL ? "name" : "out");
+    json_error_t jerr;
+    errno = 0;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    int read_err = ferror(f) ? (errno ? errno : EIO) : 0;
+    if (root == NULL) {
+        if (read_err)
+            return probe_set_error(PROBE_EIO, "calibration %s: cannot read: %s", name,
+                                   strerror(read_err));
+        return probe_set_error(PROBE_EFORMAT, "calibration %s: not valid JSON (line %d, column %d): %s",
+                               name, jerr.line, jerr.column, jerr.text);
+    }
+
+    probe_calibration *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->path = strdup(name)) == NULL) {
+        free(c);
+        json_decref(root);
+        return probe_set_error(PROBE_ENOMEM, "calibration %s: out of memory", name);
+    }
+    probe_status st = parse_root(name, root, known_components, c);
+    json_decref(root);
+    if (st != PROBE_OK) {
+        probe_calibration_free(c);
+        return st;
+    }
+    *out = c;
+    return PROBE_OK;
+}
+
 probe_status probe_calibration_load(const char *path, const char *const *known_components,
                                     probe_calibration **out)
 {
@@ -353,33 +390,9 @@ probe_status probe_calibration_load(const char *path, const char *const *known_c
     if (f == NULL)
         return probe_set_error(PROBE_ENOTFOUND, "calibration %s: cannot open: %s", path,
                                strerror(errno));
-    json_error_t jerr;
-    errno = 0;
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
-    int read_err = ferror(f) ? (errno ? errno : EIO) : 0;
+    probe_status st = probe_calibration_load_stream(f, path, known_components, out);
     fclose(f);
-    if (root == NULL) {
-        if (read_err)
-            return probe_set_error(PROBE_EIO, "calibration %s: cannot read: %s", path,
-                                   strerror(read_err));
-        return probe_set_error(PROBE_EFORMAT, "calibration %s: not valid JSON (line %d, column %d): %s",
-                               path, jerr.line, jerr.column, jerr.text);
-    }
-
-    probe_calibration *c = calloc(1, sizeof *c);
-    if (c == NULL || (c->path = strdup(path)) == NULL) {
-        free(c);
-        json_decref(root);
-        return probe_set_error(PROBE_ENOMEM, "calibration %s: out of memory", path);
-    }
-    probe_status st = parse_root(path, root, known_components, c);
-    json_decref(root);
-    if (st != PROBE_OK) {
-        probe_calibration_free(c);
-        return st;
-    }
-    *out = c;
-    return PROBE_OK;
+    return st;
 }
 
 probe_status probe_calibration_gate(const probe_calibration *c, const char *component,

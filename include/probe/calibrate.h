@@ -42,6 +42,14 @@
  * probe_gate_parse("T1") (docs/gates.md "Determinism floor"):
  *   h * floor worst rel_l2 < T1 rel_l2_max (1e-2) and
  *   h * floor worst (1 - cosine) < 1 - T1 cosine_min (1e-4).
+ * Held-out check (opts.held_out; capture files only): for every feature pair i,
+ * the thresholds are computed again from the other feature pairs alone (same
+ * headroom and rules), and pair i is compared under T2 with them, as
+ * probe-compare --gate T2 would compare it. A pair that fails says the
+ * calibration does not cover the feature's run-to-run variation: a new run of the
+ * same feature would fail as that pair does. It is leave-one-out cross-validation
+ * (Stone 1974), conservative by one pair: each check calibrates on M - 1 pairs,
+ * the file on M.
  */
 #ifndef PROBE_CALIBRATE_H
 #define PROBE_CALIBRATE_H
@@ -93,7 +101,20 @@ typedef struct probe_calibrate_opts {
      * when they give them (they must agree), else the options'. */
     const char *const *records;
     size_t nrecords;
+    /* The held-out check: 0 with at least 3 feature pairs, -1 never, 1 with at least 2
+     * (with fewer it is not run). Not run on records. */
+    int held_out;
 } probe_calibrate_opts;
+
+/* One feature pair judged by T2 calibrated on the other feature pairs. */
+typedef struct probe_calibrate_held_out {
+    size_t pair;              /* i: references[i] vs candidates[i] */
+    int pass;                 /* 1: passes (probe_compare_result.pass) */
+    size_t tensors, failed;   /* compared tensors; those failing the gate */
+    char first_failure[512];  /* tensor path of the first failure; "" when it passes or
+                                 only the run fails */
+    char reason[256];         /* that tensor's first reason, else the run's first; "" pass */
+} probe_calibrate_held_out;
 
 /* One statistic over n samples (a sample is one tensor of one pair). NaN
  * samples (p99_abs of an empty tensor) are left out; with none left, worst
@@ -180,6 +201,9 @@ typedef struct probe_calibrate_result {
     size_t nrecords_other;                /* records of other features, left out */
     char **archs;                         /* the records' distinct "arch" values */
     size_t narchs;
+    size_t nheld_out;                     /* feature pairs checked held out; 0: not run */
+    size_t held_out_failed;               /* those that fail */
+    probe_calibrate_held_out *held_out;   /* in pair order */
 } probe_calibrate_result;
 
 /* Compare every pair and compute the statistics, thresholds and floor check.

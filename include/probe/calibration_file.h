@@ -5,6 +5,8 @@
 #ifndef PROBE_CALIBRATION_FILE_H
 #define PROBE_CALIBRATION_FILE_H
 
+#include <stdio.h>
+
 #include "probe/gate.h" /* probe_gate */
 #include "probe/status.h"
 
@@ -20,6 +22,11 @@ typedef struct probe_calibration probe_calibration;
  * NULL-terminated list; NULL accepts any name). */
 probe_status probe_calibration_load(const char *path, const char *const *known_components,
                                     probe_calibration **out);
+/* The same from an open stream (read to its end, not closed); name stands for the
+ * file in messages. PROBE_EINVAL for a NULL argument; the rest as above. */
+probe_status probe_calibration_load_stream(FILE *f, const char *name,
+                                           const char *const *known_components,
+                                           probe_calibration **out);
 void probe_calibration_free(probe_calibration *c);
 
 /* Fill *g (kind T2) with the thresholds for a tensor of `component` at

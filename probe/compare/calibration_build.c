@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "probe/calibration_file.h"
 #include "probe/capture.h"
 #include "probe/compare.h"
 #include "probe/gate.h"
@@ -387,28 +388,35 @@ static probe_status add_skipped(comp_table *t, const probe_compare_result *r, lo
     return PROBE_OK;
 }
 
-/* Compare one pair and add its tensors to the feature or floor statistics. */
-static probe_status add_pair(const char *ref, const char *cand, int is_floor, long pair_id,
-                             const probe_calibrate_opts *o, comp_table *t, path_table *pt)
+/* The compare options of a calibration pair: `gate` ("T1" to calibrate, "T2" for the
+ * held-out check), the tolerances and channel axes of the options, the per-channel z
+ * kept. */
+static probe_status pair_opts(const probe_calibrate_opts *o, const char *gate,
+                              probe_compare_opts *co)
 {
-    probe_compare_opts co;
-    memset(&co, 0, sizeof co);
-    probe_status s = probe_gate_parse("T1", &co.gate);
+    memset(co, 0, sizeof *co);
+    probe_status s = probe_gate_parse(gate, &co->gate);
     if (s != PROBE_OK)
         return s;
-    co.atol_set = co.rtol_set = 1;
-    co.atol = o->atol;
-    co.rtol = o->rtol;
-    co.axis_components = o->axis_components;
-    co.axis_values = o->axis_values;
-    co.axis_ranks = o->axis_ranks;
-    co.class_axes = o->class_axes;
-    co.n_class_axes = o->n_class_axes;
-    co.keep_channel_z = 1;
-    probe_compare_result *r = NULL;
-    s = probe_compare_files(ref, cand, &co, &r);
-    if (s != PROBE_OK)
-        return s;
+    co->atol_set = co->rtol_set = 1;
+    co->atol = o->atol;
+    co->rtol = o->rtol;
+    co->axis_components = o->axis_components;
+    co->axis_values = o->axis_values;
+    co->axis_ranks = o->axis_ranks;
+    co->class_axes = o->class_axes;
+    co->n_class_axes = o->n_class_axes;
+    co->keep_channel_z = 1;
+    return PROBE_OK;
+}
+
+/* Add the tensors of one compared pair (r, compared under T1 by pair_opts) to the
+ * feature or floor statistics; an error when the pair cannot be calibrated on. */
+static probe_status add_result(const probe_compare_result *r, const char *ref, const char *cand,
+                               int is_floor, long pair_id, const probe_calibrate_opts *o,
+                               comp_table *t, path_table *pt)
+{
+    probe_status s = PROBE_OK;
     const char *what = is_floor ? "floor pair" : "pair";
     if (r->nothing_compared) {
         s = probe_set_error(PROBE_EMISMATCH, "%s %s vs %s: nothing compared (no dataset path in "
@@ -498,7 +506,26 @@ static probe_status add_pair(const char *ref, const char *cand, int is_floor, lo
                             "reference in every tensor (feature not active?); a feature that did "
                             "not run cannot be calibrated", ref, cand);
 out:
-    probe_compare_result_free(r);
+    return s;
+}
+
+/* Compare one pair and add its tensors to the feature or floor statistics; *kept (when
+ * not NULL) receives the compare result, else it is freed. */
+static probe_status add_pair(const char *ref, const char *cand, int is_floor, long pair_id,
+                             const probe_calibrate_opts *o, comp_table *t, path_table *pt,
+                             probe_compare_result **kept)
+{
+    probe_compare_opts co;
+    probe_compare_result *r = NULL;
+    probe_status s = pair_opts(o, "T1", &co);
+    if (s == PROBE_OK)
+        s = probe_compare_files(ref, cand, &co, &r);
+    if (s == PROBE_OK)
+        s = add_result(r, ref, cand, is_floor, pair_id, o, t, pt);
+    if (s == PROBE_OK && kept)
+        *kept = r;
+    else
+        probe_compare_result_free(r);
     return s;
 }
 
@@ -530,6 +557,7 @@ void probe_calibrate_result_free(probe_calibrate_result *r)
     for (size_t i = 0; i < r->npaths; i++)
         free(r->paths[i].channel_z_max_by_channel);
     free(r->paths);
+    free(r->held_out);
     free(r);
 }
 
@@ -948,6 +976,88 @@ static probe_status run_records(const probe_calibrate_opts *o, probe_calibrate_r
     return PROBE_OK;
 }
 
+/* Pair i of kept (the feature pairs' T1 results) judged by T2 with the thresholds of
+ * the other feature pairs: calibrated again from them (finish, same headroom), written
+ * and loaded as probe-compare loads a file, and pair i compared under it. */
+static probe_status held_out_pair(const probe_calibrate_opts *o, const probe_calibrate_result *r,
+                                  probe_compare_result *const *kept, size_t i,
+                                  const probe_gate *t1, probe_calibrate_held_out *h)
+{
+    comp_table t = {0};
+    path_table pt = {0};
+    probe_calibrate_result *loo = result_new(o, 0);
+    probe_calibration *cal = NULL;
+    probe_compare_result *cr = NULL;
+    FILE *f = NULL;
+    probe_status s = loo ? PROBE_OK : probe_set_error(PROBE_ENOMEM, "out of memory");
+    for (size_t j = 0; s == PROBE_OK && j < r->npairs; j++)
+        if (j != i)
+            s = add_result(kept[j], o->references[j], o->candidates[j], 0, (long)j, o, &t, &pt);
+    if (s == PROBE_OK) {
+        memcpy(loo->weights, r->weights, sizeof loo->weights);
+        loo->npairs = r->npairs - 1;
+        s = finish(loo, &t, &pt, o->headroom, t1);
+    }
+    if (s == PROBE_OK && !(f = tmpfile()))
+        s = probe_set_error(PROBE_EIO, "held-out check: cannot create a temporary file: %s",
+                            strerror(errno));
+    if (s == PROBE_OK && (s = probe_calibrate_write_json(loo, f)) == PROBE_OK) {
+        char name[64];
+        snprintf(name, sizeof name, "(held-out check: every feature pair but %zu)", i);
+        rewind(f);
+        s = probe_calibration_load_stream(f, name, o->known_components, &cal);
+    }
+    probe_compare_opts co;
+    if (s == PROBE_OK && (s = pair_opts(o, "T2", &co)) == PROBE_OK) {
+        co.calibration = cal;
+        s = probe_compare_files(o->references[i], o->candidates[i], &co, &cr);
+    }
+    if (s == PROBE_OK) {
+        memset(h, 0, sizeof *h);
+        h->pair = i;
+        h->pass = cr->pass;
+        h->tensors = cr->ntensors;
+        for (size_t k = 0; k < cr->ntensors; k++)
+            if (cr->tensors[k].compared && !cr->tensors[k].verdict.pass)
+                h->failed++;
+        if (!cr->pass && cr->first_failure >= 0) {
+            const probe_tensor_result *x = &cr->tensors[cr->first_failure];
+            snprintf(h->first_failure, sizeof h->first_failure, "%s", x->ref.path);
+            snprintf(h->reason, sizeof h->reason, "%s",
+                     x->verdict.nreasons ? x->verdict.reasons[0] : "fails");
+        } else if (!cr->pass) {
+            snprintf(h->first_failure, sizeof h->first_failure, "%s", cr->first_failure_path);
+            snprintf(h->reason, sizeof h->reason, "%s",
+                     cr->nreasons ? cr->reasons[0] : "fails");
+        }
+    }
+    if (f)
+        fclose(f);
+    probe_compare_result_free(cr);
+    probe_calibration_free(cal);
+    probe_calibrate_result_free(loo);
+    free(t.c);
+    free(t.feature);
+    free(t.floor);
+    path_table_free(&pt);
+    return s;
+}
+
+static probe_status held_out_check(const probe_calibrate_opts *o, probe_calibrate_result *r,
+                                   probe_compare_result *const *kept, const probe_gate *t1)
+{
+    if (!(r->held_out = calloc(r->npairs, sizeof *r->held_out)))
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    for (size_t i = 0; i < r->npairs; i++) {
+        probe_status s = held_out_pair(o, r, kept, i, t1, &r->held_out[i]);
+        if (s != PROBE_OK)
+            return s;
+        r->nheld_out++;
+        r->held_out_failed += !r->held_out[i].pass;
+    }
+    return PROBE_OK;
+}
+
 probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_result **out)
 {
     if (!out)
@@ -980,32 +1090,37 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
 
     comp_table t = {0};
     path_table pt = {0};
+    size_t held = o->held_out < 0 ? 0 : o->ncandidates >= (o->held_out > 0 ? 2u : 3u)
+                                          ? o->ncandidates : 0;
+    probe_compare_result **kept = held ? calloc(held, sizeof *kept) : NULL;
+    if (held && !kept)
+        s = probe_set_error(PROBE_ENOMEM, "out of memory");
     long pair = 0;
     for (size_t i = 0; s == PROBE_OK && i < o->ncandidates; i++)
-        s = add_pair(o->references[i], o->candidates[i], 0, pair++, o, &t, &pt);
+        s = add_pair(o->references[i], o->candidates[i], 0, pair++, o, &t, &pt,
+                     held ? &kept[i] : NULL);
     r->npairs = o->ncandidates;
     for (size_t i = 1; s == PROBE_OK && !o->references_differ && i < o->nreferences; i++, r->nfloor_pairs++)
-        s = add_pair(o->references[0], o->references[i], 1, pair++, o, &t, &pt);
+        s = add_pair(o->references[0], o->references[i], 1, pair++, o, &t, &pt, NULL);
     for (size_t k = 0; s == PROBE_OK && k < o->nrepeats; k++, r->nfloor_pairs++)
-        s = add_pair(o->references[k], o->repeats[k], 1, pair++, o, &t, &pt);
-    if (s != PROBE_OK)
-        goto fail;
-
-    if ((s = finish(r, &t, &pt, o->headroom, &t1)) != PROBE_OK)
-        goto fail;
+        s = add_pair(o->references[k], o->repeats[k], 1, pair++, o, &t, &pt, NULL);
+    if (s == PROBE_OK)
+        s = finish(r, &t, &pt, o->headroom, &t1);
+    if (s == PROBE_OK && held)
+        s = held_out_check(o, r, kept, &t1);
+    for (size_t i = 0; i < held; i++)
+        probe_compare_result_free(kept[i]);
+    free(kept);
     free(t.c);
     free(t.feature);
     free(t.floor);
     path_table_free(&pt);
+    if (s != PROBE_OK) {
+        probe_calibrate_result_free(r);
+        return s;
+    }
     *out = r;
     return PROBE_OK;
-fail:
-    free(t.c);
-    free(t.feature);
-    free(t.floor);
-    path_table_free(&pt);
-    probe_calibrate_result_free(r);
-    return s;
 }
 
 /* --- JSON --- */
@@ -1113,6 +1228,40 @@ static json_t *jpair(const probe_calibrate_result *r, const char *role_a, int ia
         if (strcmp(r->files[i].role, role_b) == 0 && r->files[i].index == ib)
             json_array_append_new(p, json_string(base_name(r->files[i].path, b, sizeof b)));
     return p;
+}
+
+/* evidence.held_out: each feature pair under T2 calibrated on the other feature pairs. */
+static json_t *jheld_out(const probe_calibrate_result *r)
+{
+    json_t *o = json_object(), *a = json_array();
+    char b1[1024], b2[1024];
+    for (size_t i = 0; i < r->nheld_out; i++) {
+        const probe_calibrate_held_out *h = &r->held_out[i];
+        json_t *e = json_object();
+        json_object_set_new(e, "pair", json_integer((json_int_t)h->pair));
+        for (size_t k = 0; k < r->nfiles; k++) {
+            const probe_calibrate_file *fl = &r->files[k];
+            if (fl->index == (int)h->pair && !strcmp(fl->role, "reference"))
+                json_object_set_new(e, "reference", json_string(base_name(fl->path, b1, sizeof b1)));
+            if (fl->index == (int)h->pair && !strcmp(fl->role, "candidate"))
+                json_object_set_new(e, "candidate", json_string(base_name(fl->path, b2, sizeof b2)));
+        }
+        json_object_set_new(e, "verdict", json_string(h->pass ? "pass" : "fail"));
+        json_object_set_new(e, "tensors", json_integer((json_int_t)h->tensors));
+        json_object_set_new(e, "tensors_failed", json_integer((json_int_t)h->failed));
+        if (!h->pass) {
+            json_object_set_new(e, "first_failure", json_string(h->first_failure));
+            json_object_set_new(e, "reason", json_string(h->reason));
+        }
+        json_array_append_new(a, e);
+    }
+    json_object_set_new(o, "rule", json_string("each feature pair compared under T2 with the "
+                                               "thresholds of the other feature pairs (same "
+                                               "headroom): leave-one-out cross-validation"));
+    json_object_set_new(o, "pairs", json_integer((json_int_t)r->nheld_out));
+    json_object_set_new(o, "failed", json_integer((json_int_t)r->held_out_failed));
+    json_object_set_new(o, "results", a);
+    return o;
 }
 
 probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f)
@@ -1237,6 +1386,8 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
                                     "x (1 - worst cosine)); per component and per tensor path, worst "
                                     "|channel z| and |gain_z| x headroom; metrics by the compare "
                                     "engine"));
+    if (r->nheld_out)
+        json_object_set_new(ev, "held_out", jheld_out(r));
     json_object_set_new(root, "evidence", ev);
 
     errno = 0;

@@ -34,6 +34,7 @@ static void usage(FILE *f)
             "                       --candidate C0.h5 [--candidate C1.h5]...\n"
             "                       [--reference-repeat R0b.h5]... [--references-differ]\n"
             "                       [--weights same|quantized] [--skips-calls]\n"
+            "                       [--held-out | --no-held-out]\n"
             "                       --out CAL.json\n"
             "       probe-calibrate --feature NAME [--headroom H] --records FILE.jsonl... --out CAL.json\n"
             "Write T2 thresholds (docs/calibration.md) from repeated runs: candidate i (feature\n"
@@ -56,6 +57,11 @@ static void usage(FILE *f)
             "  --skips-calls           the feature skips calls (a step cache): a candidate may\n"
             "                          lack tensors; per component the fraction it lacks is\n"
             "                          calibrated (skipped_fraction_max)\n"
+            "  --held-out              judge every feature pair by T2 calibrated on the other\n"
+            "                          feature pairs (leave-one-out; by default with 3 or more\n"
+            "                          feature pairs; --held-out: with 2 too): a pair that fails\n"
+            "                          says a new run of the feature would fail as it does\n"
+            "  --no-held-out           skip that check\n"
             "  --records FILE          instead of runs: statistics recorded by tests (JSON lines\n"
             "                          of probe-record, pytest --probe-record; repeatable); each\n"
             "                          record of the feature is one sample of its component\n"
@@ -83,6 +89,24 @@ static int same_file(const char *a, const char *b)
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
+}
+
+/* The held-out check's lines: one for the count, one per failing pair. */
+static void print_held_out(FILE *out, const probe_calibrate_result *r)
+{
+    if (!r->nheld_out)
+        return;
+    fprintf(out, "held out: %zu of %zu feature pair(s) fail T2 calibrated on the other pairs%s\n",
+            r->held_out_failed, r->nheld_out,
+            r->held_out_failed ? ": the calibration does not cover the feature's run-to-run "
+                                 "variation; calibrate on more runs" : "");
+    for (size_t i = 0; i < r->nheld_out; i++) {
+        const probe_calibrate_held_out *h = &r->held_out[i];
+        if (!h->pass)
+            fprintf(out, "  pair %zu: %zu of %zu tensors fail; %s%s%s\n", h->pair, h->failed,
+                    h->tensors, probe_tesc(h->first_failure), h->first_failure[0] ? ": " : "",
+                    probe_tesc(h->reason));
+    }
 }
 
 static void print_summary(FILE *out, const probe_calibrate_result *r)
@@ -113,6 +137,7 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
                c->cosine_min, c->p99_abs_max, c->max_abs_max, c->mismatch_fraction_max, fl,
                c->t1_above_floor ? "yes" : "NO");
     }
+    print_held_out(out, r);
     if (r->t1_above_floor) {
         fprintf(out, "T1 sits above the determinism floor for every component (rel_l2 < %g, 1 - cosine "
                "< %g after headroom)\n", r->components[0].t1_rel_l2_max,
@@ -143,7 +168,8 @@ typedef struct cli {
 } cli;
 
 enum { OPT_FEATURE = 256, OPT_HEADROOM, OPT_ATOL, OPT_RTOL, OPT_REF, OPT_CAND, OPT_REPEAT,
-       OPT_DIFFER, OPT_WEIGHTS, OPT_SKIPS, OPT_OUT, OPT_HELP, OPT_VERSION, OPT_RECORDS };
+       OPT_DIFFER, OPT_WEIGHTS, OPT_SKIPS, OPT_OUT, OPT_HELP, OPT_VERSION, OPT_RECORDS,
+       OPT_HELD_OUT, OPT_NO_HELD_OUT };
 
 /* One option c. -1 to go on, else the exit status (0 after --help or
  * --version, 2 after one line). */
@@ -180,6 +206,14 @@ static int parse_option(cli *a, int c, char **argv)
     }
     case OPT_DIFFER: a->o.references_differ = 1; break;
     case OPT_SKIPS: a->o.skips_calls = 1; break;
+    case OPT_HELD_OUT:
+    case OPT_NO_HELD_OUT:
+        if (a->o.held_out && a->o.held_out != (c == OPT_HELD_OUT ? 1 : -1)) {
+            fprintf(stderr, "probe-calibrate: --held-out and --no-held-out exclude each other\n");
+            return 2;
+        }
+        a->o.held_out = c == OPT_HELD_OUT ? 1 : -1;
+        break;
     case OPT_WEIGHTS:
         if (strcmp(optarg, "same") != 0 && strcmp(optarg, "quantized") != 0) {
             fprintf(stderr, "probe-calibrate: --weights %s: must be same or quantized\n",
@@ -230,6 +264,15 @@ static int check_cli(cli *a, int argc, char **argv)
         fprintf(stderr, "probe-calibrate: --references-differ applies to runs, not --records\n");
         return 2;
     }
+    if (a->nrec && a->o.held_out > 0) {
+        fprintf(stderr, "probe-calibrate: --held-out applies to runs, not --records\n");
+        return 2;
+    }
+    if (a->o.held_out > 0 && a->ncand < 2) {
+        fprintf(stderr, "probe-calibrate: --held-out needs at least 2 --candidate runs (got %zu)\n",
+                a->ncand);
+        return 2;
+    }
     if (!a->nrec && (a->nref == 0 || a->ncand == 0)) {
         fprintf(stderr, "probe-calibrate: need at least one --reference and one --candidate (or --records) "
                         "(got %zu and %zu)\n", a->nref, a->ncand);
@@ -266,6 +309,8 @@ static int parse_cli(cli *a, int argc, char **argv)
         {"references-differ", no_argument, 0, OPT_DIFFER},
         {"weights", required_argument, 0, OPT_WEIGHTS},
         {"skips-calls", no_argument, 0, OPT_SKIPS},
+        {"held-out", no_argument, 0, OPT_HELD_OUT},
+        {"no-held-out", no_argument, 0, OPT_NO_HELD_OUT},
         {"out", required_argument, 0, OPT_OUT},
         {"records", required_argument, 0, OPT_RECORDS},
         {"help", no_argument, 0, OPT_HELP},

@@ -285,6 +285,41 @@ def main():
               and ev["floor_pairs"] == [["ref0.h5", "ref1.h5"], ["ref0.h5", "ref2.h5"]],
               "evidence: pairs and floor pairs")
         check("T1 sits above the determinism floor" in so and "dit.step" in so, "stdout: summary and floor check")
+        ho = ev.get("held_out", {})
+        check(ho.get("pairs") == 3 and ho.get("failed") == 0
+              and [(x["reference"], x["candidate"], x["verdict"]) for x in ho.get("results", [])]
+              == [("ref%d.h5" % i, "cand%d.h5" % i, "pass") for i in range(3)]
+              and "held out: 0 of 3 feature pair(s) fail T2 calibrated on the other pairs\n" in so,
+              "held out: three runs of one feature each pass T2 calibrated on the other two (%r)" % ho)
+
+    # --- the held-out check finds a run the others do not cover ---
+    outlier = write(P("cand2-loud.h5"), noisy(refs[2], lambda c: 3.0 * SIGMA[c]))
+    rc, so, se = run(CAL, "--feature", "fp8", *sum((["--reference", P("ref%d.h5" % i)] for i in range(3)), []),
+                     "--candidate", P("cand0.h5"), "--candidate", P("cand1.h5"),
+                     "--candidate", P("cand2-loud.h5"), "--out", P("cal-ho.json"))
+    ho = json.load(open(P("cal-ho.json")))["evidence"]["held_out"] if rc != 2 else {}
+    res = ho.get("results", [{}] * 3)
+    path = res[2].get("first_failure", "/none/x")
+    want = None
+    if path in outlier:
+        a = metrics(refs[2][path], outlier[path])["rel_l2"]
+        b = 1.5 * oracle([(refs[0], cands[0]), (refs[1], cands[1])])[comp(path)]["rel_l2"][0]
+        for prec in range(4, 18):  # the gate's reason: the shortest %g that tells them apart
+            va, vb = "%.*g" % (prec, a), "%.*g" % (prec, b)
+            if va != vb:
+                break
+        want = "rel_l2 %s > %s" % (va, vb)
+    check(rc == 0 and ho.get("failed") == 1 and [x.get("verdict") for x in res] == ["pass", "pass", "fail"]
+          and res[2].get("reason") == want and res[2].get("tensors_failed") == len(SHAPES),
+          "held out: a run at 3x the drift fails T2 calibrated on the other two, at numpy's rel_l2 "
+          "against 1.5 x their worst (%r vs %r)" % (res[2], want))
+    check("held out: 1 of 3 feature pair(s) fail T2 calibrated on the other pairs: the calibration "
+          "does not cover the feature's run-to-run variation; calibrate on more runs\n" in so
+          and ("  pair 2: %d of %d tensors fail; %s: %s\n" % (len(SHAPES), len(SHAPES), path, want)) in so,
+          "held out: stdout names the pair, its first failing tensor and the reason [%s]" % so[-400:])
+    rc, so, se = run(CAL, *args, "--no-held-out", "--out", P("cal-noho.json"))
+    check(rc == 0 and "held_out" not in json.load(open(P("cal-noho.json")))["evidence"]
+          and "held out" not in so, "--no-held-out: no check, no key")
 
     # --- the file gates a 4th pair ---
     cal15 = P("cal-1.5.json")
@@ -371,6 +406,12 @@ def main():
         ("negative atol", ["--feature", "x", "--atol", "-1", *R(0), *R(1), *C("cand0.h5")], "--atol"),
         ("stray argument", ["--feature", "x", *R(0), *R(1), *C("cand0.h5"), P("cand1.h5")], "unexpected argument"),
         ("unknown option", ["--feature", "x", "--bogus", *R(0), *R(1), *C("cand0.h5")], "--bogus"),
+        ("--held-out with one candidate", ["--feature", "x", "--held-out", *R(0), *R(1), *C("cand0.h5")],
+         "--held-out needs at least 2 --candidate runs (got 1)"),
+        ("--held-out and --no-held-out", ["--feature", "x", "--held-out", "--no-held-out", *R(0), *R(1),
+                                          *C("cand0.h5"), *C("cand1.h5")], "exclude each other"),
+        ("--held-out with records", ["--feature", "x", "--held-out", "--records", P("none.jsonl")],
+         "--held-out applies to runs, not --records"),
     ]
     for what, a, needle in bad:
         out = P("bad.json")

@@ -172,6 +172,73 @@ Test(calibrate, floor_above_t1)
     probe_calibrate_result_free(r);
 }
 
+/* The held-out check on hand-derived drift: R = (3, 4, 0, 0), |R| = 5, for every pair;
+ * C0 = (3, 4, 0.5, 0) rel_l2 0.1, C1 = (3, 4, 0, 0.25) rel_l2 0.05, C2 = (3, 4, 1.5, 0)
+ * rel_l2 0.3. Headroom 2: pair 2 held out meets rel_l2_max 2 x 0.1 = 0.2 and fails;
+ * pairs 0 and 1 held out meet 2 x 0.3 = 0.6 and pass. */
+Test(calibrate, held_out)
+{
+    const char *refs[3] = {write4("hr0.h5", 3, 4, 0, 0, NULL), write4("hr1.h5", 3, 4, 0, 0, NULL),
+                           write4("hr2.h5", 3, 4, 0, 0, NULL)};
+    const char *cands[3] = {write4("hc0.h5", 3, 4, 0.5, 0, NULL),
+                            write4("hc1.h5", 3, 4, 0, 0.25, NULL),
+                            write4("hc2.h5", 3, 4, 1.5, 0, NULL)};
+    probe_calibrate_opts o = opts_of(refs, 3, cands, 3);
+    probe_calibrate_result *r = NULL;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_OK, "%s", probe_last_error());
+    cr_assert_float_eq(r->components[0].rel_l2_max, 0.6, 1e-15, "the file: all three pairs");
+    cr_assert_eq(r->nheld_out, 3, "3 feature pairs: run by default");
+    cr_assert_eq(r->held_out_failed, 1);
+    for (size_t i = 0; i < 3; i++) {
+        const probe_calibrate_held_out *h = &r->held_out[i];
+        cr_assert_eq(h->pair, i);
+        cr_assert_eq(h->tensors, 1);
+        cr_assert_eq(h->pass, i != 2, "pair %zu: %s", i, h->reason);
+        cr_assert_eq(h->failed, i == 2);
+    }
+    const probe_calibrate_held_out *h = &r->held_out[2];
+    cr_assert_str_eq(h->first_failure, "/dit.step/0000/out");
+    cr_assert_not_null(strstr(h->reason, "rel_l2 0.3 > 0.2"), "%s", h->reason);
+
+    /* written under evidence.held_out; the file still loads */
+    const char *out = tmp("hcal.json");
+    FILE *f = fopen(out, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(probe_calibrate_write_json(r, f), PROBE_OK);
+    fclose(f);
+    probe_calibration *cal = NULL;
+    cr_assert_eq(probe_calibration_load(out, NULL, &cal), PROBE_OK, "%s", probe_last_error());
+    probe_calibration_free(cal);
+    f = fopen(out, "r");
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cr_assert_not_null(strstr(text, "\"pairs\": 3,\n   \"failed\": 1,"), "%s", text);
+    cr_assert_not_null(strstr(text, "\"pair\": 2,\n     \"reference\": \"hr2.h5\",\n     "
+                                    "\"candidate\": \"hc2.h5\",\n     \"verdict\": \"fail\""),
+                       "%s", text);
+    probe_calibrate_result_free(r);
+
+    /* never; and with 2 pairs only when asked */
+    o.held_out = -1;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(r->nheld_out, 0);
+    probe_calibrate_result_free(r);
+    o = opts_of(refs, 3, cands + 1, 2); /* C1, C2 against R0, R1 */
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(r->nheld_out, 0, "2 pairs: not by default");
+    probe_calibrate_result_free(r);
+    o.held_out = 1;
+    cr_assert_eq(probe_calibrate_run(&o, &r), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(r->nheld_out, 2);
+    /* C1 held out meets 2 x 0.3; C2 held out meets 2 x 0.05 = 0.1 */
+    cr_assert(r->held_out[0].pass && !r->held_out[1].pass);
+    cr_assert_not_null(strstr(r->held_out[1].reason, "rel_l2 0.3 > 0.1"), "%s",
+                       r->held_out[1].reason);
+    probe_calibrate_result_free(r);
+}
+
 Test(calibrate, bad_options)
 {
     const char *refs[2] = {write4("r0.h5", 3, 4, 0, 0, NULL), write4("r1.h5", 3, 4, 0, 0, NULL)};
@@ -430,6 +497,12 @@ Test(calibrate, structure_per_path)
     REL_EQ(c->channel_z_max, h * fmax(worst_c[0], worst_c[1]), "component channel_z_max");
     REL_EQ(c->gain_z_max, h * fmax(worst_g[0], worst_g[1]), "component gain_z_max");
     cr_assert_eq(c->feature.channel_z.n, 6);
+    /* three runs of one feature (same bias, fresh noise): each passes T2 calibrated on
+       the other two (z about 8 against at least 2 x the worst of two) */
+    cr_assert_eq(r->nheld_out, 3);
+    for (int i = 0; i < 3; i++)
+        cr_assert(r->held_out[i].pass, "pair %d: %s: %s", i, r->held_out[i].first_failure,
+                  r->held_out[i].reason);
 
     const char *out = tmp("scal.json");
     FILE *f = fopen(out, "w");
