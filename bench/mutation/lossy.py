@@ -149,28 +149,47 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
         futs = {n: ex.submit(capture, n, g, extra, inj) for n, g, extra, inj in runs if inj}
         timings.update({n: fu.result() for n, fu in futs.items()})
 
-    # calibration: one file per feature
-    calibration = {}
-    for f in features:
+    def calibrate(f, seeds, out):
+        """probe-calibrate feature f on the calibration runs of `seeds` into out: (exit, seconds, file)."""
         g = group(f)
-        out = P("lossy/%s/calibration.json" % f)
         cmd = [cal_bin, "--feature", f, "--references-differ", "--out", out]
-        for s in calib:
+        for s in seeds:
             cmd += ["--reference", P("lossy/%s.h5" % ref(g, s))]
-        for s in calib:
+        for s in seeds:
             cmd += ["--candidate", P("lossy/%s/cal-%d.h5" % (f, s))]
         cmd += ["--reference-repeat", P("lossy/%s-repeat.h5" % ref(g, 1))]
         cmd += weight_diff_opts("probe-calibrate", f)
         cmd += ["--skips-calls"] if LOSSY[f].get("skips_calls") else []
+        cmd += ["--held-out"] if len(seeds) >= 2 else []
         rc, secs = sh(cmd, out + ".log", 600)
         if rc not in (0, 1) or not os.path.exists(out):
             sys.exit("study: probe-calibrate %s failed (exit %d): see %s.log" % (f, rc, out))
-        cal = json.load(open(out))
+        return rc, secs, json.load(open(out))
+
+    subsets = sorted({int(k) for k in a.calib_subsets.split(",") if k.strip()}) if a.calib_subsets else []
+    for k in subsets:
+        if not 1 <= k < len(calib):
+            sys.exit("study: --calib-subsets %d: must be in [1, %d)" % (k, len(calib)))
+
+    # calibration: one file per feature
+    calibration = {}
+    for f in features:
+        out = P("lossy/%s/calibration.json" % f)
+        rc, secs, cal = calibrate(f, calib, out)
         calibration[f] = {"file": os.path.relpath(out, a.out), "exit": rc, "seconds": secs,
                           "t1_above_floor": rc == 0,
+                          "held_out": cal.get("evidence", {}).get("held_out"),
                           "thresholds": {c: {k: v for k, v in e.items() if k not in ("observed",)
                                              and not k.startswith("x-")}
                                          for c, e in cal.get("components", {}).items()}}
+
+    # the same on the first K calibration seeds alone
+    subset_cal = {}
+    for f in features:
+        for k in subsets:
+            out = P("lossy/%s/calibration-%d.json" % (f, k))
+            rc, secs, cal = calibrate(f, calib[:k], out)
+            subset_cal[(f, k)] = {"file": out, "held_out": cal.get("evidence", {}).get("held_out")}
 
     def compare(refname, name, key, feature, *opts):
         js = P("lossy/%s.%s.json" % (name, key))
@@ -192,6 +211,9 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
         if role == "bug":
             # the bug alone: against the feature-alone candidate of its seed (the same weights)
             res["vs_feature"] = compare("%s/feature-%d" % (f, s), name, "vs-feature", f)
+        for k in subsets:
+            res["T2@%d" % k] = compare(r, name, "T2-%d" % k, f, "--gate", "T2", "--calibration",
+                                       subset_cal[(f, k)]["file"], *weight_diff_opts("probe-compare T2", f))
         return res
 
     judged = [c for c in cands if c[2] != "calibration"]
@@ -224,6 +246,12 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
                 "missing_in_candidate": len(j["missing_in_candidate"]),
                 "failed_tensors": (j.get("summary") or {}).get("failed"),
             }
+        row["subsets"] = {}
+        for k in subsets:
+            j = res["T2@%d" % k]
+            row["subsets"][str(k)] = {"fail": j["verdict"] == "fail",
+                                      "named": role == "bug" and (j.get("introduced") or {}).get("call") == named_at,
+                                      "first_failure": j.get("first_failure")}
         t2 = {x["path"]: x for x in res["T2"]["tensors"] if "path" in x}
         row["dit_rel_l2"] = (t2.get(DIT_OUT) or {}).get("rel_l2")
         steps = [x["rel_l2"] for x in res["T2"]["tensors"] if x.get("component") == "dit.step"
@@ -248,7 +276,9 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
                "test_seeds": test, "bug_block": LOSSY_BUG_BLOCK, "bugs": [b[2] for b in bugs],
                "gates": list(GATES), "relaxed_cause": RELAXED_CAUSE,
                "groups": {f: {"steps": group(f)[0], "blocks": group(f)[1]} for f in features},
-               "calibration": calibration, "seconds": timings, "rows": rows}
+               "calibration": calibration, "seconds": timings, "rows": rows,
+               "calib_subsets": {"%s@%d" % fk: {"seeds": calib[:fk[1]], "held_out": v["held_out"]}
+                                 for fk, v in subset_cal.items()}}
     json.dump(summary, open(P("lossy.json"), "w"), indent=1)
     md = tables(summary)
     open(P("lossy.md"), "w").write(md)
@@ -287,14 +317,20 @@ def tables(s):
            (s["device"], s["size"], s["size"], s["frames"], s["layers"], s["calib_seeds"], s["test_seeds"],
             s["bug_block"], s["relaxed_cause"]), ""]
     out += ["| feature | steps | blocks captured | calibration (probe-calibrate exit) | dit.step rel_l2_max | "
-            "dit.block rel_l2_max |", "| --- | --- | --- | --- | --- | --- |"]
+            "dit.block rel_l2_max | held out (calibration pairs failing T2 calibrated on the others) |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for f in s["features"]:
         c, g = s["calibration"][f], s["groups"][f]
         th = c["thresholds"]
-        out.append("| %s | %d | %s | %d%s | %s | %s |" % (
+        ho = c.get("held_out")
+        hos = "not run" if not ho else "%d/%d%s" % (ho["failed"], ho["pairs"], "".join(
+            "; seed %d: %s: %s" % (s["calib_seeds"][x["pair"]], x.get("first_failure"), x.get("reason"))
+            for x in ho["results"] if x["verdict"] == "fail"))
+        out.append("| %s | %d | %s | %d%s | %s | %s | %s |" % (
             f, g["steps"], "yes" if g["blocks"] else "no", c["exit"],
             "" if c["t1_above_floor"] else " (T1 not above the floor)",
-            fmt((th.get("dit.step") or {}).get("rel_l2_max")), fmt((th.get("dit.block") or {}).get("rel_l2_max"))))
+            fmt((th.get("dit.step") or {}).get("rel_l2_max")), fmt((th.get("dit.block") or {}).get("rel_l2_max")),
+            hos))
     out += ["", "Per candidate on the unseen seeds (rel_l2 against the seed's reference at %s and the largest "
             "over the dit.step outputs; 'bug alone': against the feature-alone candidate of the seed at %s, "
             "and the first tensor that differs):" % (DIT_OUT, DIT_OUT), "",
@@ -337,4 +373,36 @@ def tables(s):
             cells.append("%d/%d (named %d)" % (sum(v["fail"] for v in br), len(br),
                                                sum(v["fail"] and v["named"] for v in br)))
         out.append("| %s | T1 against the feature alone | - | %s |" % (f, " | ".join(cells)))
+    out += seeds_table(s)
     return "\n".join(out) + "\n"
+
+
+def seeds_table(s):
+    """How many calibration seeds each feature needs: per feature and number of seeds K, the
+    held-out check of that calibration and T2 with it on the unseen seeds."""
+    subs = s.get("calib_subsets") or {}
+    if not subs:
+        return []
+    rows = s["rows"]
+    out = ["", "Calibration seeds: T2 calibrated on the first K calibration seeds (held out: calibration "
+           "pairs failing T2 calibrated on the other K - 1; then the unseen seeds):", "",
+           "| feature | K | held out | false alarms | " + " | ".join(s["bugs"]) + " |",
+           "| --- | --- | --- | --- |" + " --- |" * len(s["bugs"])]
+    for f in s["features"]:
+        ks = sorted(int(x.split("@")[1]) for x in subs if x.split("@")[0] == f)
+        for k in ks + [len(s["calib_seeds"])]:
+            full = k == len(s["calib_seeds"])
+            ho = (s["calibration"][f] if full else subs["%s@%d" % (f, k)]).get("held_out")
+
+            def verdict(r):
+                return r["verdicts"]["T2"] if full else r["subsets"][str(k)]
+            fr = [r for r in rows if r["feature"] == f and r["role"] == "feature"]
+            cells = []
+            for b in s["bugs"]:
+                br = [verdict(r) for r in rows if r["feature"] == f and r["bug"] == b]
+                cells.append("%d/%d (named %d)" % (sum(v["fail"] for v in br), len(br),
+                                                   sum(v["fail"] and v["named"] for v in br)))
+            out.append("| %s | %d | %s | %d/%d | %s |" % (
+                f, k, "%d/%d" % (ho["failed"], ho["pairs"]) if ho else "not run",
+                sum(verdict(r)["fail"] for r in fr), len(fr), " | ".join(cells)))
+    return out

@@ -106,6 +106,9 @@ def main():
                     help="the lossy study of these features (fp8-storage, fp8-gemm, fbcache) instead")
     ap.add_argument("--calib-seeds", type=int, default=3, help="--lossy: calibration seeds 1..S")
     ap.add_argument("--test-seeds", type=int, default=2, help="--lossy: unseen seeds S+1..S+T")
+    ap.add_argument("--calib-subsets", default="", help="--lossy: comma-separated K < S: also calibrate "
+                    "on seeds 1..K alone and judge the unseen runs under T2 with it (how many seeds a "
+                    "feature needs)")
     ap.add_argument("--lossy-bugs", default=None, help="--lossy: comma-separated --bug specs, BLOCK for "
                     "the block (default: the graded set of lossy.py; --quick: a few)")
     a = ap.parse_args()

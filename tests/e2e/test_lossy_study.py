@@ -53,6 +53,14 @@ def main():
         cal = os.path.join(out, s["calibration"][f]["file"])
         ok = os.path.exists(cal) and json.load(open(cal)).get("format") == "probe-calibration"
         check(ok, "probe-calibrate wrote %s's calibration (exit %d)" % (f, s["calibration"][f]["exit"]))
+        ho = s["calibration"][f].get("held_out") or {}
+        res = ho.get("results", [])
+        check(ho.get("pairs") == CALIB and [x["pair"] for x in res] == list(range(CALIB))
+              and ho.get("failed") == sum(x["verdict"] == "fail" for x in res)
+              and all(x["verdict"] == "pass" or x.get("first_failure") for x in res)
+              and ("| %s | " % f) in md and ("| %d/%d" % (ho.get("failed", -1), CALIB)) in md,
+              "%s: the held-out check judged each of the %d calibration pairs, in the table (%r)"
+              % (f, CALIB, ho))
         for seed in unseen:
             alone = [r for r in s["rows"] if r["feature"] == f and r["seed"] == seed and r["role"] == "feature"]
             check(len(alone) == 1, "%s alone on unseen seed %d has a row" % (f, seed))

@@ -256,6 +256,43 @@ Test(calibration, bad_arguments)
     probe_calibration *c;
     cr_assert_eq(probe_calibration_load(NULL, KNOWN, &c), PROBE_EINVAL);
     cr_assert_eq(probe_calibration_load(valid_path(), KNOWN, NULL), PROBE_EINVAL);
+    c = (probe_calibration *)1;
+    cr_assert_eq(probe_calibration_load_stream(NULL, "x", KNOWN, &c), PROBE_EINVAL);
+    cr_assert_null(c);
+    FILE *f = fopen(valid_path(), "rb");
+    cr_assert_not_null(f);
+    cr_assert_eq(probe_calibration_load_stream(f, NULL, KNOWN, &c), PROBE_EINVAL);
+    cr_assert_eq(probe_calibration_load_stream(f, "x", KNOWN, NULL), PROBE_EINVAL);
+    fclose(f);
+}
+
+/* A stream loads as the file does; its name stands for the file in messages. */
+Test(calibration, stream_as_file)
+{
+    FILE *f = fopen(valid_path(), "rb");
+    cr_assert_not_null(f);
+    probe_calibration *c = NULL;
+    cr_assert_eq(probe_calibration_load_stream(f, "(in memory)", KNOWN, &c), PROBE_OK, "%s",
+                 probe_last_error());
+    fclose(f);
+    probe_gate g;
+    cr_assert_eq(probe_calibration_gate(c, "dit.step", "/dit.step/0012/out", &g), PROBE_OK);
+    probe_calibration *d = NULL;
+    cr_assert_eq(probe_calibration_load(valid_path(), KNOWN, &d), PROBE_OK);
+    probe_gate h;
+    cr_assert_eq(probe_calibration_gate(d, "dit.step", "/dit.step/0012/out", &h), PROBE_OK);
+    cr_assert_eq(g.rel_l2_max, h.rel_l2_max);
+    cr_assert_eq(g.cosine_min, h.cosine_min);
+    probe_calibration_free(c);
+    probe_calibration_free(d);
+    f = tmpfile();
+    cr_assert_not_null(f);
+    fputs("[1]", f);
+    rewind(f);
+    cr_assert_eq(probe_calibration_load_stream(f, "(in memory)", KNOWN, &c), PROBE_EFORMAT);
+    cr_assert_str_eq(probe_last_error(), "calibration (in memory): top level must be a JSON "
+                                         "object, not an array");
+    fclose(f);
 }
 
 Test(calibration, not_json)
