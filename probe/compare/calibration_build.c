@@ -129,6 +129,15 @@ static void path_table_free(path_table *t)
     free(t->spread);
 }
 
+/* A calibration's component and path tables (not the structs themselves). */
+static void tables_free(comp_table *t, path_table *pt)
+{
+    free(t->c);
+    free(t->feature);
+    free(t->floor);
+    path_table_free(pt);
+}
+
 static void acc_add(acc *a, double x)
 {
     if (isnan(x))
@@ -964,10 +973,7 @@ static probe_status run_records(const probe_calibrate_opts *o, probe_calibrate_r
     }
     if (s == PROBE_OK)
         s = finish(r, &t, &pt, o->headroom, &t1);
-    free(t.c);
-    free(t.feature);
-    free(t.floor);
-    path_table_free(&pt);
+    tables_free(&t, &pt);
     if (s != PROBE_OK) {
         probe_calibrate_result_free(r);
         return s;
@@ -1036,10 +1042,7 @@ static probe_status held_out_pair(const probe_calibrate_opts *o, const probe_cal
     probe_compare_result_free(cr);
     probe_calibration_free(cal);
     probe_calibrate_result_free(loo);
-    free(t.c);
-    free(t.feature);
-    free(t.floor);
-    path_table_free(&pt);
+    tables_free(&t, &pt);
     return s;
 }
 
@@ -1111,10 +1114,7 @@ probe_status probe_calibrate_run(const probe_calibrate_opts *o, probe_calibrate_
     for (size_t i = 0; i < held; i++)
         probe_compare_result_free(kept[i]);
     free(kept);
-    free(t.c);
-    free(t.feature);
-    free(t.floor);
-    path_table_free(&pt);
+    tables_free(&t, &pt);
     if (s != PROBE_OK) {
         probe_calibrate_result_free(r);
         return s;
@@ -1216,17 +1216,23 @@ static json_t *jfile(const probe_calibrate_file *f, json_t *hosts, json_t *archs
     return o;
 }
 
+/* The base name of the input file of `role` and index idx, as a JSON string; NULL
+ * when there is none. */
+static json_t *jfile_name(const probe_calibrate_result *r, const char *role, int idx)
+{
+    char b[1024];
+    for (size_t i = 0; i < r->nfiles; i++)
+        if (strcmp(r->files[i].role, role) == 0 && r->files[i].index == idx)
+            return json_string(base_name(r->files[i].path, b, sizeof b));
+    return NULL;
+}
+
 static json_t *jpair(const probe_calibrate_result *r, const char *role_a, int ia,
                      const char *role_b, int ib)
 {
     json_t *p = json_array();
-    char b[1024];
-    for (size_t i = 0; i < r->nfiles; i++)
-        if (strcmp(r->files[i].role, role_a) == 0 && r->files[i].index == ia)
-            json_array_append_new(p, json_string(base_name(r->files[i].path, b, sizeof b)));
-    for (size_t i = 0; i < r->nfiles; i++)
-        if (strcmp(r->files[i].role, role_b) == 0 && r->files[i].index == ib)
-            json_array_append_new(p, json_string(base_name(r->files[i].path, b, sizeof b)));
+    json_array_append_new(p, jfile_name(r, role_a, ia));
+    json_array_append_new(p, jfile_name(r, role_b, ib));
     return p;
 }
 
@@ -1234,18 +1240,12 @@ static json_t *jpair(const probe_calibrate_result *r, const char *role_a, int ia
 static json_t *jheld_out(const probe_calibrate_result *r)
 {
     json_t *o = json_object(), *a = json_array();
-    char b1[1024], b2[1024];
     for (size_t i = 0; i < r->nheld_out; i++) {
         const probe_calibrate_held_out *h = &r->held_out[i];
         json_t *e = json_object();
         json_object_set_new(e, "pair", json_integer((json_int_t)h->pair));
-        for (size_t k = 0; k < r->nfiles; k++) {
-            const probe_calibrate_file *fl = &r->files[k];
-            if (fl->index == (int)h->pair && !strcmp(fl->role, "reference"))
-                json_object_set_new(e, "reference", json_string(base_name(fl->path, b1, sizeof b1)));
-            if (fl->index == (int)h->pair && !strcmp(fl->role, "candidate"))
-                json_object_set_new(e, "candidate", json_string(base_name(fl->path, b2, sizeof b2)));
-        }
+        json_object_set_new(e, "reference", jfile_name(r, "reference", (int)h->pair));
+        json_object_set_new(e, "candidate", jfile_name(r, "candidate", (int)h->pair));
         json_object_set_new(e, "verdict", json_string(h->pass ? "pass" : "fail"));
         json_object_set_new(e, "tensors", json_integer((json_int_t)h->tensors));
         json_object_set_new(e, "tensors_failed", json_integer((json_int_t)h->failed));

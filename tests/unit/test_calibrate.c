@@ -75,6 +75,26 @@ static probe_calibrate_opts opts_of(const char **refs, size_t nr, const char **c
     return o;
 }
 
+/* The file at path into buf (cap bytes, terminated; it must fit). */
+static void read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(buf, 1, cap - 1, f);
+    cr_assert(n < cap - 1, "%s does not fit in %zu bytes", path, cap);
+    fclose(f);
+    buf[n] = 0;
+}
+
+/* r's calibration file written to path. */
+static void write_json(const probe_calibrate_result *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(probe_calibrate_write_json(r, f), PROBE_OK);
+    cr_assert_eq(fclose(f), 0);
+}
+
 TestSuite(calibrate, .fini = cleanup);
 
 /* R0 = R1 = (3, 4, 0, 0), |R| = 5. C0 = (3, 4, 0.5, 0): rel_l2 0.5/5 = 0.1,
@@ -119,10 +139,7 @@ Test(calibrate, thresholds_by_hand)
 
     /* written, then read back by the T2 loader */
     const char *out = tmp("cal.json");
-    FILE *f = fopen(out, "w");
-    cr_assert_not_null(f);
-    cr_assert_eq(probe_calibrate_write_json(r, f), PROBE_OK);
-    fclose(f);
+    write_json(r, out);
     probe_calibrate_result_free(r);
     probe_calibration *cal = NULL;
     cr_assert_eq(probe_calibration_load(out, known, &cal), PROBE_OK, "%s", probe_last_error());
@@ -139,11 +156,8 @@ Test(calibrate, thresholds_by_hand)
     probe_calibration_free(cal);
 
     /* evidence: distinct GPU names, hosts */
-    f = fopen(out, "r");
-    char text[16384];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
+    static char text[16384];
+    read_text(out, text, sizeof text);
     cr_assert_not_null(strstr(text, "\"architectures\": [\n   \"NVIDIA H200\",\n   \"NVIDIA B200\"\n  ]"),
                        "%s", text);
     cr_assert_not_null(strstr(text, "\"machine\": [\n   \"h1\"\n  ]"));
@@ -202,18 +216,12 @@ Test(calibrate, held_out)
 
     /* written under evidence.held_out; the file still loads */
     const char *out = tmp("hcal.json");
-    FILE *f = fopen(out, "w");
-    cr_assert_not_null(f);
-    cr_assert_eq(probe_calibrate_write_json(r, f), PROBE_OK);
-    fclose(f);
+    write_json(r, out);
     probe_calibration *cal = NULL;
     cr_assert_eq(probe_calibration_load(out, NULL, &cal), PROBE_OK, "%s", probe_last_error());
     probe_calibration_free(cal);
-    f = fopen(out, "r");
     static char text[65536];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
+    read_text(out, text, sizeof text);
     cr_assert_not_null(strstr(text, "\"pairs\": 3,\n   \"failed\": 1,"), "%s", text);
     cr_assert_not_null(strstr(text, "\"pair\": 2,\n     \"reference\": \"hr2.h5\",\n     "
                                     "\"candidate\": \"hc2.h5\",\n     \"verdict\": \"fail\""),
@@ -505,10 +513,7 @@ Test(calibrate, structure_per_path)
                   r->held_out[i].reason);
 
     const char *out = tmp("scal.json");
-    FILE *f = fopen(out, "w");
-    cr_assert_not_null(f);
-    cr_assert_eq(probe_calibrate_write_json(r, f), PROBE_OK);
-    fclose(f);
+    write_json(r, out);
     probe_calibration *cal = NULL;
     cr_assert_eq(probe_calibration_load(out, NULL, &cal), PROBE_OK, "%s", probe_last_error());
     probe_gate g;
