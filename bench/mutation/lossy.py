@@ -361,20 +361,21 @@ def tables(s):
             fa = sum(r["verdicts"][gate]["fail"] for r in fr)
             cells = []
             for b in s["bugs"]:
-                br = [r for r in rows if r["feature"] == f and r["bug"] == b]
-                det = sum(r["verdicts"][gate]["fail"] for r in br)
-                nam = sum(r["verdicts"][gate]["fail"] and r["verdicts"][gate]["named"] for r in br)
-                cells.append("%d/%d (named %d)" % (det, len(br), nam))
+                cells.append(detections([r["verdicts"][gate] for r in rows if r["feature"] == f and r["bug"] == b]))
             out.append("| %s | %s | %d/%d | %s |" % (f, gate, fa, len(fr), " | ".join(cells)))
         # the feature's own implementation as the reference (the feature-alone run of the seed)
         cells = []
         for b in s["bugs"]:
-            br = [r["vs_feature"] for r in rows if r["feature"] == f and r["bug"] == b and r.get("vs_feature")]
-            cells.append("%d/%d (named %d)" % (sum(v["fail"] for v in br), len(br),
-                                               sum(v["fail"] and v["named"] for v in br)))
+            cells.append(detections([r["vs_feature"] for r in rows
+                                     if r["feature"] == f and r["bug"] == b and r.get("vs_feature")]))
         out.append("| %s | T1 against the feature alone | - | %s |" % (f, " | ".join(cells)))
     out += seeds_table(s)
     return "\n".join(out) + "\n"
+
+
+def detections(vs):
+    """'D/N (named M)' of the verdicts vs (dicts with fail, named) of one bug's candidates."""
+    return "%d/%d (named %d)" % (sum(v["fail"] for v in vs), len(vs), sum(v["fail"] and v["named"] for v in vs))
 
 
 def seeds_table(s):
@@ -399,9 +400,7 @@ def seeds_table(s):
             fr = [r for r in rows if r["feature"] == f and r["role"] == "feature"]
             cells = []
             for b in s["bugs"]:
-                br = [verdict(r) for r in rows if r["feature"] == f and r["bug"] == b]
-                cells.append("%d/%d (named %d)" % (sum(v["fail"] for v in br), len(br),
-                                                   sum(v["fail"] and v["named"] for v in br)))
+                cells.append(detections([verdict(r) for r in rows if r["feature"] == f and r["bug"] == b]))
             out.append("| %s | %d | %s | %d/%d | %s |" % (
                 f, k, "%d/%d" % (ho["failed"], ho["pairs"]) if ho else "not run",
                 sum(verdict(r)["fail"] for r in fr), len(fr), " | ".join(cells)))
