@@ -34,6 +34,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "h5types.h"
@@ -47,6 +48,12 @@
 #define SLACK_TENSOR (1u << 20)
 #define SLACK_ROOT (64u << 10)
 #define SLACK_JOURNAL (64u << 10) /* journal room kept for the records that close a capture */
+/* File blocks reserved past what a write needs, so that most puts find them
+ * reserved already (one fallocate per RESERVE_AHEAD bytes of growth). */
+#define RESERVE_AHEAD ((uint64_t)4 << 20)
+/* With a journal, a put flushes HDF5 at most this often (seconds): the
+ * journal, not HDF5's metadata, is what a killed process leaves readable. */
+#define FLUSH_INTERVAL 0.5
 
 struct probe_writer {
     hid_t file;
@@ -62,7 +69,16 @@ struct probe_writer {
     probe_status failed;  /* PROBE_OK, or the error of a write that failed half-way */
     char failure[512];    /* its message */
     probe_journal *journal; /* <path>.journal: removed by a clean close */
+    double last_flush;    /* CLOCK_MONOTONIC seconds of the last H5Fflush */
+    int unflushed;        /* puts since the last H5Fflush */
 };
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* --- attributes (call inside H5E_BEGIN_TRY) --- */
 
@@ -229,8 +245,13 @@ static probe_status preflight(probe_writer *w, const char *obj, uint64_t payload
         return PROBE_OK;
     struct stat st;
     if (w->can_reserve && fstat(w->fd, &st) == 0 && (uint64_t)st.st_size < end) {
+        if (fallocate(w->fd, FALLOC_FL_KEEP_SIZE, st.st_size,
+                      (off_t)(end + RESERVE_AHEAD - (uint64_t)st.st_size)) == 0) {
+            w->reserved_end = end + RESERVE_AHEAD;
+            return PROBE_OK;
+        }
         if (fallocate(w->fd, FALLOC_FL_KEEP_SIZE, st.st_size, (off_t)(end - (uint64_t)st.st_size)) == 0) {
-            w->reserved_end = end;
+            w->reserved_end = end; /* no room for the extra: reserve what this write needs */
             return PROBE_OK;
         }
         int e = errno;
@@ -273,6 +294,23 @@ static probe_status mark_failed(probe_writer *w, probe_status s)
         snprintf(w->failure, sizeof w->failure, "%s", probe_last_error());
     }
     return s;
+}
+
+/* A journal append failed (HDF5 itself is fine): flush HDF5 first, so that
+ * the file holds every put that returned PROBE_OK without the journal, then
+ * stop writing. Returns s. */
+static probe_status journal_failed(probe_writer *w, probe_status s)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", probe_last_error());
+    if (w->failed == PROBE_OK && w->unflushed > 0) {
+        H5E_BEGIN_TRY {
+            if (H5Fflush(w->file, H5F_SCOPE_LOCAL) >= 0)
+                w->unflushed = 0;
+        } H5E_END_TRY;
+    }
+    probe_set_error(s, "%s", msg);
+    return mark_failed(w, s);
 }
 
 static probe_status check_usable(const probe_writer *w)
@@ -327,11 +365,19 @@ static probe_status write_manifest(probe_writer *w)
 /* Write pending root attributes and flush HDF5's caches to the file. With
  * after_put set, probe.skips is rewritten only once the list has grown by
  * half since it was last written (so rewriting it costs time linear in its
- * final size), and a root attribute refused for lack of space stays pending
- * without failing the put: the tensor itself was written. */
+ * final size), a root attribute refused for lack of space stays pending
+ * without failing the put (the tensor itself was written), and, while the
+ * writer keeps a journal, nothing is done until FLUSH_INTERVAL has passed
+ * since the last flush. */
 static probe_status flush_file(probe_writer *w, int after_put)
 {
     probe_status s = PROBE_OK;
+    double t = mono_now();
+    if (after_put) {
+        w->unflushed++;
+        if (w->journal != NULL && t - w->last_flush < FLUSH_INTERVAL)
+            return PROBE_OK;
+    }
     if (w->manifest_dirty)
         s = write_manifest(w);
     size_t n = json_array_size(w->skips);
@@ -346,6 +392,10 @@ static probe_status flush_file(probe_writer *w, int after_put)
         if (H5Fflush(w->file, H5F_SCOPE_LOCAL) < 0)
             s = mark_failed(w, h5_fail(w, "cannot flush", NULL));
     } H5E_END_TRY;
+    if (w->failed == PROBE_OK) {
+        w->last_flush = t;
+        w->unflushed = 0;
+    }
     return s;
 }
 
@@ -363,6 +413,29 @@ static probe_status check_manifest(const char *manifest_json, const char *path)
 }
 
 /* --- open --- */
+
+/* The writer's file access properties (negative on failure; call inside
+ * H5E_BEGIN_TRY):
+ *   - the file is locked (but works on file systems without flock), unless
+ *     the caller holds the lock: a second flock from this process would fail;
+ *   - no sieve buffer: raw data goes to the file at H5Dwrite, so the bytes a
+ *     journal TENSOR record names are in the file before the next flush. */
+static hid_t writer_fapl(unsigned flags)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0)
+        return fapl;
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
+#else
+    (void)flags;
+#endif
+    if (H5Pset_sieve_buf_size(fapl, 0) < 0) {
+        H5Pclose(fapl);
+        return -1;
+    }
+    return fapl;
+}
 
 /* PROBE_WRITER_APPEND (capture.h): open w->path, a cleanly closed capture,
  * for writing. Its tensors are read with the reader first (attributes,
@@ -422,11 +495,7 @@ static probe_status open_append(probe_writer *w, unsigned flags)
     if (s == PROBE_OK) {
         char reason[256] = "";
         H5E_BEGIN_TRY {
-            hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-#if H5_VERSION_GE(1, 10, 7)
-            if (fapl >= 0)
-                H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
-#endif
+            hid_t fapl = writer_fapl(flags);
             w->file = H5Fopen(path, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
             if (w->file < 0)
                 probe_h5_error_text(reason, sizeof reason);
@@ -571,13 +640,7 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
 
     char reason[512];
     H5E_BEGIN_TRY {
-        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-#if H5_VERSION_GE(1, 10, 7)
-        /* Lock the file (but work on file systems without flock), unless the
-         * caller holds the lock: a second flock from this process would fail. */
-        if (fapl >= 0)
-            H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
-#endif
+        hid_t fapl = writer_fapl(flags);
         w->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl >= 0 ? fapl : H5P_DEFAULT);
         if (w->file < 0)
             create_reason(path, reason, sizeof reason);
@@ -790,7 +853,7 @@ static probe_status journal_put(probe_writer *w, const probe_record *rec, uint64
     if (w->journal == NULL)
         return PROBE_OK;
     probe_status s = probe_journal_tensor(w->journal, rec, offset, nbytes, hash);
-    return s != PROBE_OK ? mark_failed(w, s) : PROBE_OK;
+    return s != PROBE_OK ? journal_failed(w, s) : PROBE_OK;
 }
 
 /* Create the dataset rec->path (file type ftype, dataspace space), write
@@ -887,7 +950,7 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
      * record lands is reported by the reader as a partial capture. */
     if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK) {
         free(norm);
-        return mark_failed(w, s);
+        return journal_failed(w, s);
     }
     uint64_t offset = PROBE_JOURNAL_NO_OFFSET;
 
@@ -1024,7 +1087,7 @@ probe_status probe_writer_skip(probe_writer *w, const probe_record *rec, const c
     if (w->journal != NULL && w->failed == PROBE_OK) {
         probe_status s = probe_journal_skip(w->journal, rec->path, reason);
         if (s != PROBE_OK)
-            return mark_failed(w, s);
+            return journal_failed(w, s);
     }
     return PROBE_OK;
 }
@@ -1045,7 +1108,7 @@ probe_status probe_writer_set_manifest(probe_writer *w, const char *manifest_jso
     if (w->journal != NULL && w->failed == PROBE_OK) {
         s = probe_journal_manifest(w->journal, manifest_json);
         if (s != PROBE_OK)
-            return mark_failed(w, s);
+            return journal_failed(w, s);
     }
     return PROBE_OK;
 }
@@ -1102,8 +1165,10 @@ probe_status probe_writer_close(probe_writer *w)
         if (r < 0 && s == PROBE_OK)
             s = probe_set_error(PROBE_EIO, "%s: cannot close (%s)", w->path, text);
         /* closed: HDF5's metadata is complete (or, after a failed write, is
-         * what the last successful flush left); the journal is not needed */
-        if (r >= 0) {
+         * what the last successful flush left); the journal is not needed,
+         * unless a failed write left puts that no flush reached: then the
+         * journal holds them and readers recover from it */
+        if (r >= 0 && (w->failed == PROBE_OK || w->unflushed == 0)) {
             probe_journal_close(w->journal, 1);
             w->journal = NULL;
         }
