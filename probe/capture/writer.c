@@ -5,18 +5,24 @@
  * attributes probe.format, probe.version, probe.manifest, probe.skips.
  * Every HDF5 call runs inside H5E_BEGIN_TRY/H5E_END_TRY: the library never
  * prints an HDF5 error stack (the same libhdf5 may serve the user's h5py, so
- * printing is suppressed per call, never globally). After each tensor the
- * file is flushed so that a later failure (disk full, a killed process)
- * leaves the tensors written so far readable.
+ * printing is suppressed per call, never globally). The file is flushed at
+ * most every FLUSH_INTERVAL while the journal covers the puts (after every
+ * record when there is no journal), so that a later failure leaves the
+ * tensors written so far readable.
  *
  * Crash consistency: a kill during HDF5's flush can leave its metadata half
  * updated, so every completed put, skip and manifest change is also appended
- * to the journal <path>.journal (probe/capture/journal.c) with one write(2), after
- * the flush that put the tensor's bytes in the file. The raw bytes of a
+ * to the journal <path>.journal (probe/capture/journal.c) with one write(2), once
+ * the tensor's bytes are in the file (no sieve buffer: raw data reaches the
+ * file at H5Dwrite; packed bytes are written with pwrite). The raw bytes of a
  * completed put are never moved or overwritten (contiguous storage is
  * allocated once and only freed by deleting the dataset, which happens only
- * to a put that failed), so the journal's offsets stay valid whatever HDF5
- * does to its metadata later. A clean close removes the journal.
+ * to a put that failed; pack chunks are never deleted), so the journal's
+ * offsets stay valid whatever HDF5 does to its metadata later. A clean close
+ * removes the journal.
+ *
+ * The packed layout (probe_writer_set_pack, docs/file-format.md "Packed small
+ * tensors"): small tensors go into shared chunks /probe.pack/NNNN/{data,index}.
  */
 #include "probe/capture.h"
 
@@ -1463,8 +1469,10 @@ probe_status probe_writer_close(probe_writer *w)
     if (w == NULL)
         return PROBE_OK;
     probe_status s = PROBE_OK;
+    int keep_journal = 0; /* records of packed tensors that no index in the file holds */
     if (w->file >= 0 && w->failed == PROBE_OK && w->pack.open) {
         H5E_BEGIN_TRY { s = pack_seal(w); } H5E_END_TRY;
+        keep_journal = s != PROBE_OK && w->pack.idx_written < w->pack.idx_len;
     }
     if (w->file >= 0 && w->failed == PROBE_OK) {
         probe_status fs = flush_file(w, 0); /* a preflight refusal leaves the file consistent */
@@ -1489,9 +1497,10 @@ probe_status probe_writer_close(probe_writer *w)
             s = probe_set_error(PROBE_EIO, "%s: cannot close (%s)", w->path, text);
         /* closed: HDF5's metadata is complete (or, after a failed write, is
          * what the last successful flush left); the journal is not needed,
-         * unless a failed write left puts that no flush reached: then the
-         * journal holds them and readers recover from it */
-        if (r >= 0 && (w->failed == PROBE_OK || w->unflushed == 0)) {
+         * unless a failed write left puts that no flush reached, or a pack
+         * index could not be written: then the journal holds them and
+         * readers recover from it */
+        if (r >= 0 && !keep_journal && (w->failed == PROBE_OK || w->unflushed == 0)) {
             probe_journal_close(w->journal, 1);
             w->journal = NULL;
         }
