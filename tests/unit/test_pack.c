@@ -471,3 +471,69 @@ Test(pack, an_appended_capture_keeps_packing_and_journals_the_earlier_packed_ten
     check_file(f, n, 0); /* the first image's packed tensors come from the new journal too */
     probe_file_close(f);
 }
+
+/* Rewrite the offset field of the first TENSOR record of /probe.pack/0000/index
+ * to `offset` and fix the record's checksum: a well-formed index that points
+ * outside its chunk. */
+static void point_first_record_at(const char *file, uint64_t offset)
+{
+    hid_t h = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(h, 0);
+    hid_t d = H5Dopen2(h, "/probe.pack/0000/index", H5P_DEFAULT);
+    cr_assert_geq(d, 0);
+    hid_t sp = H5Dget_space(d);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(sp, &n, NULL);
+    H5Sclose(sp);
+    unsigned char *b = malloc((size_t)n);
+    cr_assert_eq(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, b), 0);
+#define U32(p) ((uint32_t)(p)[0] | (uint32_t)(p)[1] << 8 | (uint32_t)(p)[2] << 16 | (uint32_t)(p)[3] << 24)
+    size_t at = 8;                   /* after the magic: the HEADER record */
+    at += U32(b + at);               /* the first TENSOR record */
+    unsigned char *rec = b + at;
+    cr_assert_eq(U32(rec + 4), 3u, "a TENSOR record follows the header");
+    size_t q = 8;
+    for (int k = 0; k < 6; k++) {    /* path, component, slot, scope, device, dtype */
+        uint32_t len = U32(rec + q);
+        q += 4 + (len == UINT32_MAX ? 0 : len);
+    }
+    q += 8 + 8 + 8 + 4 + 8;          /* seq, call, step, cfg_branch, timestep */
+    uint32_t rank = U32(rec + q);
+    q += 4 + 8 * (size_t)rank;
+    for (int k = 0; k < 8; k++)
+        rec[q + (size_t)k] = (unsigned char)(offset >> (8 * k));
+    uint32_t len = U32(rec);
+    uint64_t sum = XXH64(rec, len - 8, 0);
+    for (int k = 0; k < 8; k++)
+        rec[len - 8 + (size_t)k] = (unsigned char)(sum >> (8 * k));
+#undef U32
+    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, b), 0);
+    free(b);
+    H5Dclose(d);
+    H5Fclose(h);
+}
+
+Test(pack, an_index_pointing_outside_its_chunk_is_a_clear_error)
+{
+    const uint64_t offsets[] = {65536 - 100, 65536, UINT64_MAX - 8, 1ull << 62};
+    for (size_t k = 0; k < sizeof offsets / sizeof offsets[0]; k++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/outside%zu.h5", g_dir, k);
+        write_file(p, PACK, 4, 0); /* tensor 0: 256 float32, 1 KiB, in a 64 KiB chunk */
+        point_first_record_at(p, offsets[k]);
+        probe_file *f = NULL;
+        probe_status s = probe_file_open(p, &f);
+        cr_assert_eq(s, PROBE_EFORMAT, "offset %llu: %d", (unsigned long long)offsets[k], s);
+        cr_assert(strstr(probe_last_error(), "runs past the chunk's 65536 bytes") != NULL ||
+                      strstr(probe_last_error(), "corrupt pack index") != NULL,
+                  "%s", probe_last_error());
+    }
+    /* inside the chunk but elsewhere: opens, and reads what is there (the next tensor's bytes) */
+    char p[1024];
+    snprintf(p, sizeof p, "%s/elsewhere.h5", g_dir);
+    write_file(p, PACK, 4, 0);
+    point_first_record_at(p, 1024);
+    probe_file *f = NULL;
+    cr_assert_eq(probe_file_open(p, &f), PROBE_OK, "%s", probe_last_error());
+    probe_file_close(f);
+}
