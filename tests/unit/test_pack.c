@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -535,5 +536,50 @@ Test(pack, an_index_pointing_outside_its_chunk_is_a_clear_error)
     point_first_record_at(p, 1024);
     probe_file *f = NULL;
     cr_assert_eq(probe_file_open(p, &f), PROBE_OK, "%s", probe_last_error());
+    probe_file_close(f);
+}
+
+Test(pack, a_close_without_room_for_the_index_keeps_the_journal)
+{
+    char p[1024], j[1100];
+    snprintf(p, sizeof p, "%s/full.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", p);
+    const int n = 30;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        probe_writer *w;
+        if (probe_writer_open(p, "{}", &w) != PROBE_OK || probe_writer_set_pack(w, PACK) != PROBE_OK)
+            _exit(3);
+        static tensor t;
+        char op[64], parent[64], module[64];
+        for (int i = 0; i < n; i++) {
+            make(i, &t, 0);
+            probe_record r = record(i, &t, op, parent, module);
+            if (probe_writer_put(w, &r, t.bytes, t.nbytes) != PROBE_OK)
+                _exit(4);
+            if (i == n - 2 && probe_writer_flush(w) != PROBE_OK) /* the file is at its EOA */
+                _exit(8);
+        }
+        struct stat st;
+        if (stat(p, &st) != 0)
+            _exit(5);
+        /* room for HDF5's flush at close, not for the index's 64 KiB of slack:
+         * the last tensor's index record is refused, its bytes are in the file */
+        struct rlimit rl = {(rlim_t)st.st_size + 16384, (rlim_t)st.st_size + 16384};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+            _exit(6);
+        probe_status s = probe_writer_close(w);
+        _exit(s == PROBE_EIO ? 0 : 7);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+    cr_assert_eq(access(j, F_OK), 0, "the journal is kept: the index did not reach the file");
+    probe_file *f;
+    cr_assert_eq(probe_file_open(p, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
+    check_file(f, n, 0);
     probe_file_close(f);
 }
