@@ -164,12 +164,21 @@ struct job {
     part total;
 };
 
+/* The online CPU count, asked once per process: glibc's sysconf reads
+ * /sys/devices/system/cpu/online on every call, which is a measurable share
+ * of a metrics call on a small tensor. */
 static int default_threads(void)
 {
+    static atomic_int cached;
+    int n = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (n > 0)
+        return n;
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     if (c < 1)
         c = 1;
-    return c > DEFAULT_MAX_THREADS ? DEFAULT_MAX_THREADS : (int)c;
+    n = c > DEFAULT_MAX_THREADS ? DEFAULT_MAX_THREADS : (int)c;
+    atomic_store_explicit(&cached, n, memory_order_relaxed);
+    return n;
 }
 
 /* ---- chunk computation ---- */

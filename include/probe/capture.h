@@ -111,6 +111,17 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
 probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
                               size_t nbytes);
 
+/* The packed layout (docs/file-format.md "Packed small tensors"): from now
+ * on, each tensor of at most max_bytes bytes that probe_writer_put writes is
+ * appended to a shared chunk /probe.pack/NNNN/{data,index} instead of getting
+ * a dataset of its own; the probe_file_* reader reads it as if it were a
+ * dataset at its path, and the journal covers it as any tensor. max_bytes 0
+ * turns packing off for later puts. PROBE_EINVAL when max_bytes is above
+ * PROBE_PACK_MAX_BYTES or the writer is NULL; a writer that failed keeps
+ * failing (PROBE_EIO). */
+#define PROBE_PACK_MAX_BYTES ((size_t)1 << 20)
+probe_status probe_writer_set_pack(probe_writer *w, size_t max_bytes);
+
 /* Record that rec->path was not captured and why (e.g. "stream capturing a
  * CUDA graph"). Kept in the root attribute probe.skips. */
 probe_status probe_writer_skip(probe_writer *w, const probe_record *rec, const char *reason);

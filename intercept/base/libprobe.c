@@ -2,6 +2,7 @@
  * without putting HDF5 into the global symbol scope (docs/intercept.md
  * "What the shim links, and why": a preloaded libhdf5 breaks `import h5py`). */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -141,6 +142,8 @@ static probe_status load_locked(void)
     shim_libprobe_api.summary_compute = (probe_status(*)(probe_dtype, const void *, size_t, probe_summary *))
         shim_resolve_handle(h, "probe_summary_compute");
     shim_libprobe_api.capture_hash = (uint64_t(*)(const void *, size_t))shim_resolve_handle(h, "probe_capture_hash");
+    shim_libprobe_api.writer_set_pack =
+        (probe_status(*)(probe_writer *, size_t))shim_resolve_handle(h, "probe_writer_set_pack");
     return PROBE_OK; /* the handle stays open for the life of the process */
 }
 
@@ -166,8 +169,33 @@ probe_status shim_libprobe_open(const char *path, const char *manifest, int appe
     pthread_mutex_lock(&hdf5_lock);
     unsigned flags = PROBE_WRITER_CALLER_LOCKED | (append ? PROBE_WRITER_APPEND : 0);
     probe_status st = shim_libprobe_api.writer_open(path, manifest, flags, out);
+    if (st == PROBE_OK && shim_cfg.pack_small > 0) {
+        if (!shim_libprobe_api.writer_set_pack)
+            shim_warn("libprobe.so has no probe_writer_set_pack: PROBE_PACK_SMALL=%zu ignored, every "
+                      "tensor gets a dataset of its own", shim_cfg.pack_small);
+        else if (shim_libprobe_api.writer_set_pack(*out, shim_cfg.pack_small) != PROBE_OK)
+            shim_warn("PROBE_PACK_SMALL=%zu ignored: %s", shim_cfg.pack_small,
+                      shim_libprobe_api.last_error());
+    }
     pthread_mutex_unlock(&hdf5_lock);
     return st;
+}
+
+void shim_pack_config(void)
+{
+    const char *v = getenv("PROBE_PACK_SMALL");
+    shim_cfg.pack_small = 0;
+    if (!v || !*v)
+        return;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || *end || v[0] == '-' || n > PROBE_PACK_MAX_BYTES) {
+        shim_warn_config("PROBE_PACK_SMALL=%s is not a byte count from 0 to %zu; every tensor gets a "
+                         "dataset of its own", v, PROBE_PACK_MAX_BYTES);
+        return;
+    }
+    shim_cfg.pack_small = (size_t)n;
 }
 
 probe_status shim_libprobe_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes)

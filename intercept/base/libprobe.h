@@ -26,6 +26,8 @@ struct shim_libprobe {
                                        uint64_t);
     probe_status (*summary_compute)(probe_dtype, const void *, size_t, probe_summary *);
     uint64_t (*capture_hash)(const void *, size_t);
+    /* the packed layout; NULL when libprobe.so predates it */
+    probe_status (*writer_set_pack)(probe_writer *, size_t);
 };
 
 extern struct shim_libprobe shim_libprobe_api;
@@ -36,6 +38,9 @@ extern struct shim_libprobe shim_libprobe_api;
  * in probe_last_error() when it cannot be loaded. Call once, under the open
  * lock. */
 probe_status shim_libprobe_load(void);
+
+/* Read PROBE_PACK_SMALL into shim_cfg.pack_small (constructor). */
+void shim_pack_config(void);
 
 /* The writer API, each call made under one lock that fork() also takes
  * (shim_libprobe_fork_prepare/release), so no child is forked while HDF5 runs. */

@@ -78,6 +78,7 @@ struct shim_config {
     struct shim_select *sel;  /* nglobs entries: the step/branch selectors of each glob */
     char *capture_error;      /* PROBE_CAPTURE rejected (nothing is captured), else NULL */
     int stats_only;           /* PROBE_STATS_ONLY: write summaries and hashes, not bytes */
+    size_t pack_small;        /* PROBE_PACK_SMALL: pack tensors of at most this many bytes; 0 off */
     int last_kinds;           /* union of sel[].last: scope.c learns per-instance counts */
     char **items;             /* nglobs entries: each item as given (glob and selectors) */
     atomic_ullong *item_hits; /* nglobs entries: tensors each item matched */

@@ -196,55 +196,94 @@ probe_status probe_journal_begin(probe_journal *j, const char *path)
     return jwrite(j, &b);
 }
 
-probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
-                                  uint64_t nbytes, uint64_t hash)
+/* The TENSOR record of rec, then its OP and CALL records when it has them. */
+static void encode_tensor(buf_t *b, const probe_record *rec, uint64_t offset, uint64_t nbytes,
+                          uint64_t hash)
 {
-    buf_t b = {0};
-    rec_start(&b, PROBE_JREC_TENSOR);
-    put_str(&b, rec->path);
-    put_str(&b, rec->component);
-    put_str(&b, rec->slot);
-    put_str(&b, rec->scope);
-    put_str(&b, rec->device);
-    put_str(&b, probe_dtype_name(rec->dtype));
-    put_u64(&b, rec->seq);
-    put_u64(&b, (uint64_t)rec->call);
-    put_u64(&b, (uint64_t)rec->step);
-    put_u32(&b, (uint32_t)rec->cfg_branch);
+    size_t start = b->len;
+    rec_start(b, PROBE_JREC_TENSOR);
+    put_str(b, rec->path);
+    put_str(b, rec->component);
+    put_str(b, rec->slot);
+    put_str(b, rec->scope);
+    put_str(b, rec->device);
+    put_str(b, probe_dtype_name(rec->dtype));
+    put_u64(b, rec->seq);
+    put_u64(b, (uint64_t)rec->call);
+    put_u64(b, (uint64_t)rec->step);
+    put_u32(b, (uint32_t)rec->cfg_branch);
     uint64_t bits;
     memcpy(&bits, &rec->timestep, 8);
-    put_u64(&b, bits);
-    put_u32(&b, (uint32_t)rec->rank);
+    put_u64(b, bits);
+    put_u32(b, (uint32_t)rec->rank);
     for (int i = 0; i < rec->rank; i++)
-        put_u64(&b, (uint64_t)rec->shape[i]);
-    put_u64(&b, offset);
-    put_u64(&b, nbytes);
-    put_u64(&b, hash);
-    rec_finish(&b, 0);
-    probe_status s = jwrite(j, &b);
-    if (s == PROBE_OK && rec->op != NULL) {
-        buf_t o = {0};
-        rec_start(&o, PROBE_JREC_OP);
-        put_str(&o, rec->path);
-        put_str(&o, rec->op);
-        rec_finish(&o, 0);
-        s = jwrite(j, &o);
+        put_u64(b, (uint64_t)rec->shape[i]);
+    put_u64(b, offset);
+    put_u64(b, nbytes);
+    put_u64(b, hash);
+    rec_finish(b, start);
+    if (rec->op != NULL) {
+        start = b->len;
+        rec_start(b, PROBE_JREC_OP);
+        put_str(b, rec->path);
+        put_str(b, rec->op);
+        rec_finish(b, start);
     }
     int nested = rec->parent != NULL && rec->parent[0] != '\0';
     int has_class = rec->class_name != NULL && rec->class_name[0] != '\0';
     int has_module = rec->module != NULL && rec->module[0] != '\0';
-    if (s == PROBE_OK && (nested || has_class || has_module)) {
-        buf_t c = {0};
-        rec_start(&c, PROBE_JREC_CALL);
-        put_str(&c, rec->path);
-        put_str(&c, nested ? rec->parent : "");
-        put_u64(&c, nested ? (uint64_t)rec->block : UINT64_MAX);
-        put_str(&c, rec->class_name);
-        put_str(&c, has_module ? rec->module : "");
-        rec_finish(&c, 0);
-        s = jwrite(j, &c);
+    if (nested || has_class || has_module) {
+        start = b->len;
+        rec_start(b, PROBE_JREC_CALL);
+        put_str(b, rec->path);
+        put_str(b, nested ? rec->parent : "");
+        put_u64(b, nested ? (uint64_t)rec->block : UINT64_MAX);
+        put_str(b, rec->class_name);
+        put_str(b, has_module ? rec->module : "");
+        rec_finish(b, start);
     }
-    return s;
+}
+
+/* The TENSOR record and its OP and CALL records go out with one write(2):
+ * a kill leaves all of them or a torn tail. */
+probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
+                                  uint64_t nbytes, uint64_t hash)
+{
+    buf_t b = {0};
+    encode_tensor(&b, rec, offset, nbytes, hash);
+    return jwrite(j, &b);
+}
+
+probe_status probe_journal_encode_header(const char *capture_name, unsigned char **out, size_t *len)
+{
+    buf_t b = {0};
+    put_bytes(&b, PROBE_JOURNAL_MAGIC, 8);
+    rec_start(&b, PROBE_JREC_HEADER);
+    put_u32(&b, PROBE_JOURNAL_VERSION);
+    put_u64(&b, 0);
+    put_str(&b, capture_name);
+    rec_finish(&b, 8);
+    if (b.oom) {
+        free(b.p);
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    }
+    *out = b.p;
+    *len = b.len;
+    return PROBE_OK;
+}
+
+probe_status probe_journal_encode_tensor(const probe_record *rec, uint64_t offset, uint64_t nbytes,
+                                         uint64_t hash, unsigned char **buf, size_t *len,
+                                         size_t *cap)
+{
+    buf_t b = {*buf, *len, *cap, 0};
+    encode_tensor(&b, rec, offset, nbytes, hash);
+    *buf = b.p;
+    *cap = b.cap;
+    if (b.oom)
+        return probe_set_error(PROBE_ENOMEM, "out of memory");
+    *len = b.len;
+    return PROBE_OK;
 }
 
 probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason)

@@ -64,6 +64,16 @@ PROBE_JOURNAL_API probe_status probe_journal_begin(probe_journal *j, const char 
  * rec->op is set and a CALL record when rec->parent or rec->class_name is. */
 PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
                                   uint64_t nbytes, uint64_t hash);
+/* The same records as probe_journal_tensor writes, appended to the buffer
+ * *buf (*len bytes used of *cap, realloc'd as needed; *buf NULL, *len and
+ * *cap 0 to start one). PROBE_ENOMEM leaves *len as it was. */
+PROBE_JOURNAL_API probe_status probe_journal_encode_tensor(const probe_record *rec, uint64_t offset,
+                                                           uint64_t nbytes, uint64_t hash,
+                                                           unsigned char **buf, size_t *len,
+                                                           size_t *cap);
+/* The magic and a HEADER record (token 0) naming capture_name, malloc'd. */
+PROBE_JOURNAL_API probe_status probe_journal_encode_header(const char *capture_name,
+                                                           unsigned char **out, size_t *len);
 PROBE_JOURNAL_API probe_status probe_journal_skip(probe_journal *j, const char *path, const char *reason);
 /* Open the existing journal jpath to append to it (never through a symlink;
  * it must be a regular file), first cutting it to keep bytes when it is
@@ -95,6 +105,11 @@ PROBE_JOURNAL_API probe_status probe_file_open_unlocked_(const char *path, probe
 
 /* --- reading --- */
 #define PROBE_JOURNAL_NO_OFFSET UINT64_MAX
+
+/* The file offset of packed tensor i's bytes (probe/capture/reader.c), or
+ * PROBE_JOURNAL_NO_OFFSET when tensor i is not packed (a dataset, or a file
+ * recovered from its journal). */
+PROBE_JOURNAL_API uint64_t probe_file_packed_addr_(const probe_file *f, size_t i);
 
 typedef struct probe_journal_tensor_rec {
     probe_tensor_info info; /* path, component, slot, scope, hash, dtype, shape, n, seq, ... */

@@ -42,14 +42,24 @@ struct probe_file {
         int fd;             /* >= 0: contiguous, stored as read: pread at `addr` */
         uint64_t addr;
     } cur;
-    /* recovered from the journal (no HDF5 handle): tensor i's bytes are at
-     * jaddr[i] in the file */
+    /* recovered from the journal (no HDF5 handle), or a packed tensor
+     * (docs/file-format.md "Packed small tensors"; jaddr[i] is then
+     * PROBE_JOURNAL_NO_OFFSET for a tensor that is a dataset): tensor i's
+     * bytes are at jaddr[i] in the file. NULL when neither. */
     probe_recovery_info recovery;
     uint64_t *jaddr;
-    char **jop; /* tensor i's probe.op text from the journal, or NULL */
+    char **jop; /* tensor i's probe.op text from the journal or pack index, or NULL */
+    int pfd;    /* descriptor for reading packed tensors, -1 until needed */
 };
 
+/* 1 when tensor i is read from jaddr (recovered, or packed). */
+static int at_jaddr(const probe_file *f, size_t i)
+{
+    return f->recovery.recovered || (f->jaddr != NULL && f->jaddr[i] != PROBE_JOURNAL_NO_OFFSET);
+}
+
 static probe_status open_journaled(const char *path, probe_file **out);
+static probe_status sort_with_packed(probe_file *f, int all_seq);
 static probe_status check_contained(hid_t d, const char *fpath, const char *dpath);
 static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint64_t count, void *dst);
 
@@ -349,6 +359,136 @@ static int describe_attrs(hid_t d, const char *path, probe_tensor_info *t)
     return 1;
 }
 
+/* Room for one more tensor in f (and in jaddr/jop when present). 0, or -1
+ * out of memory. */
+static int grow(probe_file *f)
+{
+    if (f->n < f->cap)
+        return 0;
+    size_t cap = f->cap ? 2 * f->cap : 64;
+    probe_tensor_info *t = realloc(f->t, cap * sizeof *t);
+    if (t == NULL)
+        return -1;
+    f->t = t;
+    if (f->jaddr != NULL) {
+        uint64_t *a = realloc(f->jaddr, cap * sizeof *a);
+        if (a == NULL)
+            return -1;
+        f->jaddr = a;
+        char **op = realloc(f->jop, cap * sizeof *op);
+        if (op == NULL)
+            return -1;
+        f->jop = op;
+    }
+    f->cap = cap;
+    return 0;
+}
+
+#define PACK_GROUP "probe.pack"
+#define PACK_INDEX_MAX ((hsize_t)1 << 30)
+
+/* 1 when d is a 1-D dataset of 1-byte integers; *len its length. */
+static int byte_vector(hid_t d, hsize_t *len)
+{
+    hid_t ft = H5Dget_type(d), sp = H5Dget_space(d);
+    int ok = ft >= 0 && sp >= 0 && H5Tget_class(ft) == H5T_INTEGER && H5Tget_size(ft) == 1 &&
+             H5Sget_simple_extent_type(sp) == H5S_SIMPLE && H5Sget_simple_extent_ndims(sp) == 1 &&
+             H5Sget_simple_extent_dims(sp, len, NULL) == 1;
+    if (ft >= 0)
+        H5Tclose(ft);
+    if (sp >= 0)
+        H5Sclose(sp);
+    return ok;
+}
+
+/* Index the packed tensors of the chunk whose index dataset is ix, at name
+ * (relative to the root, ".../index"): parse the index (records in the
+ * journal's encoding) and point each tensor at its bytes inside the chunk's
+ * data. PROBE_EFORMAT when the chunk is malformed. Call inside H5E_BEGIN_TRY. */
+static probe_status load_pack(probe_file *f, hid_t ix, const char *name)
+{
+    char dpath[600], label[1200];
+    int glen = (int)(last_elem(name) - name);
+    snprintf(dpath, sizeof dpath, "/%.*sdata", glen, name);
+    snprintf(label, sizeof label, "%s: /%s", f->path, name);
+    hsize_t ilen = 0, dlen = 0;
+    if (!byte_vector(ix, &ilen) || ilen > PACK_INDEX_MAX)
+        return probe_set_error(PROBE_EFORMAT, "%s: corrupt pack index: not a 1-D byte dataset of at "
+                               "most 1 GiB", label);
+    hid_t d = H5Dopen2(f->file, dpath, H5P_DEFAULT);
+    if (d < 0)
+        return probe_set_error(PROBE_EFORMAT, "%s: corrupt pack chunk: no %s", label, dpath);
+    hid_t dcpl = H5Dget_create_plist(d);
+    haddr_t addr = H5Dget_offset(d);
+    int ok = byte_vector(d, &dlen) && dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+             H5Pget_external_count(dcpl) == 0 && (addr != HADDR_UNDEF || dlen == 0);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    probe_status s = ok ? check_contained(d, f->path, dpath) : PROBE_OK;
+    H5Dclose(d);
+    if (s != PROBE_OK)
+        return s;
+    if (!ok)
+        return probe_set_error(PROBE_EFORMAT, "%s: corrupt pack chunk: %s is not an allocated "
+                               "contiguous 1-D byte dataset", label, dpath);
+    unsigned char *buf = malloc(ilen ? (size_t)ilen : 1);
+    if (buf == NULL)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    if (ilen > 0 && H5Dread(ix, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+        free(buf);
+        char text[256];
+        probe_h5_error_text(text, sizeof text);
+        return probe_set_error(PROBE_EFORMAT, "%s: cannot read the pack index (%s)", label, text);
+    }
+    probe_journal_data jd;
+    memset(&jd, 0, sizeof jd);
+    s = probe_journal_parse(label, buf, (size_t)ilen, &jd);
+    free(buf);
+    if (s == PROBE_EFORMAT || s == PROBE_EUNSUPPORTED) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", probe_last_error());
+        probe_journal_data_free(&jd);
+        return probe_set_error(PROBE_EFORMAT, "%s: corrupt pack index (%s)", label, why);
+    }
+    if (s == PROBE_OK && (jd.torn || !jd.header || jd.nskips > 0 || jd.manifest != NULL ||
+                          jd.partial[0] != '\0'))
+        s = probe_set_error(PROBE_EFORMAT, "%s: corrupt pack index (%s)", label,
+                            jd.torn ? "its last record is cut short or fails its checksum"
+                                    : "it holds records other than tensors");
+    for (size_t i = 0; s == PROBE_OK && i < jd.n; i++) {
+        const probe_journal_tensor_rec *r = &jd.t[i];
+        if (r->nbytes > 0 && (r->offset > (uint64_t)dlen || r->nbytes > (uint64_t)dlen - r->offset)) {
+            s = probe_set_error(PROBE_EFORMAT, "%s: corrupt pack index: %s (%llu bytes at %llu) runs "
+                                "past the chunk's %llu bytes of data", label, r->info.path,
+                                (unsigned long long)r->nbytes, (unsigned long long)r->offset,
+                                (unsigned long long)dlen);
+            break;
+        }
+        if (f->jaddr == NULL) {
+            f->jaddr = malloc((f->cap ? f->cap : 1) * sizeof *f->jaddr);
+            f->jop = calloc(f->cap ? f->cap : 1, sizeof *f->jop);
+            if (f->jaddr == NULL || f->jop == NULL) {
+                s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+                break;
+            }
+            for (size_t k = 0; k < f->cap; k++)
+                f->jaddr[k] = PROBE_JOURNAL_NO_OFFSET;
+        }
+        if (grow(f) != 0) {
+            s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+            break;
+        }
+        f->t[f->n] = r->info;
+        f->jaddr[f->n] = (uint64_t)addr + (r->nbytes > 0 ? r->offset : 0);
+        f->jop[f->n] = r->op;
+        jd.t[i].op = NULL;
+        f->n++;
+    }
+    f->ignored += jd.ignored;
+    probe_journal_data_free(&jd);
+    return s;
+}
+
 static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, void *data)
 {
     struct visit *v = data;
@@ -365,16 +505,10 @@ static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, vo
         H5Oclose(o);
         return 0;
     }
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? 2 * f->cap : 64;
-        probe_tensor_info *t = realloc(f->t, cap * sizeof *t);
-        if (t == NULL) {
-            H5Oclose(o);
-            v->status = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
-            return -1;
-        }
-        f->t = t;
-        f->cap = cap;
+    if (grow(f) != 0) {
+        H5Oclose(o);
+        v->status = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+        return -1;
     }
     char path[sizeof f->t->path + 1];
     int len = snprintf(path, sizeof path, "/%s", name);
@@ -384,16 +518,37 @@ static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, vo
         v->status = c;
         return -1;
     }
+    if (strncmp(name, PACK_GROUP "/", sizeof PACK_GROUP) == 0) {
+        /* the packed layout: an index lists tensors, its data holds their
+         * bytes; neither is a tensor itself */
+        const char *tail = last_elem(name);
+        probe_status ps = PROBE_OK;
+        if (strcmp(tail, "index") == 0)
+            ps = load_pack(f, o, name);
+        else if (strcmp(tail, "data") != 0)
+            f->ignored++;
+        H5Oclose(o);
+        if (ps != PROBE_OK) {
+            v->status = ps;
+            return -1;
+        }
+        return 0;
+    }
     int r = len < 0 || (size_t)len >= sizeof path ? 0 : describe(o, path, &f->t[f->n]);
     H5Oclose(o);
     if (r < 0) {
         v->status = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
         return -1;
     }
-    if (r == 0)
+    if (r == 0) {
         f->ignored++;
-    else
+    } else {
+        if (f->jaddr != NULL) {
+            f->jaddr[f->n] = PROBE_JOURNAL_NO_OFFSET;
+            f->jop[f->n] = NULL;
+        }
         f->n++;
+    }
     return 0;
 }
 
@@ -414,6 +569,11 @@ static int cmp_ptr_path(const void *a, const void *b)
 {
     return strcmp((*(const probe_tensor_info *const *)a)->path,
                   (*(const probe_tensor_info *const *)b)->path);
+}
+
+static int cmp_ptr_seq(const void *a, const void *b)
+{
+    return cmp_seq(*(const probe_tensor_info *const *)a, *(const probe_tensor_info *const *)b);
 }
 
 /* --- root attributes --- */
@@ -972,6 +1132,7 @@ probe_status probe_file_open(const char *path, probe_file **out)
     }
     f->file = H5I_INVALID_HID;
     f->cur.index = (size_t)-1;
+    f->pfd = -1;
 
     char text[256] = "";
     H5E_BEGIN_TRY {
@@ -1020,13 +1181,58 @@ probe_status probe_file_open(const char *path, probe_file **out)
     int all_seq = 1;
     for (size_t i = 0; i < f->n; i++)
         all_seq &= f->t[i].seq >= 0;
-    if (f->n > 0)
+    if (f->n > 0 && f->jaddr != NULL)
+        s = sort_with_packed(f, all_seq);
+    else if (f->n > 0)
         qsort(f->t, f->n, sizeof *f->t, all_seq ? cmp_seq : cmp_path);
     for (size_t i = 0; i < f->n; i++)
         f->by_path[i] = &f->t[i];
-    if (f->n > 0 && all_seq)
+    if (f->n > 0 && (all_seq || f->jaddr != NULL))
         qsort(f->by_path, f->n, sizeof *f->by_path, cmp_ptr_path);
+    /* a packed tensor at the path of a dataset (or of another packed one) */
+    for (size_t i = 1; s == PROBE_OK && f->jaddr != NULL && i < f->n; i++)
+        if (strcmp(f->by_path[i - 1]->path, f->by_path[i]->path) == 0)
+            s = probe_set_error(PROBE_EFORMAT, "%s: corrupt pack index: %s is stored twice", path,
+                                f->by_path[i]->path);
+    if (s != PROBE_OK) {
+        probe_file_close(f);
+        return s;
+    }
     *out = f;
+    return PROBE_OK;
+}
+
+/* Sort f->t as probe_file_open does, carrying jaddr and jop along. */
+static probe_status sort_with_packed(probe_file *f, int all_seq)
+{
+    const probe_tensor_info **p = malloc(f->n * sizeof *p);
+    probe_tensor_info *t = malloc(f->n * sizeof *t);
+    uint64_t *a = malloc(f->n * sizeof *a);
+    char **op = malloc(f->n * sizeof *op);
+    if (p == NULL || t == NULL || a == NULL || op == NULL) {
+        free(p);
+        free(t);
+        free(a);
+        free(op);
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    }
+    for (size_t i = 0; i < f->n; i++)
+        p[i] = &f->t[i];
+    qsort(p, f->n, sizeof *p, all_seq ? cmp_ptr_seq : cmp_ptr_path);
+    for (size_t i = 0; i < f->n; i++) {
+        size_t k = (size_t)(p[i] - f->t);
+        t[i] = f->t[k];
+        a[i] = f->jaddr[k];
+        op[i] = f->jop[k];
+    }
+    free(p);
+    free(f->t);
+    free(f->jaddr);
+    free(f->jop);
+    f->t = t;
+    f->jaddr = a;
+    f->jop = op;
+    f->cap = f->n;
     return PROBE_OK;
 }
 
@@ -1049,6 +1255,8 @@ void probe_file_close(probe_file *f)
     for (size_t i = 0; f->jop != NULL && i < f->n; i++)
         free(f->jop[i]);
     free(f->jop);
+    if (f->pfd >= 0)
+        close(f->pfd);
     free(f);
 }
 
@@ -1132,7 +1340,26 @@ probe_status probe_file_tensor_attr(probe_file *f, size_t i, const char *name, c
                                "probe_file_tensor_attr: %s: tensor index %zu out of range (%zu tensors)",
                                f->path, i, f->n);
     const probe_tensor_info *t = &f->t[i];
-    if (f->recovery.recovered) { /* the journal keeps probe.op only */
+    if (!f->recovery.recovered && at_jaddr(f, i) && strcmp(name, "probe.op") != 0) {
+        /* a packed tensor: its index record holds the attributes */
+        const char *v = strcmp(name, "probe.dtype") == 0       ? probe_dtype_name(t->dtype)
+                        : strcmp(name, "probe.component") == 0 ? t->component
+                        : strcmp(name, "probe.slot") == 0      ? t->slot
+                        : strcmp(name, "probe.scope") == 0     ? t->scope
+                        : strcmp(name, "probe.hash") == 0      ? t->hash
+                        : strcmp(name, "probe.parent") == 0    ? t->parent
+                        : strcmp(name, "probe.class") == 0     ? t->class_name
+                        : strcmp(name, "probe.module") == 0    ? t->module
+                                                               : NULL;
+        if (v == NULL || (v[0] == '\0' && strcmp(name, "probe.scope") != 0))
+            return probe_set_error(PROBE_ENOTFOUND, "%s: %s: no string attribute %s", f->path,
+                                   t->path, name);
+        if ((*out = strdup(v)) == NULL)
+            return probe_set_error(PROBE_ENOMEM, "%s: %s: attribute %s: out of memory", f->path,
+                                   t->path, name);
+        return PROBE_OK;
+    }
+    if (f->recovery.recovered || at_jaddr(f, i)) { /* the journal keeps probe.op only */
         if (strcmp(name, "probe.op") != 0)
             return probe_set_error(PROBE_ENOTFOUND,
                                    "%s: %s: attribute %s: not kept for a capture recovered from its journal",
@@ -1172,7 +1399,7 @@ probe_status probe_file_tensor_attr(probe_file *f, size_t i, const char *name, c
  * little-endian order, into dst (n * probe_dtype_size bytes). */
 static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *dst)
 {
-    if (f->recovery.recovered)
+    if (at_jaddr(f, (size_t)(t - f->t)))
         return read_recovered(f, (size_t)(t - f->t), 0, t->n, dst);
     probe_status s = PROBE_OK;
     char text[256];
@@ -1304,7 +1531,7 @@ static probe_status range_open(probe_file *f, size_t i)
     f->cur.d = f->cur.ft = f->cur.mt = f->cur.fsp = H5I_INVALID_HID;
     f->cur.fd = -1;
     f->cur.index = i;
-    if (f->recovery.recovered) { /* the journal gave the bytes' offset */
+    if (at_jaddr(f, i)) { /* the journal or the pack index gave the bytes' offset */
         if ((f->cur.fd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0) {
             s = probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
             f->cur.index = (size_t)-1;
@@ -1664,12 +1891,10 @@ static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint
     size_t esize = probe_dtype_size(t->dtype);
     if (count == 0)
         return PROBE_OK;
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (f->pfd < 0 && (f->pfd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0)
         return probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
-    int r = pread_full(fd, dst, (size_t)count * esize, f->jaddr[i] + first * esize);
+    int r = pread_full(f->pfd, dst, (size_t)count * esize, f->jaddr[i] + first * esize);
     int e = errno;
-    close(fd);
     if (r != 0)
         return probe_set_error(e ? PROBE_EIO : PROBE_EFORMAT, "%s: %s: cannot read (%s)", f->path,
                                t->path, e ? strerror(e) : "file truncated");
@@ -1842,6 +2067,7 @@ static probe_status open_journaled(const char *path, probe_file **out)
     } else {
         f->file = H5I_INVALID_HID;
         f->cur.index = (size_t)-1;
+        f->pfd = -1;
         s = probe_journal_read_all(path, jpath, 0, &buf, &len);
     }
     if (s == PROBE_OK) {
@@ -1864,6 +2090,13 @@ static probe_status open_journaled(const char *path, probe_file **out)
     }
     *out = f;
     return PROBE_OK;
+}
+
+uint64_t probe_file_packed_addr_(const probe_file *f, size_t i)
+{
+    if (f == NULL || i >= f->n || f->recovery.recovered || f->jaddr == NULL)
+        return PROBE_JOURNAL_NO_OFFSET;
+    return f->jaddr[i];
 }
 
 const probe_recovery_info *probe_file_recovery(const probe_file *f)

@@ -5,18 +5,24 @@
  * attributes probe.format, probe.version, probe.manifest, probe.skips.
  * Every HDF5 call runs inside H5E_BEGIN_TRY/H5E_END_TRY: the library never
  * prints an HDF5 error stack (the same libhdf5 may serve the user's h5py, so
- * printing is suppressed per call, never globally). After each tensor the
- * file is flushed so that a later failure (disk full, a killed process)
- * leaves the tensors written so far readable.
+ * printing is suppressed per call, never globally). The file is flushed at
+ * most every FLUSH_INTERVAL while the journal covers the puts (after every
+ * record when there is no journal), so that a later failure leaves the
+ * tensors written so far readable.
  *
  * Crash consistency: a kill during HDF5's flush can leave its metadata half
  * updated, so every completed put, skip and manifest change is also appended
- * to the journal <path>.journal (probe/capture/journal.c) with one write(2), after
- * the flush that put the tensor's bytes in the file. The raw bytes of a
+ * to the journal <path>.journal (probe/capture/journal.c) with one write(2), once
+ * the tensor's bytes are in the file (no sieve buffer: raw data reaches the
+ * file at H5Dwrite; packed bytes are written with pwrite). The raw bytes of a
  * completed put are never moved or overwritten (contiguous storage is
  * allocated once and only freed by deleting the dataset, which happens only
- * to a put that failed), so the journal's offsets stay valid whatever HDF5
- * does to its metadata later. A clean close removes the journal.
+ * to a put that failed; pack chunks are never deleted), so the journal's
+ * offsets stay valid whatever HDF5 does to its metadata later. A clean close
+ * removes the journal.
+ *
+ * The packed layout (probe_writer_set_pack, docs/file-format.md "Packed small
+ * tensors"): small tensors go into shared chunks /probe.pack/NNNN/{data,index}.
  */
 #include "probe/capture.h"
 
@@ -34,7 +40,10 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "h5types.h"
 #include "journal.h"
@@ -47,6 +56,65 @@
 #define SLACK_TENSOR (1u << 20)
 #define SLACK_ROOT (64u << 10)
 #define SLACK_JOURNAL (64u << 10) /* journal room kept for the records that close a capture */
+/* File blocks reserved past what a write needs, so that most puts find them
+ * reserved already (one fallocate per RESERVE_AHEAD bytes of growth). */
+#define RESERVE_AHEAD ((uint64_t)4 << 20)
+/* With a journal, a put flushes HDF5 at most this often (seconds): the
+ * journal, not HDF5's metadata, is what a killed process leaves readable. */
+#define FLUSH_INTERVAL 0.5
+
+/* A set of strings (open addressing, XXH64). */
+typedef struct {
+    char **slot;
+    size_t cap, n; /* cap is 0 or a power of two */
+} pathset;
+
+static size_t pathset_pos(const pathset *ps, const char *key, size_t len)
+{
+    size_t m = ps->cap - 1, i = (size_t)XXH64(key, len, 0) & m;
+    while (ps->slot[i] != NULL && (strncmp(ps->slot[i], key, len) != 0 || ps->slot[i][len] != '\0'))
+        i = (i + 1) & m;
+    return i;
+}
+
+/* 1 when the first len bytes of key are in the set. */
+static int pathset_has(const pathset *ps, const char *key, size_t len)
+{
+    return ps->cap != 0 && ps->slot[pathset_pos(ps, key, len)] != NULL;
+}
+
+/* Add the first len bytes of key; 0, or -1 out of memory. */
+static int pathset_add(pathset *ps, const char *key, size_t len)
+{
+    if (2 * (ps->n + 1) > ps->cap) {
+        pathset bigger = {calloc(ps->cap ? 2 * ps->cap : 256, sizeof(char *)),
+                          ps->cap ? 2 * ps->cap : 256, 0};
+        if (bigger.slot == NULL)
+            return -1;
+        for (size_t i = 0; i < ps->cap; i++)
+            if (ps->slot[i] != NULL) {
+                bigger.slot[pathset_pos(&bigger, ps->slot[i], strlen(ps->slot[i]))] = ps->slot[i];
+                bigger.n++;
+            }
+        free(ps->slot);
+        *ps = bigger;
+    }
+    size_t i = pathset_pos(ps, key, len);
+    if (ps->slot[i] != NULL)
+        return 0;
+    if ((ps->slot[i] = strndup(key, len)) == NULL)
+        return -1;
+    ps->n++;
+    return 0;
+}
+
+static void pathset_free(pathset *ps)
+{
+    for (size_t i = 0; i < ps->cap; i++)
+        free(ps->slot[i]);
+    free(ps->slot);
+    memset(ps, 0, sizeof *ps);
+}
 
 struct probe_writer {
     hid_t file;
@@ -62,7 +130,35 @@ struct probe_writer {
     probe_status failed;  /* PROBE_OK, or the error of a write that failed half-way */
     char failure[512];    /* its message */
     probe_journal *journal; /* <path>.journal: removed by a clean close */
+    double last_flush;    /* CLOCK_MONOTONIC seconds of the last H5Fflush */
+    int unflushed;        /* puts since the last H5Fflush */
+    struct {              /* the packed layout (probe_writer_set_pack) */
+        size_t max;       /* tensors of at most max bytes are packed; 0: none */
+        unsigned next;    /* number of the next chunk (/probe.pack/NNNN) */
+        int open;         /* a chunk is open: the fields below describe it */
+        char name[40];    /* its group, "/probe.pack/NNNN" */
+        uint64_t addr;    /* its data's file address */
+        uint64_t cap, used; /* its data's size and the bytes used */
+        hid_t index;      /* its index dataset */
+        unsigned char *idx; /* its index's bytes (magic, header, records) */
+        size_t idx_len, idx_cap, idx_written; /* ... of which idx_written are in the file */
+        pathset paths;    /* every packed tensor's path */
+        pathset groups;   /* every proper prefix of those paths ("/a", "/a/b") */
+    } pack;
 };
+
+#define PACK_ROOT "/probe.pack" /* the group of the packed layout's chunks */
+
+static probe_status pack_write_index(probe_writer *w);
+static probe_status check_packed_free(const probe_writer *w, const char *path);
+static int pack_remember(probe_writer *w, const char *path);
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* --- attributes (call inside H5E_BEGIN_TRY) --- */
 
@@ -229,8 +325,13 @@ static probe_status preflight(probe_writer *w, const char *obj, uint64_t payload
         return PROBE_OK;
     struct stat st;
     if (w->can_reserve && fstat(w->fd, &st) == 0 && (uint64_t)st.st_size < end) {
+        if (fallocate(w->fd, FALLOC_FL_KEEP_SIZE, st.st_size,
+                      (off_t)(end + RESERVE_AHEAD - (uint64_t)st.st_size)) == 0) {
+            w->reserved_end = end + RESERVE_AHEAD;
+            return PROBE_OK;
+        }
         if (fallocate(w->fd, FALLOC_FL_KEEP_SIZE, st.st_size, (off_t)(end - (uint64_t)st.st_size)) == 0) {
-            w->reserved_end = end;
+            w->reserved_end = end; /* no room for the extra: reserve what this write needs */
             return PROBE_OK;
         }
         int e = errno;
@@ -273,6 +374,23 @@ static probe_status mark_failed(probe_writer *w, probe_status s)
         snprintf(w->failure, sizeof w->failure, "%s", probe_last_error());
     }
     return s;
+}
+
+/* A journal append failed (HDF5 itself is fine): flush HDF5 first, so that
+ * the file holds every put that returned PROBE_OK without the journal, then
+ * stop writing. Returns s. */
+static probe_status journal_failed(probe_writer *w, probe_status s)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", probe_last_error());
+    if (w->failed == PROBE_OK && w->unflushed > 0) {
+        H5E_BEGIN_TRY {
+            if (H5Fflush(w->file, H5F_SCOPE_LOCAL) >= 0)
+                w->unflushed = 0;
+        } H5E_END_TRY;
+    }
+    probe_set_error(s, "%s", msg);
+    return mark_failed(w, s);
 }
 
 static probe_status check_usable(const probe_writer *w)
@@ -327,17 +445,28 @@ static probe_status write_manifest(probe_writer *w)
 /* Write pending root attributes and flush HDF5's caches to the file. With
  * after_put set, probe.skips is rewritten only once the list has grown by
  * half since it was last written (so rewriting it costs time linear in its
- * final size), and a root attribute refused for lack of space stays pending
- * without failing the put: the tensor itself was written. */
+ * final size), a root attribute refused for lack of space stays pending
+ * without failing the put (the tensor itself was written), and, while the
+ * writer keeps a journal, nothing is done until FLUSH_INTERVAL has passed
+ * since the last flush. */
 static probe_status flush_file(probe_writer *w, int after_put)
 {
     probe_status s = PROBE_OK;
+    double t = mono_now();
+    if (after_put) {
+        w->unflushed++;
+        if (w->journal != NULL && t - w->last_flush < FLUSH_INTERVAL)
+            return PROBE_OK;
+    }
     if (w->manifest_dirty)
         s = write_manifest(w);
     size_t n = json_array_size(w->skips);
     if (s == PROBE_OK && n != w->skips_written &&
         (!after_put || n >= w->skips_written + w->skips_written / 2 + 1))
         s = write_skips(w);
+    if (s == PROBE_OK && w->pack.open) {
+        H5E_BEGIN_TRY { s = pack_write_index(w); } H5E_END_TRY;
+    }
     if (w->failed != PROBE_OK)
         return s;
     if (after_put)
@@ -346,6 +475,10 @@ static probe_status flush_file(probe_writer *w, int after_put)
         if (H5Fflush(w->file, H5F_SCOPE_LOCAL) < 0)
             s = mark_failed(w, h5_fail(w, "cannot flush", NULL));
     } H5E_END_TRY;
+    if (w->failed == PROBE_OK) {
+        w->last_flush = t;
+        w->unflushed = 0;
+    }
     return s;
 }
 
@@ -363,6 +496,29 @@ static probe_status check_manifest(const char *manifest_json, const char *path)
 }
 
 /* --- open --- */
+
+/* The writer's file access properties (negative on failure; call inside
+ * H5E_BEGIN_TRY):
+ *   - the file is locked (but works on file systems without flock), unless
+ *     the caller holds the lock: a second flock from this process would fail;
+ *   - no sieve buffer: raw data goes to the file at H5Dwrite, so the bytes a
+ *     journal TENSOR record names are in the file before the next flush. */
+static hid_t writer_fapl(unsigned flags)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0)
+        return fapl;
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
+#else
+    (void)flags;
+#endif
+    if (H5Pset_sieve_buf_size(fapl, 0) < 0) {
+        H5Pclose(fapl);
+        return -1;
+    }
+    return fapl;
+}
 
 /* PROBE_WRITER_APPEND (capture.h): open w->path, a cleanly closed capture,
  * for writing. Its tensors are read with the reader first (attributes,
@@ -392,11 +548,15 @@ static probe_status open_append(probe_writer *w, unsigned flags)
     probe_tensor_info *info = n ? calloc(n, sizeof *info) : NULL;
     char **ops = n ? calloc(n, sizeof *ops) : NULL;
     uint64_t *hashes = n ? calloc(n, sizeof *hashes) : NULL;
+    uint64_t *packed = n ? calloc(n, sizeof *packed) : NULL;
     int stats = 0;
-    if (n && (info == NULL || ops == NULL || hashes == NULL))
+    if (n && (info == NULL || ops == NULL || hashes == NULL || packed == NULL))
         s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
     for (size_t i = 0; s == PROBE_OK && i < n; i++) {
         info[i] = *probe_file_tensor(f, i);
+        packed[i] = probe_file_packed_addr_(f, i);
+        if (packed[i] != PROBE_JOURNAL_NO_OFFSET && pack_remember(w, info[i].path) != 0)
+            s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
         stats |= info[i].stats_only;
         if (probe_file_tensor_attr(f, i, "probe.op", &ops[i]) != PROBE_OK)
             ops[i] = NULL;
@@ -422,11 +582,7 @@ static probe_status open_append(probe_writer *w, unsigned flags)
     if (s == PROBE_OK) {
         char reason[256] = "";
         H5E_BEGIN_TRY {
-            hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-#if H5_VERSION_GE(1, 10, 7)
-            if (fapl >= 0)
-                H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
-#endif
+            hid_t fapl = writer_fapl(flags);
             w->file = H5Fopen(path, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
             if (w->file < 0)
                 probe_h5_error_text(reason, sizeof reason);
@@ -443,9 +599,9 @@ static probe_status open_append(probe_writer *w, unsigned flags)
     }
     for (size_t i = 0; s == PROBE_OK && w->journal != NULL && i < n; i++) {
         const probe_tensor_info *t = &info[i];
-        haddr_t off = HADDR_UNDEF;
+        haddr_t off = packed[i] != PROBE_JOURNAL_NO_OFFSET ? (haddr_t)packed[i] : HADDR_UNDEF;
         H5E_BEGIN_TRY {
-            hid_t d = H5Dopen2(w->file, t->path, H5P_DEFAULT);
+            hid_t d = off == HADDR_UNDEF ? H5Dopen2(w->file, t->path, H5P_DEFAULT) : H5I_INVALID_HID;
             if (d >= 0) {
                 off = H5Dget_offset(d);
                 H5Dclose(d);
@@ -476,6 +632,15 @@ static probe_status open_append(probe_writer *w, unsigned flags)
     free(ops);
     free(info);
     free(hashes);
+    free(packed);
+    if (s == PROBE_OK) { /* new pack chunks are numbered after the file's */
+        H5G_info_t gi;
+        H5E_BEGIN_TRY {
+            if (H5Lexists(w->file, PACK_ROOT, H5P_DEFAULT) > 0 &&
+                H5Gget_info_by_name(w->file, PACK_ROOT, &gi, H5P_DEFAULT) >= 0)
+                w->pack.next = (unsigned)gi.nlinks;
+        } H5E_END_TRY;
+    }
     if (s == PROBE_OK) {
         w->manifest_dirty = w->manifest != NULL;
         s = flush_file(w, 0);
@@ -571,13 +736,7 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
 
     char reason[512];
     H5E_BEGIN_TRY {
-        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-#if H5_VERSION_GE(1, 10, 7)
-        /* Lock the file (but work on file systems without flock), unless the
-         * caller holds the lock: a second flock from this process would fail. */
-        if (fapl >= 0)
-            H5Pset_file_locking(fapl, (flags & PROBE_WRITER_CALLER_LOCKED) ? 0 : 1, 1);
-#endif
+        hid_t fapl = writer_fapl(flags);
         w->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl >= 0 ? fapl : H5P_DEFAULT);
         if (w->file < 0)
             create_reason(path, reason, sizeof reason);
@@ -636,6 +795,9 @@ static const char *path_problem(const char *path)
         return "must start with '/'";
     if (path[1] == '\0')
         return "names the root group, not a dataset";
+    if (strncmp(path, PACK_ROOT, sizeof PACK_ROOT - 1) == 0 &&
+        (path[sizeof PACK_ROOT - 1] == '\0' || path[sizeof PACK_ROOT - 1] == '/'))
+        return "is under " PACK_ROOT ", which holds packed tensors";
     const char *p = path + 1;
     for (;;) {
         const char *e = strchr(p, '/');
@@ -790,7 +952,7 @@ static probe_status journal_put(probe_writer *w, const probe_record *rec, uint64
     if (w->journal == NULL)
         return PROBE_OK;
     probe_status s = probe_journal_tensor(w->journal, rec, offset, nbytes, hash);
-    return s != PROBE_OK ? mark_failed(w, s) : PROBE_OK;
+    return s != PROBE_OK ? journal_failed(w, s) : PROBE_OK;
 }
 
 /* Create the dataset rec->path (file type ftype, dataspace space), write
@@ -847,9 +1009,229 @@ static probe_status admit(probe_writer *w, const probe_record *rec, size_t bytes
     if (s != PROBE_OK)
         return s;
     H5E_BEGIN_TRY { s = check_free(w, rec->path); } H5E_END_TRY;
+    if (s == PROBE_OK)
+        s = check_packed_free(w, rec->path);
     if (s != PROBE_OK)
         return s;
     return preflight(w, rec->path, bytes, SLACK_TENSOR);
+}
+
+/* --- the packed layout (docs/file-format.md "Packed small tensors") --- */
+
+#define PACK_CHUNK_MIN ((uint64_t)64 << 10) /* chunk k's data holds 64 KiB << min(k, 6) */
+#define PACK_CHUNK_SHIFT_MAX 6
+#define PACK_INDEX_CHUNK ((hsize_t)16 << 10) /* the index dataset's HDF5 chunk, bytes */
+
+/* PROBE_EINVAL when path, or one of its ancestors, is taken by a packed
+ * tensor, or path is an ancestor of one: the same refusals check_free gives
+ * for datasets. */
+static probe_status check_packed_free(const probe_writer *w, const char *path)
+{
+    if (w->pack.paths.n == 0)
+        return PROBE_OK;
+    size_t len = strlen(path);
+    if (pathset_has(&w->pack.paths, path, len) || pathset_has(&w->pack.groups, path, len))
+        return probe_set_error(PROBE_EINVAL, "%s: %s: path already written", w->path, path);
+    for (const char *e = strchr(path + 1, '/'); e != NULL; e = strchr(e + 1, '/'))
+        if (pathset_has(&w->pack.paths, path, (size_t)(e - path)))
+            return probe_set_error(PROBE_EINVAL, "%s: %s: %.*s exists and is not a group", w->path,
+                                   path, (int)(e - path), path);
+    return PROBE_OK;
+}
+
+/* Remember path as packed (and its ancestors as groups). 0, or -1 out of memory. */
+static int pack_remember(probe_writer *w, const char *path)
+{
+    for (const char *e = strchr(path + 1, '/'); e != NULL; e = strchr(e + 1, '/'))
+        if (pathset_add(&w->pack.groups, path, (size_t)(e - path)) != 0)
+            return -1;
+    return pathset_add(&w->pack.paths, path, strlen(path));
+}
+
+/* Append the open chunk's index bytes that are not in the file yet. A
+ * refusal for lack of room leaves them pending (PROBE_EIO, nothing written).
+ * Call inside H5E_BEGIN_TRY. */
+static probe_status pack_write_index(probe_writer *w)
+{
+    if (!w->pack.open || w->pack.idx_written == w->pack.idx_len)
+        return PROBE_OK;
+    hsize_t start = w->pack.idx_written, count = w->pack.idx_len - w->pack.idx_written,
+            size = w->pack.idx_len;
+    char what[64];
+    snprintf(what, sizeof what, "%s/index", w->pack.name);
+    probe_status s = preflight(w, what, count, SLACK_ROOT);
+    if (s != PROBE_OK)
+        return s;
+    hid_t fsp = H5I_INVALID_HID, msp = H5I_INVALID_HID;
+    int ok = H5Dset_extent(w->pack.index, &size) >= 0 &&
+             (fsp = H5Dget_space(w->pack.index)) >= 0 &&
+             H5Sselect_hyperslab(fsp, H5S_SELECT_SET, &start, NULL, &count, NULL) >= 0 &&
+             (msp = H5Screate_simple(1, &count, NULL)) >= 0 &&
+             H5Dwrite(w->pack.index, H5T_NATIVE_UCHAR, msp, fsp, H5P_DEFAULT,
+                      w->pack.idx + start) >= 0;
+    if (msp >= 0)
+        H5Sclose(msp);
+    if (fsp >= 0)
+        H5Sclose(fsp);
+    if (!ok)
+        return mark_failed(w, h5_fail(w, "cannot write the pack index", what));
+    w->pack.idx_written = w->pack.idx_len;
+    return PROBE_OK;
+}
+
+/* Write the open chunk's index and close the chunk. Call inside H5E_BEGIN_TRY. */
+static probe_status pack_seal(probe_writer *w)
+{
+    if (!w->pack.open)
+        return PROBE_OK;
+    probe_status s = pack_write_index(w);
+    if (s != PROBE_OK)
+        return s;
+    if (H5Dclose(w->pack.index) < 0)
+        s = mark_failed(w, h5_fail(w, "cannot close the pack index", w->pack.name));
+    free(w->pack.idx);
+    w->pack.idx = NULL;
+    w->pack.idx_len = w->pack.idx_cap = w->pack.idx_written = 0;
+    w->pack.index = H5I_INVALID_HID;
+    w->pack.open = 0;
+    return s;
+}
+
+/* Create the next chunk, with room for at least need bytes: its data, a
+ * contiguous byte dataset allocated at once (never filled: the writer puts
+ * each tensor's bytes there itself), and its index, an extensible byte
+ * dataset. Call inside H5E_BEGIN_TRY. */
+static probe_status pack_open_chunk(probe_writer *w, uint64_t need)
+{
+    unsigned k = w->pack.next;
+    uint64_t cap = PACK_CHUNK_MIN << (k < PACK_CHUNK_SHIFT_MAX ? k : PACK_CHUNK_SHIFT_MAX);
+    if (cap < need)
+        cap = need;
+    if (k > 9999)
+        return probe_set_error(PROBE_EINVAL, "%s: more than 10000 pack chunks", w->path);
+    char name[40], data[48], index[48];
+    snprintf(name, sizeof name, PACK_ROOT "/%04u", k);
+    snprintf(data, sizeof data, "%s/data", name);
+    snprintf(index, sizeof index, "%s/index", name);
+    probe_status s = preflight(w, name, cap, SLACK_TENSOR);
+    if (s != PROBE_OK)
+        return s;
+    unsigned char *hdr = NULL;
+    size_t hlen = 0;
+    if ((s = probe_journal_encode_header("", &hdr, &hlen)) != PROBE_OK)
+        return s;
+    hsize_t dcap = cap, zero = 0, unlimited = H5S_UNLIMITED, ichunk = PACK_INDEX_CHUNK;
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE),
+          icpl = H5Pcreate(H5P_DATASET_CREATE), dsp = H5Screate_simple(1, &dcap, NULL),
+          isp = H5Screate_simple(1, &zero, &unlimited), d = H5I_INVALID_HID, ix = H5I_INVALID_HID;
+    haddr_t addr = HADDR_UNDEF;
+    int ok = lcpl >= 0 && dcpl >= 0 && icpl >= 0 && dsp >= 0 && isp >= 0 &&
+             H5Pset_create_intermediate_group(lcpl, 1) >= 0 &&
+             H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
+             H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0 &&
+             H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0 && H5Pset_chunk(icpl, 1, &ichunk) >= 0;
+    ok = ok && (d = H5Dcreate2(w->file, data, H5T_STD_U8LE, dsp, lcpl, dcpl, H5P_DEFAULT)) >= 0 &&
+         (addr = H5Dget_offset(d)) != HADDR_UNDEF &&
+         (ix = H5Dcreate2(w->file, index, H5T_STD_U8LE, isp, lcpl, icpl, H5P_DEFAULT)) >= 0;
+    if (d >= 0 && H5Dclose(d) < 0)
+        ok = 0;
+    hid_t ids[] = {lcpl, dcpl, icpl};
+    for (size_t i = 0; i < 3; i++)
+        if (ids[i] >= 0)
+            H5Pclose(ids[i]);
+    if (dsp >= 0)
+        H5Sclose(dsp);
+    if (isp >= 0)
+        H5Sclose(isp);
+    if (!ok) {
+        free(hdr);
+        if (ix >= 0)
+            H5Dclose(ix);
+        return mark_failed(w, h5_fail(w, "cannot create the pack chunk", name));
+    }
+    w->pack.next = k + 1;
+    w->pack.open = 1;
+    snprintf(w->pack.name, sizeof w->pack.name, "%s", name);
+    w->pack.addr = (uint64_t)addr;
+    w->pack.cap = cap;
+    w->pack.used = 0;
+    w->pack.index = ix;
+    w->pack.idx = hdr;
+    w->pack.idx_len = w->pack.idx_cap = hlen;
+    w->pack.idx_written = 0;
+    return PROBE_OK;
+}
+
+/* pwrite all n bytes at off; 0, or -1 with errno. */
+static int pwrite_full(int fd, const void *src, size_t n, uint64_t off)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pwrite(fd, (const char *)src + done, n - done, (off_t)(off + done));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = ENOSPC;
+            return -1;
+        }
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+/* probe_writer_put of a tensor of at most pack.max bytes (admitted, bool
+ * normalised, hashed): its bytes go to the open chunk's data (straight to
+ * the file: HDF5 never writes that dataset), its records to the chunk's
+ * index (written at the next flush) and to the journal. */
+static probe_status put_packed(probe_writer *w, const probe_record *rec, const void *data,
+                               size_t nbytes, uint64_t hash)
+{
+    probe_status s = PROBE_OK;
+    if (!w->pack.open || w->pack.used + nbytes > w->pack.cap) {
+        H5E_BEGIN_TRY {
+            s = pack_seal(w);
+            if (s == PROBE_OK)
+                s = pack_open_chunk(w, nbytes);
+        } H5E_END_TRY;
+        if (s != PROBE_OK)
+            return s;
+    }
+    if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK)
+        return journal_failed(w, s);
+    uint64_t at = w->pack.addr + w->pack.used;
+    if (nbytes > 0 && pwrite_full(w->fd, data, nbytes, at) != 0)
+        return mark_failed(w, probe_set_error(PROBE_EIO, "%s: %s: cannot write its bytes to %s/data: %s",
+                                              w->path, rec->path, w->pack.name, strerror(errno)));
+    size_t len = w->pack.idx_len;
+    if (probe_journal_encode_tensor(rec, w->pack.used, nbytes, hash, &w->pack.idx, &len,
+                                    &w->pack.idx_cap) != PROBE_OK ||
+        pack_remember(w, rec->path) != 0) {
+        /* the bytes are in the chunk, the records are not: nothing names them */
+        return mark_failed(w, probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", w->path, rec->path));
+    }
+    w->pack.idx_len = len;
+    w->pack.used += nbytes;
+    if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
+        return s;
+    return journal_put(w, rec, nbytes > 0 ? at : PROBE_JOURNAL_NO_OFFSET, nbytes, hash);
+}
+
+probe_status probe_writer_set_pack(probe_writer *w, size_t max_bytes)
+{
+    if (w == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_set_pack: writer is NULL");
+    if (max_bytes > PROBE_PACK_MAX_BYTES)
+        return probe_set_error(PROBE_EINVAL, "%s: pack size %zu bytes is above the limit of %zu bytes",
+                               w->path, max_bytes, PROBE_PACK_MAX_BYTES);
+    probe_status s = check_usable(w);
+    if (s != PROBE_OK)
+        return s;
+    if (w->fd < 0 && max_bytes > 0)
+        return probe_set_error(PROBE_EUNSUPPORTED, "%s: packing needs the file's descriptor, which "
+                               "HDF5 did not give", w->path);
+    w->pack.max = max_bytes;
+    return PROBE_OK;
 }
 
 probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
@@ -881,13 +1263,18 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
         data = norm;
     }
     uint64_t hash64 = probe_capture_hash(data, nbytes);
+    if (w->pack.max > 0 && nbytes <= w->pack.max) {
+        s = put_packed(w, rec, data, nbytes, hash64);
+        free(norm);
+        return s;
+    }
     char hash[17];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)hash64);
     /* BEGIN before HDF5 touches the file: a kill from here until the TENSOR
      * record lands is reported by the reader as a partial capture. */
     if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK) {
         free(norm);
-        return mark_failed(w, s);
+        return journal_failed(w, s);
     }
     uint64_t offset = PROBE_JOURNAL_NO_OFFSET;
 
@@ -1024,7 +1411,7 @@ probe_status probe_writer_skip(probe_writer *w, const probe_record *rec, const c
     if (w->journal != NULL && w->failed == PROBE_OK) {
         probe_status s = probe_journal_skip(w->journal, rec->path, reason);
         if (s != PROBE_OK)
-            return mark_failed(w, s);
+            return journal_failed(w, s);
     }
     return PROBE_OK;
 }
@@ -1045,7 +1432,7 @@ probe_status probe_writer_set_manifest(probe_writer *w, const char *manifest_jso
     if (w->journal != NULL && w->failed == PROBE_OK) {
         s = probe_journal_manifest(w->journal, manifest_json);
         if (s != PROBE_OK)
-            return mark_failed(w, s);
+            return journal_failed(w, s);
     }
     return PROBE_OK;
 }
@@ -1082,8 +1469,15 @@ probe_status probe_writer_close(probe_writer *w)
     if (w == NULL)
         return PROBE_OK;
     probe_status s = PROBE_OK;
+    int keep_journal = 0; /* records of packed tensors that no index in the file holds */
+    if (w->file >= 0 && w->failed == PROBE_OK && w->pack.open) {
+        H5E_BEGIN_TRY { s = pack_seal(w); } H5E_END_TRY;
+        keep_journal = s != PROBE_OK && w->pack.idx_written < w->pack.idx_len;
+    }
     if (w->file >= 0 && w->failed == PROBE_OK) {
-        s = flush_file(w, 0); /* a preflight refusal leaves the file consistent */
+        probe_status fs = flush_file(w, 0); /* a preflight refusal leaves the file consistent */
+        if (s == PROBE_OK)
+            s = fs;
         if (w->failed == PROBE_OK)
             release_reservation(w);
     }
@@ -1102,8 +1496,11 @@ probe_status probe_writer_close(probe_writer *w)
         if (r < 0 && s == PROBE_OK)
             s = probe_set_error(PROBE_EIO, "%s: cannot close (%s)", w->path, text);
         /* closed: HDF5's metadata is complete (or, after a failed write, is
-         * what the last successful flush left); the journal is not needed */
-        if (r >= 0) {
+         * what the last successful flush left); the journal is not needed,
+         * unless a failed write left puts that no flush reached, or a pack
+         * index could not be written: then the journal holds them and
+         * readers recover from it */
+        if (r >= 0 && !keep_journal && (w->failed == PROBE_OK || w->unflushed == 0)) {
             probe_journal_close(w->journal, 1);
             w->journal = NULL;
         }
@@ -1113,6 +1510,12 @@ probe_status probe_writer_close(probe_writer *w)
         s = probe_set_error(w->failed,
                             "%s: a write failed (%s); the file holds the tensors written before it",
                             w->path, w->failure);
+    if (w->pack.open) {
+        H5E_BEGIN_TRY { H5Dclose(w->pack.index); } H5E_END_TRY;
+    }
+    free(w->pack.idx);
+    pathset_free(&w->pack.paths);
+    pathset_free(&w->pack.groups);
     free(w->path);
     free(w->manifest);
     json_decref(w->skips);

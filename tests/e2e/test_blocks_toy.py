@@ -32,8 +32,12 @@ Runs and what they must show:
      0; a bad spec exits 2 with one line;
   e  --blocks on a program without any block class: one probe: line at
      exit naming dit.block, the program's stdout unchanged;
+  p  --blocks --pack-small 1048576: stdout unchanged; h5py sees only the
+     pack chunks; probe-compare b p --expect-identical exits 0; the chunked
+     attention run compared in both layouts gives the same verdict, summary
+     and per-tensor JSON;
   f  bad input (--tap 'a/b=X.forward', --tap '=X.f', --capture
-     'dit.block/*@block=x'): exit 2, one `probe-run:` line naming the
+     'dit.block/*@block=x', --pack-small 0 / 2k): exit 2, one `probe-run:` line naming the
      problem, the command not run and nothing written.
 
 Environment: PROBE_BUILD_DIR (required), PROBE_SOURCE_DIR, PROBE_PYTHON.
@@ -305,11 +309,43 @@ def main():
           "(e) --blocks without a block class: the run unchanged, one probe: line naming "
           "dit.block and its patterns (%r)" % warn)
 
+    # (p) --pack-small: the same capture in the packed layout (every tensor of the toy fits)
+    p_h5, q_h5, r_h5 = (os.path.join(tmp, n) for n in ("p.h5", "q.h5", "r.h5"))
+    pp = probe_run(p_h5, ["--blocks", "--pack-small", "1048576"], toy("--out", os.path.join(tmp, "p.npy")))
+    check(pp.returncode == 0 and untimed(pp.stdout) == untimed(pa.stdout)
+          and not [ln for ln in pp.stderr.splitlines() if ln.startswith("probe")],
+          "(p) probe-run --blocks --pack-small: exit 0, stdout unchanged, nothing from probe (%r)"
+          % pp.stderr[-300:])
+    packed = read_capture(p_h5)
+    check(packed and all(k.startswith("/probe.pack/") for k in packed),
+          "(p) h5py sees only the pack chunks' datasets (%r)" % sorted(packed)[:3])
+    pc = run([os.path.join(BUILD, "bin", "probe-compare"), b_h5, p_h5, "--expect-identical", "--quiet"])
+    check(pc.returncode == 0, "(p) probe-compare default-layout vs packed capture of the same run "
+          "--expect-identical exits 0 (%d: %s)" % (pc.returncode, pc.stderr[-300:]))
+    # the chunked-attention change, compared in both layouts: the same verdicts and metrics
+    pq = probe_run(q_h5, ["--blocks", "--pack-small", "1048576"],
+                   toy("--attention", "chunked", "--out", os.path.join(tmp, "q.npy")))
+    pr = probe_run(r_h5, ["--blocks"], toy("--attention", "chunked", "--out", os.path.join(tmp, "r.npy")))
+    js_br, js_pq = os.path.join(tmp, "br.json"), os.path.join(tmp, "pq.json")
+    c1 = run([os.path.join(BUILD, "bin", "probe-compare"), b_h5, r_h5, "--json", js_br, "--quiet"])
+    c2 = run([os.path.join(BUILD, "bin", "probe-compare"), p_h5, q_h5, "--json", js_pq, "--quiet"])
+
+    def verdicts(path):
+        doc = json.load(open(path)) if os.path.exists(path) else {}
+        return (doc.get("verdict"), doc.get("summary"), doc.get("tensors"))
+    vb, vp = verdicts(js_br), verdicts(js_pq)
+    check(pq.returncode == 0 and pr.returncode == 0 and c1.returncode == c2.returncode and vb[2]
+          and vb == vp, "(p) chunked attention: the packed pair's verdict, summary and tensors (every "
+          "key) equal the default-layout pair's (exit %d vs %d; %r vs %r)" % (c1.returncode, c2.returncode,
+                                                                  vb[:2], vp[:2]))
+
     # (f) bad input: refused before the command runs, nothing written
     marker = os.path.join(tmp, "ran")
     for opts, why in ((["--tap", "a/b=X.forward"], "component name 'a/b' contains '/'"),
                       (["--tap", "=X.f"], "component name '' is empty"),
-                      (["--capture", "dit.block/*@block=x"], "block='x' is not RANGES")):
+                      (["--capture", "dit.block/*@block=x"], "block='x' is not RANGES"),
+                      (["--pack-small", "0"], "--pack-small 0: outside 1..1048576 bytes"),
+                      (["--pack-small", "2k"], "--pack-small '2k': not a byte count")):
         out = os.path.join(tmp, "bad.h5")
         p = probe_run(out, opts, [PY, "-c", "open(%r, 'w').write('ran')" % marker])
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
