@@ -6,9 +6,11 @@
  *
  * Builds the engine from source (#include of metrics/cuda/metrics.cu) so that
  * its passes can be timed one by one: the fused stats pass (+ its one-block
- * combine), the p99 radix select after it, the whole probe_cuda_metrics
- * call, probe_cuda_summary of one side, and a plain read of both inputs and
- * a device-to-device copy as the memory ceilings. Data: x ~ N(0,1) (sum of
+ * combine; with and without the p99's first histogram level), the p99 radix
+ * select after it, the whole probe_cuda_metrics call, probe_cuda_summary of
+ * one side, probe_cuda_metrics with a channel shift (16384 channels x 1024:
+ * the row path; 1536 channels last: the column path), and a plain read of
+ * both inputs and a device-to-device copy as the memory ceilings. Data: x ~ N(0,1) (sum of
  * four uniforms, scaled), r = bf16(x), c = bf16(x * (1 + 2^-9 u)), u uniform
  * in [-1, 1): about the disagreement of a bf16 kernel swap. Times: median of
  * 10 after 3 warm-ups, CUDA events. Link: -L build/lib -lprobe.
@@ -151,11 +153,20 @@ int main(int argc, char **argv)
     fused_res *d_res = (fused_res *)dalloc(&x, sizeof(fused_res));
     unsigned long long *d_hist = (unsigned long long *)dalloc(&x, HBINS * 8);
     unsigned long long *d_aux = (unsigned long long *)dalloc(&x, (4 + COLLECT_MAX) * 8);
+    unsigned long long *d_hist0 = (unsigned long long *)dalloc(&x, HBINS * 8);
+    unsigned *d_track = (unsigned *)dalloc(&x, 4 * TBINS * sizeof(unsigned));
+    fo.hist = d_hist0;
     probe_metrics_opts opts = {1e-3, 1e-3};
     int ulp_p, ulp_emin;
     ulp_params(PROBE_DTYPE_BFLOAT16, PROBE_DTYPE_BFLOAT16, &ulp_p, &ulp_emin);
     printf("  GROUPS %d\n", GROUPS);
-    TIME("probe fused pass (+combine)",
+    TIME("probe fused pass (+combine, p99 level 0)",
+         cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
+         cudaMemsetAsync(fo.hist, 0, HBINS * 8, st);
+         fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
+         reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
+    fo.hist = NULL;
+    TIME("probe fused pass without level 0",
          cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
          fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
@@ -163,12 +174,14 @@ int main(int argc, char **argv)
          cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
          fused_kernel<0, 0><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
+    fo.hist = d_hist0;
     if (argc > 2 && strcmp(argv[2], "fused") == 0) {
         printf("  (tile %d elements: %d groups of %d per thread)\n", TILE, GROUPS, VEC);
         return 0;
     }
     unsigned long long cn[C_COUNT];
     CK(cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st));
+    CK(cudaMemsetAsync(fo.hist, 0, HBINS * 8, st));
     fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
     CK(cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
@@ -177,7 +190,8 @@ int main(int argc, char **argv)
     uint64_t rank = (uint64_t)xr;
     double p99 = 0;
     TIME("probe p99 radix select (after fused)",
-         p99 = p99_select(&x, &pd, cn[C_ZERO], rank, d_hist, d_aux));
+         cudaMemcpyAsync(d_hist, d_hist0, HBINS * 8, cudaMemcpyDeviceToDevice, st);
+         p99 = p99_select(&x, &pd, cn[C_ZERO], rank, d_hist, d_aux, d_track, 1));
     printf("  p99 = %.17g (rank %llu of %llu finite; %llu exact zeros)\n", p99,
            (unsigned long long)rank, (unsigned long long)nf, (unsigned long long)cn[C_ZERO]);
     probe_metrics m;
@@ -203,6 +217,17 @@ int main(int argc, char **argv)
                                 &m, &sh));
         printf("  channel shift: argmax %llu max %.6g (%.6g std)\n", (unsigned long long)sh.argmax,
                sh.max, sh.max_rel);
+    }
+    /* channels last: [n / 1536, 1536] x 1 inner (column path) */
+    probe_channel_spec cl = {1536, 1};
+    uint64_t nl = n - n % 1536;
+    if (nl > 0) {
+        bytes = 2.0 * 2.0 * (double)nl;
+        TIME("probe_cuda_metrics + channels last",
+             probe_cuda_metrics(PROBE_DTYPE_BFLOAT16, r, PROBE_DTYPE_BFLOAT16, c, nl, &opts, &cl, st,
+                                &m, &sh));
+        printf("  channels last (n = %llu): argmax %llu max %.6g (%.6g std)\n",
+               (unsigned long long)nl, (unsigned long long)sh.argmax, sh.max, sh.max_rel);
     }
     return x.status == PROBE_OK ? 0 : 1;
 }

@@ -13,10 +13,11 @@
  *     the counts (finite/NaN/Inf, NaN in the reference only, mismatch, inf
  *     mismatch), the nine sums r^2, c^2, d^2, r*c, |d| and, for the gain
  *     error, d*r, r^2 d^2, r^3 d, r^4 (plain fp64 per thread over at most
- *     128 elements, a fixed tree in the block), max |r|, max |c|, max |d|
+ *     256 elements, a fixed tree in the block), max |r|, max |c|, max |d|
  *     with its first offset (a 32-bit in-tile position per thread), the
  *     largest |d| of a mismatching index in ulps of the coarser floating
- *     type at max(|r|, |c|), and the number of exact zeros |d| = 0; per
+ *     type at max(|r|, |c|), the number of exact zeros |d| = 0 and the p99's
+ *     first level (a histogram of the top 12 bits of bits(|d|) |d| != 0); per
  *     group of 8 elements, when both sides have one element type, the
  *     elements whose bytes differ (bool: whose truth values differ). Per-block
  *     partials, combined by one block in a fixed order with Neumaier's
@@ -26,22 +27,25 @@
  *     powers of the gain sums) the sums again on power-of-two scaled values,
  *     with the exponents of metrics/metrics.c.
  *  3. p99: radix select on the bit patterns of |d| (non-negative doubles
- *     order like their bits as uint64). A first pass histograms the top 12
- *     bits of the nonzero keys and picks the 12-bit prefix holding rank
+ *     order like their bits as uint64). The fused pass's histogram of the
+ *     top 12 bits of the nonzero keys gives the 12-bit prefix holding rank
  *     k = ceil(0.99 n_finite) (zeros: the fused pass's count); each further
- *     pass re-reads the pair and histograms the next 12 bits of the elements
- *     under the prefix (and their min/max: when all are equal the value is
- *     known); once at most 4096 candidates remain they are collected and
- *     sorted on the host. Shortcuts: k <= number of exact zeros -> 0;
+ *     pass re-reads the pair and histograms the next 10 bits of the elements
+ *     under the prefix, with per bin the min/max of the next 32 bits and the
+ *     OR/AND of the rest (when they agree for the chosen bin, its keys are
+ *     all equal and the value is known); once at most 4096 candidates remain
+ *     they are collected and sorted on the host. Shortcuts: k <= number of exact zeros -> 0;
  *     k = n_finite -> max |d|.
  *  4. channels (when a channel spec is given): per segment (a piece of a row
- *     of `inner` elements, or a run of up to 64 rows of one column) Welford
- *     partials (count, mean and M2 of r, mean and M2 of d, compensated sum
- *     of d), combined per channel in a fixed order with Chan's formula
+ *     of `inner` elements over one or more rows of the channel, or a run of
+ *     up to 64 rows of one column) partials (count, mean and M2 of r, mean
+ *     and M2 of d, compensated sum of d) from per-thread shifted sums about a
+ *     pivot, combined per channel in a fixed order with Chan's formula
  *     (T. F. Chan, G. H. Golub, R. J. LeVeque, "Algorithms for computing the
  *     sample variance", 1983); then per channel shift_k, se_k, z_k on the
  *     host (probe/metrics.h).
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -56,17 +60,23 @@
 #define THREADS 256
 #define VEC 8                          /* elements per thread per group */
 #ifndef PROBE_CUDA_GROUPS
-#define PROBE_CUDA_GROUPS 16
+#define PROBE_CUDA_GROUPS 32
 #endif
 #define GROUPS PROBE_CUDA_GROUPS       /* groups per thread per tile */
-#define TILE (THREADS * VEC * GROUPS)  /* 32768 elements per block (default) */
+#define TILE (THREADS * VEC * GROUPS)  /* 65536 elements per block (default) */
 #define ABS_MASK 0x7FFFFFFFFFFFFFFFull
 #define INF_BITS 0x7FF0000000000000ull
 #define HBITS 12
 #define HBINS (1 << HBITS)
 #define LEVEL0_SHIFT 51                /* 63 - 12: |d| bits are < 2^63 */
 #define COLLECT_MAX 4096
+#define TBITS 10                       /* bits per p99 level after the first */
+#define TBINS (1 << TBITS)
 #define RED_THREADS 256
+#define CH_SEG 2048                    /* channels: longest row piece of one warp */
+#define CH_J 64                        /* channels: rows of one column run */
+#define CH_U 8                         /* channels: rows of a column run loaded at a time */
+#define CH_WARP_ELEMS 16384            /* channels: elements a warp takes at least, rows allowing */
 #define CHUNK_BYTES (64u << 20)        /* probe_cuda_metrics_source: per read */
 /* The library is built with -fvisibility=hidden: only probe/device.h is exported. */
 #define PROBE_CUDA_API extern "C" __attribute__((visibility("default")))
@@ -142,6 +152,15 @@ __device__ static inline double dec(int t, uint64_t b)
     case PROBE_DTYPE_FLOAT8_E5M2: return dec_mini((unsigned)(b & 0xFFu), 5, 2, 15, 1);
     default: return 0.0;
     }
+}
+
+/* A bfloat16 or float16 element (bits w, at most 16) as a double: exact, as dec(). */
+template <int D>
+__device__ static inline double dec16(unsigned w)
+{
+    if (D == PROBE_DTYPE_BFLOAT16)
+        return (double)__uint_as_float(w << 16);
+    return (double)__half2float(__ushort_as_half((unsigned short)w));
 }
 
 __device__ static inline uint64_t ld_raw(const unsigned char *p, int sz, uint64_t i)
@@ -541,6 +560,8 @@ typedef struct {
     double *part;                  /* [blocks][P_COUNT] */
     unsigned long long *part_off;  /* [blocks] offset of the block's max |d| */
     unsigned long long *counts;    /* [C_COUNT] */
+    unsigned long long *hist;      /* [HBINS]: the p99's first level, the top 12 bits of the
+                                      nonzero keys bits(|d|) (added to); NULL: not kept */
 } fused_out;
 
 /* The fused kernel's block reduction: this block's sums, maxima (with the
@@ -591,13 +612,28 @@ __device__ __forceinline__ void count_nonfinite(double r, double c, uint64_t rb,
     }
 }
 
+/* Add 1 to the shared-memory bin h[bin] when on: a predicated reduction, not
+ * a branch around an atomic (the fused pass meets it at every element). */
+__device__ __forceinline__ void hist_add(unsigned *h, unsigned bin, int on)
+{
+    unsigned addr = (unsigned)__cvta_generic_to_shared(h + bin);
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %1, 0;\n\t@p red.shared.add.u32 [%0], 1;\n\t}"
+                 :
+                 : "r"(addr), "r"(on)
+                 : "memory");
+}
+
 /* Blocks of THREADS per SM the fused kernel is compiled for: 3 for the
- * pairs of 2-byte floats (at most 80 registers, which ptxas meets without
- * spilling there), else 0: no bound (other pairs would spill at 80). */
+ * pairs of 2-byte floats (at most 80 registers; ptxas spills 4 bytes there,
+ * and on the H200 this ran faster than 2 blocks or no bound), else 0: no
+ * bound (other pairs would spill more at 80). */
+#ifndef PROBE_CUDA_FUSED_MIN_BLOCKS
+#define PROBE_CUDA_FUSED_MIN_BLOCKS 3
+#endif
 #define FUSED_MIN_BLOCKS(RD, CD)                                                                   \
     (((RD) == PROBE_DTYPE_BFLOAT16 && (CD) == PROBE_DTYPE_BFLOAT16) ||                             \
              ((RD) == PROBE_DTYPE_FLOAT16 && (CD) == PROBE_DTYPE_FLOAT16)                          \
-         ? 3                                                                                       \
+         ? PROBE_CUDA_FUSED_MIN_BLOCKS                                                             \
          : 0)
 
 /* ulp_p, ulp_emin: precision and smallest normal exponent of the coarser
@@ -611,17 +647,28 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
     __shared__ double shd[THREADS / 32];
     __shared__ uint64_t sho[THREADS / 32];
     __shared__ unsigned long long shu[THREADS / 32];
+    __shared__ unsigned shh[HBINS];
+    const int keep_hist = o.hist != NULL;
+    if (keep_hist) {
+        for (int i = threadIdx.x; i < HBINS; i += THREADS)
+            shh[i] = 0;
+        __syncthreads();
+    }
 
     double s_rr = 0, s_cc = 0, s_dd = 0, s_rc = 0, s_ad = 0;
     double s_dr = 0, s_r2d2 = 0, s_r3d = 0, s_r4 = 0;
-    /* maxima on the bit patterns (integer pipe): |x| orders like its bits;
-     * mk = bits(max |d|) as a signed 64-bit integer (those bits are < 2^63),
-     * -1 = no finite index yet; maxpos: its position in the block's tile
-     * (32 bits; the flat offset is formed at the block reduction); uk: the
-     * same for the mismatches' largest |d| in ulps */
+    /* max |r|, max |c| on the bit patterns (|x| orders like its bits);
+     * maxd: max |d|, -1 = no finite index yet, maxpos: its first position in
+     * the block's tile (32 bits; the flat offset is formed at the block
+     * reduction); umax: the mismatches' largest |d| in ulps, -1 = none.
+     * fast16: a pair of one 2-byte float type, whose full finite groups take
+     * the 16-bit path below; amax16: its largest magnitude (the 15 low bits
+     * of an element, which order like |x|) */
     uint64_t amax_rb = 0, amax_cb = 0;
-    long long mk = -1, uk = -1;
+    double maxd = -1.0, umax = -1.0;
     unsigned maxpos = 0;
+    const int fast16 = RD == CD && (RD == PROBE_DTYPE_BFLOAT16 || RD == PROBE_DTYPE_FLOAT16);
+    unsigned amax16 = 0;
     unsigned cnt[C_COUNT];
     for (int i = 0; i < C_COUNT; i++)
         cnt[i] = 0;
@@ -658,28 +705,8 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
      * exactly 1 and c = 2r (d = r) a gain of exactly 1 with a residual sum of
      * exactly 0. The histogram of |d| for the p99 is the p99 pass's own first
      * pass (p99_select). */
-#define FINITE_ELEM(r, c, d, rb, cb, p)                                                            \
+#define FINITE_SUMS(r, c, d, ad)                                                                   \
     do {                                                                                           \
-        long long key = (long long)(d_bits(d) & ABS_MASK);                                         \
-        if (key > mk) {                                                                            \
-            mk = key;                                                                              \
-            maxpos = p;                                                                            \
-        }                                                                                          \
-        double ad = fabs(d);                                                                       \
-        int mis = ad > __dadd_rn(atol, __dmul_rn(rtol, fabs(r)));                                  \
-        cnt[C_MIS] += mis;                                                                         \
-        if (split_amax) {                                                                          \
-            amax_rb = rb > amax_rb ? rb : amax_rb;                                                 \
-            amax_cb = cb > amax_cb ? cb : amax_cb;                                                 \
-        }                                                                                          \
-        if (do_ulps) {                                                                             \
-            uint64_t xb = rb > cb ? rb : cb;                                                       \
-            if (!split_amax)                                                                       \
-                amax_rb = xb > amax_rb ? xb : amax_rb;                                             \
-            long long u = (long long)d_bits(in_ulps(ulp_p, ulp_emin, xb, ad));                     \
-            u = mis ? u : -1;                                                                      \
-            uk = u > uk ? u : uk;                                                                  \
-        }                                                                                          \
         double rr = r * r;                                                                         \
         s_rr = fma(r, r, s_rr);                                                                    \
         s_cc = fma(c, c, s_cc);                                                                    \
@@ -690,7 +717,59 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         s_r2d2 = fma(rr, d * d, s_r2d2);                                                           \
         s_r3d = fma(rr, r * d, s_r3d);                                                             \
         s_r4 = fma(rr, rr, s_r4);                                                                  \
-        cnt[C_ZERO] += key == 0;                                                                   \
+        cnt[C_ZERO] += ad == 0.0;                                                                  \
+        if (keep_hist)                                                                             \
+            hist_add(shh, (unsigned)__double2hiint(ad) >> (LEVEL0_SHIFT - 32), ad != 0.0);         \
+    } while (0)
+/* max |d| and its first position p */
+#define ELEM_MAXD(ad, p)                                                                           \
+    do {                                                                                           \
+        if (ad > maxd) {                                                                           \
+            maxd = ad;                                                                             \
+            maxpos = p;                                                                            \
+        }                                                                                          \
+    } while (0)
+#define FINITE_ELEM(r, c, d, rb, cb, p)                                                            \
+    do {                                                                                           \
+        double ad = fabs(d);                                                                       \
+        ELEM_MAXD(ad, p);                                                                          \
+        int mis = ad > __dadd_rn(atol, __dmul_rn(rtol, fabs(r)));                                  \
+        cnt[C_MIS] += mis;                                                                         \
+        if (split_amax) {                                                                          \
+            amax_rb = rb > amax_rb ? rb : amax_rb;                                                 \
+            amax_cb = cb > amax_cb ? cb : amax_cb;                                                 \
+        }                                                                                          \
+        if (do_ulps) {                                                                             \
+            uint64_t xb = rb > cb ? rb : cb;                                                       \
+            if (!split_amax)                                                                       \
+                amax_rb = xb > amax_rb ? xb : amax_rb;                                             \
+            if (mis)                                                                               \
+                umax = fmax(umax, in_ulps(ulp_p, ulp_emin, xb, ad));                               \
+        }                                                                                          \
+        FINITE_SUMS(r, c, d, ad);                                                                  \
+    } while (0)
+    /* The same for an element of a fast16 pair, from its 16 bits rw, cw: the
+     * magnitude max(|r|, |c|) and its exponent come from the bits (MB mantissa
+     * bits, bias BIAS), and |d| in ulps is |d| * 2^k with k = p - 1 -
+     * max(e, emin) added to the exponent field of |d|: a mismatching |d| is
+     * at least the type's smallest subnormal (2^-133, 2^-24) and at most
+     * 2^9 ulps, so both |d| and the result are normal doubles and the product
+     * is exact, the value of in_ulps. */
+#define FAST16_ELEM(rw, cw, p)                                                                     \
+    do {                                                                                           \
+        const int MB = RD == PROBE_DTYPE_BFLOAT16 ? 7 : 10;                                        \
+        const int BIAS = RD == PROBE_DTYPE_BFLOAT16 ? 127 : 15;                                    \
+        double r = dec16<RD>(rw), c = dec16<RD>(cw);                                               \
+        double d = c - r, ad = fabs(d);                                                            \
+        ELEM_MAXD(ad, p);                                                                          \
+        int mis = ad > __dadd_rn(atol, __dmul_rn(rtol, fabs(r)));                                  \
+        cnt[C_MIS] += mis;                                                                         \
+        unsigned xm = max((rw) & 0x7FFFu, (cw) & 0x7FFFu);                                         \
+        amax16 = max(amax16, xm);                                                                  \
+        int k = MB + BIAS - max((int)(xm >> MB), 1);                                               \
+        double u = __hiloint2double(__double2hiint(ad) + (k << 20), __double2loint(ad));           \
+        umax = fmax(umax, mis ? u : -1.0);                                                         \
+        FINITE_SUMS(r, c, d, ad);                                                                  \
     } while (0)
 
 #pragma unroll 1
@@ -708,13 +787,22 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         if (base + VEC <= n && group_finite<RD>(&gr) && group_finite<CD>(&gc)) {
             /* the common case: a full group, every element finite */
             cnt[C_NF] += VEC;
+            if (fast16) {
 #pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                uint64_t rw = get_elem(&gr, rsz, j), cw = get_elem(&gc, csz, j);
-                double r = dec(rt, rw), c = dec(ct, cw);
-                double d = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
-                uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
-                FINITE_ELEM(r, c, d, rb, cb, pos + j);
+                for (int j = 0; j < VEC; j++) {
+                    unsigned rw = (gr.w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+                    unsigned cw = (gc.w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+                    FAST16_ELEM(rw, cw, pos + j);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    uint64_t rw = get_elem(&gr, rsz, j), cw = get_elem(&gc, csz, j);
+                    double r = dec(rt, rw), c = dec(ct, cw);
+                    double d = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
+                    uint64_t rb = d_bits(r) & ABS_MASK, cb = d_bits(c) & ABS_MASK;
+                    FINITE_ELEM(r, c, d, rb, cb, pos + j);
+                }
             }
         } else {
 #pragma unroll
@@ -739,10 +827,22 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         pos += THREADS * VEC;
     }
 #undef FINITE_ELEM
+#undef FAST16_ELEM
+#undef ELEM_MAXD
+#undef FINITE_SUMS
+    if (fast16) {
+        uint64_t b16 = d_bits(dec16<RD>(amax16));
+        amax_rb = b16 > amax_rb ? b16 : amax_rb;
+    }
     const double sums[NSUMS] = {s_rr, s_cc, s_dd, s_rc, s_ad, s_dr, s_r2d2, s_r3d, s_r4};
-    fused_block_result(sums, bits_d(amax_rb), bits_d(split_amax ? amax_cb : amax_rb),
-                       uk >= 0 ? bits_d((uint64_t)uk) : -1.0, mk >= 0 ? bits_d((uint64_t)mk) : -1.0,
+    fused_block_result(sums, bits_d(amax_rb), bits_d(split_amax ? amax_cb : amax_rb), umax, maxd,
                        tile0 + maxpos, cnt, o, shd, sho, shu);
+    if (keep_hist) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < HBINS; i += THREADS)
+            if (shh[i])
+                atomicAdd(&o.hist[i], (unsigned long long)shh[i]);
+    }
 }
 
 /* The sums again on r*2^kr, c*2^kc, d*2^kd (metrics/metrics.c: the range of
@@ -871,17 +971,31 @@ template <int RD, int CD>
 __global__ void __launch_bounds__(THREADS)
 select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
               int vec, uint64_t prefix, int shift, int width, int mode, unsigned long long *hist,
-              unsigned long long *mm, unsigned long long *buf, unsigned long long *cnt)
+              unsigned long long *mm, unsigned *track, unsigned long long *buf,
+              unsigned long long *cnt)
 {
     __shared__ unsigned int sh[HBINS];
+    __shared__ unsigned int sht[4][TBINS];
     __shared__ unsigned long long shu[THREADS / 32];
+    /* track (levels after the first, width <= TBITS): per bin the min and max
+     * of the top 32 of the bits below the bin (top) and the OR and AND of the
+     * rest (low): every key of bin b is equal when min == max and OR == AND */
+    const int tracking = mode == MODE_HIST && track != NULL;
     if (mode == MODE_HIST) {
         for (int i = threadIdx.x; i < HBINS; i += THREADS)
             sh[i] = 0;
+        if (tracking)
+            for (int i = threadIdx.x; i < TBINS; i += THREADS) {
+                sht[0][i] = ~0u;
+                sht[1][i] = 0;
+                sht[2][i] = 0;
+                sht[3][i] = ~0u;
+            }
         __syncthreads();
     }
     const int dshift = shift - width;
     const uint64_t dmask = ((uint64_t)1 << width) - 1;
+    const int lowbits = dshift > 32 ? dshift - 32 : 0;
     const int skip0 = shift == 63;
     unsigned long long kmin = ~0ull, kmax = 0;
     const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
@@ -909,7 +1023,17 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
         uint64_t key = d_bits(d) & ABS_MASK;                                                       \
         if ((key >> shift) == prefix && !(skip0 && key == 0)) {                                    \
             if (mode == MODE_HIST) {                                                               \
-                atomicAdd(&sh[(key >> dshift) & dmask], 1u);                                       \
+                unsigned bin = (unsigned)((key >> dshift) & dmask);                                \
+                atomicAdd(&sh[bin], 1u);                                                           \
+                if (tracking) {                                                                    \
+                    uint64_t rest = key & (((uint64_t)1 << dshift) - 1);                           \
+                    unsigned top = (unsigned)(rest >> lowbits);                                    \
+                    unsigned low = (unsigned)(rest & ((1ull << lowbits) - 1));                     \
+                    atomicMin(&sht[0][bin], top);                                                  \
+                    atomicMax(&sht[1][bin], top);                                                  \
+                    atomicOr(&sht[2][bin], low);                                                   \
+                    atomicAnd(&sht[3][bin], low);                                                  \
+                }                                                                                  \
                 if (!skip0) { /* the first level's min/max are not used */                         \
                     kmin = key < kmin ? key : kmin;                                                \
                     kmax = key > kmax ? key : kmax;                                                \
@@ -976,9 +1100,17 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
             kmax = shu[i] > kmax ? shu[i] : kmax;
         atomicMax(&mm[1], kmax);
     }
+    __syncthreads();
     for (int i = threadIdx.x; i < HBINS; i += THREADS)
-        if (sh[i])
+        if (sh[i]) {
             atomicAdd(&hist[i], (unsigned long long)sh[i]);
+            if (tracking && i < TBINS) {
+                atomicMin(&track[i], sht[0][i]);
+                atomicMax(&track[TBINS + i], sht[1][i]);
+                atomicOr(&track[2 * TBINS + i], sht[2][i]);
+                atomicAnd(&track[3 * TBINS + i], sht[3][i]);
+            }
+        }
 }
 
 /* ---- per-channel mean shift ---- */
@@ -1009,46 +1141,137 @@ __host__ __device__ static inline void chan_merge(chan_part *a, const chan_part 
     nsum_merge(&a->sd, &b->sd);
 }
 
-__device__ static inline void chan_add(chan_part *a, double r, double c, double d)
+/* One thread's share of a segment: shifted sums about a pivot (pr, pd), the
+ * thread's first element when it is finite on both sides, else 0 (the
+ * "shifted data" algorithm of Chan, Golub, LeVeque 1983, whose error is small
+ * when the pivot is near the mean): the count, sum and sum of squares of
+ * r - pr and d - pd, and the plain sum of d (at most CH_SEG / 32 or CH_J
+ * terms). */
+typedef struct {
+    unsigned n;
+    double pr, pd, s1r, s2r, s1d, s2d, sd;
+} chan_acc;
+
+/* 1 when element bits w of type t (RD or CD: t is known at compile time, else
+ * decoded) hold a finite value. */
+template <int D>
+__device__ static inline int elem_finite(int t, uint64_t w)
 {
-    if (!(is_fin(r) && is_fin(c)))
+    switch (D) {
+    case PROBE_DTYPE_BFLOAT16: return (w & 0x7F80u) != 0x7F80u;
+    case PROBE_DTYPE_FLOAT16: return (w & 0x7C00u) != 0x7C00u;
+    case PROBE_DTYPE_FLOAT32: return (w & 0x7F800000u) != 0x7F800000u;
+    case PROBE_DTYPE_FLOAT64: return (w & INF_BITS) != INF_BITS;
+    default: return is_fin(dec(t, w));
+    }
+}
+
+/* The pivot of a: element i of the pair when it is finite on both sides. */
+template <int RD, int CD>
+__device__ static inline void acc_pivot(chan_acc *a, const unsigned char *ref, int rdt,
+                                        const unsigned char *cand, int cdt, int wide, uint64_t i)
+{
+    const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
+    uint64_t rw = ld_raw(ref, dt_size(rt), i), cw = ld_raw(cand, dt_size(ct), i);
+    if (elem_finite<RD>(rt, rw) && elem_finite<CD>(ct, cw)) {
+        double r = dec(rt, rw), c = dec(ct, cw);
+        a->pr = r;
+        a->pd = pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c);
+    }
+}
+
+__device__ static inline void acc_add(chan_acc *a, double r, double d)
+{
+    double x = r - a->pr, y = d - a->pd;
+    a->n++;
+    a->s1r += x;
+    a->s2r = fma(x, x, a->s2r);
+    a->s1d += y;
+    a->s2d = fma(y, y, a->s2d);
+    a->sd += d;
+}
+
+/* The accumulator as a partial: mean = pivot + S1 / n, M2 = S2 - S1^2 / n
+ * (not below 0). */
+__device__ static inline chan_part acc_part(const chan_acc *a)
+{
+    chan_part p = {0, 0, 0, 0, 0, {0, 0}};
+    if (a->n == 0)
+        return p;
+    double n = (double)a->n, mr = a->s1r / n, md = a->s1d / n;
+    p.n = n;
+    p.mean = a->pr + mr;
+    p.m2 = fmax(0.0, a->s2r - a->s1r * mr);
+    p.mean_d = a->pd + md;
+    p.m2_d = fmax(0.0, a->s2d - a->s1d * md);
+    p.sd.s = a->sd;
+    return p;
+}
+
+/* Elements [0, m) of a loaded group pair into a: those finite on both sides. */
+template <int RD, int CD>
+__device__ static inline void acc_group(chan_acc *a, const rawgrp *gr, int rdt, const rawgrp *gc,
+                                        int cdt, int wide, int m)
+{
+    const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
+    const int rsz = dt_size(rt), csz = dt_size(ct);
+    if (m == VEC && group_finite<RD>(gr) && group_finite<CD>(gc)) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            uint64_t rw = get_elem(gr, rsz, j), cw = get_elem(gc, csz, j);
+            double r = dec(rt, rw), c = dec(ct, cw);
+            acc_add(a, r, pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c));
+        }
         return;
-    a->n += 1.0;
-    double delta = r - a->mean;
-    a->mean += delta / a->n;
-    a->m2 += delta * (r - a->mean);
-    double dd = d - a->mean_d;
-    a->mean_d += dd / a->n;
-    a->m2_d += dd * (d - a->mean_d);
-    nsum_add(&a->sd, d);
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        if (j >= m)
+            break;
+        uint64_t rw = get_elem(gr, rsz, j), cw = get_elem(gc, csz, j);
+        if (elem_finite<RD>(rt, rw) && elem_finite<CD>(ct, cw)) {
+            double r = dec(rt, rw), c = dec(ct, cw);
+            acc_add(a, r, pair_diff<RD, CD>(wide, rt, rw, ct, cw, r, c));
+        }
+    }
 }
 
-/* Element i of the pair into a (wide: an integer pair with a 64-bit side,
- * whose d is formed exactly). */
-__device__ static inline void chan_add_at(chan_part *a, const unsigned char *ref, int rdt,
-                                          const unsigned char *cand, int cdt, int wide, uint64_t i)
-{
-    uint64_t rb = ld_raw(ref, dt_size(rdt), i), cb = ld_raw(cand, dt_size(cdt), i);
-    double r = dec(rdt, rb), c = dec(cdt, cb);
-    chan_add(a, r, c, pair_diff<0, 0>(wide, rdt, rb, cdt, cb, r, c));
-}
-
-/* Row segments: row q (inner elements at q*inner) is cut into nseg pieces of
- * seg elements; one warp per piece, lanes striding, then a fixed shuffle
- * tree. part[q * nseg + s]. */
+/* Row segments: the tensor as [outer][count][inner]; row (o, k) is cut into
+ * nseg pieces of seg elements, and one warp takes piece s of the rows (o, k)
+ * for o in [ob * R, ob * R + R) (R rows of one channel, so that a warp has
+ * enough elements when rows are short), each lane taking groups of VEC
+ * consecutive elements 32 * VEC apart (vector loads when vec and the piece
+ * starts on a multiple of VEC), then a fixed shuffle tree.
+ * part[(ob * count + k) * nseg + s]. */
+template <int RD, int CD>
 __global__ void __launch_bounds__(THREADS)
 chan_rows_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, int wide,
-                 uint64_t rows, uint64_t inner, uint64_t seg, uint64_t nseg, chan_part *part)
+                 uint64_t outer, uint64_t count, uint64_t inner, uint64_t R, uint64_t seg,
+                 uint64_t nseg, int vec, chan_part *part)
 {
     uint64_t wid = ((uint64_t)blockIdx.x * THREADS + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
-    if (wid >= rows * nseg)
+    uint64_t nob = (outer + R - 1) / R;
+    if (wid >= nob * count * nseg)
         return;
-    uint64_t q = wid / nseg, s = wid % nseg;
-    uint64_t lo = q * inner + s * seg, hi = q * inner + ((s + 1) * seg < inner ? (s + 1) * seg : inner);
-    chan_part a = {0, 0, 0, 0, 0, {0, 0}};
-    for (uint64_t i = lo + lane; i < hi; i += 32)
-        chan_add_at(&a, ref, rdt, cand, cdt, wide, i);
+    uint64_t s = wid % nseg, t = wid / nseg, k = t % count, ob = t / count;
+    uint64_t o1 = (ob + 1) * R < outer ? (ob + 1) * R : outer;
+    uint64_t off = s * seg, len = (s + 1) * seg < inner ? seg : inner - s * seg;
+    chan_acc acc = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint64_t first = (ob * R * count + k) * inner + off;
+    if ((uint64_t)lane * VEC < len)
+        acc_pivot<RD, CD>(&acc, ref, rdt, cand, cdt, wide, first + (uint64_t)lane * VEC);
+    for (uint64_t o = ob * R; o < o1; o++) {
+        uint64_t lo = (o * count + k) * inner + off, hi = lo + len;
+        int v = vec && lo % VEC == 0;
+        for (uint64_t i = lo + (uint64_t)lane * VEC; i < hi; i += 32 * VEC) {
+            rawgrp gr, gc;
+            load_raw<RD>(ref, rdt, i, hi, v, &gr);
+            load_raw<CD>(cand, cdt, i, hi, v, &gc);
+            acc_group<RD, CD>(&acc, &gr, rdt, &gc, cdt, wide, hi - i < VEC ? (int)(hi - i) : VEC);
+        }
+    }
+    chan_part a = acc_part(&acc);
     for (int o = 16; o > 0; o >>= 1) {
         chan_part b;
         b.n = __shfl_down_sync(0xFFFFFFFFu, a.n, o);
@@ -1067,6 +1290,7 @@ chan_rows_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, i
 
 /* Column runs: the tensor as [outer][C] (C = count * inner); thread
  * (p, col) takes rows p*J .. p*J + J - 1 of column col. part[p * C + col]. */
+template <int RD, int CD>
 __global__ void __launch_bounds__(THREADS)
 chan_cols_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, int wide,
                  uint64_t outer, uint64_t C, uint64_t J, uint64_t P, chan_part *part)
@@ -1076,10 +1300,30 @@ chan_cols_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, i
         return;
     uint64_t p = id / C, col = id % C;
     uint64_t j1 = (p + 1) * J < outer ? (p + 1) * J : outer;
-    chan_part a = {0, 0, 0, 0, 0, {0, 0}};
-    for (uint64_t j = p * J; j < j1; j++)
-        chan_add_at(&a, ref, rdt, cand, cdt, wide, j * C + col);
-    part[id] = a;
+    const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
+    const int rsz = dt_size(rt), csz = dt_size(ct);
+    chan_acc acc = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (p * J < j1)
+        acc_pivot<RD, CD>(&acc, ref, rdt, cand, cdt, wide, p * J * C + col);
+    /* CH_U rows at a time: their loads are issued before any is used */
+    uint64_t j = p * J, i = p * J * C + col;
+    for (; j < j1; j += CH_U, i += CH_U * C) {
+        uint64_t rw[CH_U], cw[CH_U];
+#pragma unroll
+        for (int u = 0; u < CH_U; u++) {
+            int in = j + u < j1;
+            rw[u] = in ? ld_raw(ref, rsz, i + u * C) : 0;
+            cw[u] = in ? ld_raw(cand, csz, i + u * C) : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < CH_U; u++) {
+            if (j + u < j1 && elem_finite<RD>(rt, rw[u]) && elem_finite<CD>(ct, cw[u])) {
+                double r = dec(rt, rw[u]), c = dec(ct, cw[u]);
+                acc_add(&acc, r, pair_diff<RD, CD>(wide, rt, rw[u], ct, cw[u], r, c));
+            }
+        }
+    }
+    part[id] = acc_part(&acc);
 }
 
 /* One block per channel k: its items m in [0, items) are
@@ -1432,25 +1676,30 @@ static double u64_as_double(uint64_t b)
  * top 12 bits of the nonzero keys (the fused pass does not, so that it runs
  * at memory speed; the p99 needs a pass over the pair anyway). */
 static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
-                         unsigned long long *d_hist, unsigned long long *d_aux)
+                         unsigned long long *d_hist, unsigned long long *d_aux, unsigned *d_track,
+                         int have_level0)
 {
     if (k <= zeros)
         return 0.0;
     unsigned long long *hh = (unsigned long long *)malloc(HBINS * sizeof *hh);
     unsigned long long *keys = (unsigned long long *)malloc(COLLECT_MAX * sizeof *keys);
+    unsigned *ht = (unsigned *)malloc(4 * TBINS * sizeof *ht);
     double result = NAN;
     unsigned grid = nblocks_for(pd->n);
     /* d_aux: [0] min key, [1] max key, [2] collect counter; collected keys after */
     unsigned long long *mm = d_aux, *ccount = d_aux + 2, *buf = d_aux + 4;
-    if (hh == NULL || keys == NULL) {
+    if (hh == NULL || keys == NULL || ht == NULL) {
         x->status = probe_set_error(PROBE_ENOMEM, "%s: host scratch for the p99", x->fn);
         goto done;
     }
-    /* level 0: the top 12 bits of every nonzero key (min/max not used) */
-    if (failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof *d_hist, x->st), "memset"))
-        goto done;
-    DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt, pd->n,
-             pd->vec, 0, 63, HBITS, MODE_HIST, d_hist, mm, buf, ccount);
+    /* level 0: the top 12 bits of every nonzero key (min/max not used), in
+     * d_hist already when the fused pass histogrammed them */
+    if (!have_level0) {
+        if (failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof *d_hist, x->st), "memset"))
+            goto done;
+        DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
+                 pd->n, pd->vec, 0, 63, HBITS, MODE_HIST, d_hist, mm, (unsigned *)NULL, buf, ccount);
+    }
     if (failed(x, cudaGetLastError(), "p99 histogram kernel") ||
         failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost, x->st),
                "copy of the p99 histogram") ||
@@ -1479,7 +1728,8 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
                 if (failed(x, cudaMemsetAsync(ccount, 0, sizeof *ccount, x->st), "memset"))
                     break;
                 DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
-                         pd->n, pd->vec, prefix, shift, 0, MODE_COLLECT, d_hist, mm, buf, ccount);
+                         pd->n, pd->vec, prefix, shift, 0, MODE_COLLECT, d_hist, mm, (unsigned *)NULL,
+                         buf, ccount);
                 if (failed(x, cudaGetLastError(), "p99 collect kernel") ||
                     failed(x, cudaMemcpyAsync(keys, buf, cnt * sizeof *keys, cudaMemcpyDeviceToHost,
                                               x->st), "copy of the p99 candidates") ||
@@ -1489,20 +1739,31 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
                 result = u64_as_double(keys[kr - 1]);
                 break;
             }
-            int width = shift < HBITS ? shift : HBITS;
+            int width = shift < TBITS ? shift : TBITS;
             unsigned long long init[2] = {~0ull, 0ull};
+            for (int b = 0; b < TBINS; b++) {
+                ht[b] = ~0u;
+                ht[TBINS + b] = 0;
+                ht[2 * TBINS + b] = 0;
+                ht[3 * TBINS + b] = ~0u;
+            }
             if (failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof *d_hist, x->st), "memset") ||
                 failed(x, cudaMemcpyAsync(mm, init, sizeof init, cudaMemcpyHostToDevice, x->st),
-                       "copy"))
+                       "copy") ||
+                failed(x, cudaMemcpyAsync(d_track, ht, 4 * TBINS * sizeof *ht,
+                                          cudaMemcpyHostToDevice, x->st), "copy"))
                 break;
             DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
-                     pd->n, pd->vec, prefix, shift, width, MODE_HIST, d_hist, mm, buf, ccount);
+                     pd->n, pd->vec, prefix, shift, width, MODE_HIST, d_hist, mm, d_track, buf,
+                     ccount);
             unsigned long long got[2];
             if (failed(x, cudaGetLastError(), "p99 histogram kernel") ||
                 failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost,
                                           x->st), "copy of the p99 histogram") ||
                 failed(x, cudaMemcpyAsync(got, mm, sizeof got, cudaMemcpyDeviceToHost, x->st),
                        "copy") ||
+                failed(x, cudaMemcpyAsync(ht, d_track, 4 * TBINS * sizeof *ht,
+                                          cudaMemcpyDeviceToHost, x->st), "copy") ||
                 failed(x, cudaStreamSynchronize(x->st), "p99 histogram"))
                 break;
             if (got[0] == got[1]) { /* every candidate equal: that is the value */
@@ -1510,9 +1771,10 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
                 break;
             }
             below = 0;
-            int bins = 1 << width;
+            int bins = 1 << width, chosen = 0;
             for (int b = 0; b < bins; b++) {
                 if (below + hh[b] >= kr) {
+                    chosen = b;
                     prefix = (prefix << width) | (uint64_t)b;
                     cnt = hh[b];
                     break;
@@ -1521,11 +1783,19 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
             }
             kr -= below;
             shift -= width;
+            if (ht[chosen] == ht[TBINS + chosen] && ht[2 * TBINS + chosen] == ht[3 * TBINS + chosen]) {
+                /* every key of the chosen bin is equal: that is the value */
+                int lowbits = shift > 32 ? shift - 32 : 0;
+                uint64_t rest = ((uint64_t)ht[chosen] << lowbits) | ht[2 * TBINS + chosen];
+                result = u64_as_double((prefix << shift) | rest);
+                break;
+            }
         }
     }
 done:
     free(hh);
     free(keys);
+    free(ht);
     return result;
 }
 
@@ -1546,8 +1816,6 @@ static probe_status check_channel(const char *fn, const probe_channel_spec *ch, 
     return PROBE_OK;
 }
 
-#define CH_SEG 2048
-#define CH_J 64
 
 /* The per-channel arrays a caller asked for (probe_stream_opts): each NULL
  * or count doubles. */
@@ -1587,24 +1855,30 @@ static void channel_compute(ctx *x, const pair_dev *pd, const probe_channel_spec
         uint64_t rows = outer * count;
         uint64_t nseg = (inner + CH_SEG - 1) / CH_SEG;
         uint64_t C = count * inner, P = (outer + CH_J - 1) / CH_J;
+        /* rows of at least a warp's groups are batched R to a warp */
+        uint64_t piece = inner < CH_SEG ? inner : CH_SEG;
+        uint64_t R = piece >= 32 * VEC ? (CH_WARP_ELEMS + piece - 1) / piece : 1;
+        R = R > outer ? outer : R;
+        uint64_t nob = (outer + R - 1) / R;
         uint64_t parts_rows = rows * nseg, parts_cols = P * C;
         int use_rows = parts_rows <= parts_cols;
-        uint64_t nparts = use_rows ? parts_rows : parts_cols;
+        uint64_t nparts = use_rows ? nob * count * nseg : parts_cols;
         int wide = dt_wide_int_pair(pd->rdt, pd->cdt);
         d_part = (chan_part *)dalloc(x, nparts * sizeof(chan_part));
         d_ch = (chan_part *)dalloc(x, count * sizeof(chan_part));
         if (x->status != PROBE_OK)
             goto done;
         if (use_rows) {
-            uint64_t threads = parts_rows * 32;
-            chan_rows_kernel<<<(unsigned)((threads + THREADS - 1) / THREADS), THREADS, 0, x->st>>>(
-                pd->r, pd->rdt, pd->c, pd->cdt, wide, rows, inner, CH_SEG, nseg, d_part);
+            uint64_t threads = nob * count * nseg * 32;
+            unsigned grid = (unsigned)((threads + THREADS - 1) / THREADS);
+            DISPATCH(chan_rows_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
+                     wide, outer, count, inner, R, CH_SEG, nseg, pd->vec, d_part);
             chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, nseg,
-                                                                             outer * nseg, d_ch);
+                                                                             nob * nseg, d_ch);
         } else {
-            chan_cols_kernel<<<(unsigned)((parts_cols + THREADS - 1) / THREADS), THREADS, 0,
-                               x->st>>>(pd->r, pd->rdt, pd->c, pd->cdt, wide, outer, C, CH_J, P,
-                                        d_part);
+            unsigned grid = (unsigned)((parts_cols + THREADS - 1) / THREADS);
+            DISPATCH(chan_cols_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
+                     wide, outer, C, CH_J, P, d_part);
             chan_combine_kernel<<<(unsigned)count, RED_THREADS, 0, x->st>>>(d_part, count, inner,
                                                                              P * inner, d_ch);
         }
@@ -1661,6 +1935,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
     fused_out fo;
     fused_res fr, fs, *d_res = NULL;
     unsigned long long cn[C_COUNT], *d_hist = NULL, *d_aux = NULL;
+    unsigned *d_track = NULL;
     memset(&fo, 0, sizeof fo);
     if (n == 0) {
         memset(&fr, 0, sizeof fr);
@@ -1680,10 +1955,13 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
     d_res = (fused_res *)dalloc(x, sizeof(fused_res));
     d_hist = (unsigned long long *)dalloc(x, HBINS * sizeof(unsigned long long));
     d_aux = (unsigned long long *)dalloc(x, (4 + COLLECT_MAX) * sizeof(unsigned long long));
+    d_track = (unsigned *)dalloc(x, 4 * TBINS * sizeof(unsigned));
+    fo.hist = d_hist;
     if (x->status != PROBE_OK)
         goto done;
     if (failed(x, cudaMemsetAsync(fo.counts, 0, C_COUNT * sizeof(unsigned long long), x->st),
-               "memset"))
+               "memset") ||
+        failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof(unsigned long long), x->st), "memset"))
         goto done;
     DISPATCH(fused_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt, n,
              pd->vec, opts->atol, opts->rtol, ulp_p, ulp_emin, fo);
@@ -1718,7 +1996,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
             if (rank == nf)
                 p99 = maxd;
             else
-                p99 = p99_select(x, pd, cn[C_ZERO], rank, d_hist, d_aux);
+                p99 = p99_select(x, pd, cn[C_ZERO], rank, d_hist, d_aux, d_track, 1);
             if (x->status != PROBE_OK)
                 goto done;
         }
@@ -1733,6 +2011,7 @@ done:
     dfree(x, d_res);
     dfree(x, d_hist);
     dfree(x, d_aux);
+    dfree(x, d_track);
 }
 
 static probe_status check_args(const char *fn, probe_dtype rdt, const void *ref, probe_dtype cdt,
