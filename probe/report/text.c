@@ -156,7 +156,10 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
         w = 72;
     fprintf(out, "reference %s\ncandidate %s\ngate %s:", probe_tesc(r->reference),
             probe_tesc(r->candidate), gate);
-    if (isfinite(r->gate.mismatch_fraction_max))
+    if (r->gate.kind == PROBE_GATE_T2)
+        fprintf(out, " each tensor's thresholds from the calibration (its component's, tensor "
+                     "path's and structure entries: the tensor's \"gate\" in the JSON)");
+    else if (isfinite(r->gate.mismatch_fraction_max))
         fprintf(out, " elements within atol %g rtol %g (mismatch fraction <= %g)", r->gate.atol,
                 r->gate.rtol, r->gate.mismatch_fraction_max);
     else

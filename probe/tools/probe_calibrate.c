@@ -283,6 +283,15 @@ static int check_cli(cli *a, int argc, char **argv)
                         "with reference i\n", a->ncand, a->nref);
         return 2;
     }
+    /* repeat k against reference k: the same file measures no floor (a candidate that is its
+     * own reference is caught as "feature not active") */
+    for (size_t k = 0; !a->nrec && k < a->nrep && k < a->nref; k++)
+        if (same_file(a->refs[k], a->reps[k])) {
+            fprintf(stderr, "probe-calibrate: --reference-repeat %zu (%s) is the same file as "
+                            "--reference %zu; a repeat must be a run of its own (against itself "
+                            "the floor is zero)\n", k, probe_tesc(a->reps[k]), k);
+            return 2;
+        }
     const char *const *lists[4] = {a->refs, a->cands, a->reps, a->recs};
     size_t counts[4] = {a->nref, a->ncand, a->nrep, a->nrec};
     for (int k = 0; k < 4 && strcmp(a->out_path, "-"); k++)
