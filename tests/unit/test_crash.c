@@ -1241,7 +1241,8 @@ static size_t journal_records(const unsigned char *b, size_t len, size_t *at, ui
  * only itself, named as the partial capture); a last SUMMARY record failing
  * its checksum is a torn tail; one before the last is PROBE_EFORMAT naming
  * the file and the byte; a well-checksummed SUMMARY record whose counts do
- * not add up is PROBE_EFORMAT ("malformed record"). */
+ * not add up is PROBE_EFORMAT ("malformed record"); any byte flipped is a
+ * clean error or a prefix of the records. */
 Test(crash, torn_or_corrupt_summary_record)
 {
     mixed_init();
@@ -1330,6 +1331,27 @@ Test(crash, torn_or_corrupt_summary_record)
     cr_assert_eq(probe_file_open(out, &f), PROBE_EFORMAT);
     snprintf(want_msg, sizeof want_msg, "malformed record at byte %zu", at[first_sum]);
     cr_assert_not_null(strstr(probe_last_error(), want_msg), "%s", probe_last_error());
+
+    /* every byte flipped in turn: a clean error naming the file, or a
+     * prefix of the records, each as written */
+    for (size_t k = 8; k < len; k++) {
+        memcpy(b, jb, len);
+        b[k] = (unsigned char)~b[k];
+        spit(j, b, len);
+        f = NULL;
+        probe_status fs = probe_file_open(out, &f);
+        if (fs != PROBE_OK) {
+            cr_assert(fs == PROBE_EFORMAT || fs == PROBE_EUNSUPPORTED, "byte %zu: %d %s", k, fs,
+                      probe_last_error());
+            cr_assert_not_null(strstr(probe_last_error(), out), "%s", probe_last_error());
+            cr_assert_null(f);
+            continue;
+        }
+        cr_assert_leq(probe_file_count(f), NMIXED);
+        for (size_t r = 0; r < probe_file_count(f); r++)
+            check_mixed_rec(f, r, (int)r, 0);
+        probe_file_close(f);
+    }
     free(b);
     free(jb);
 }
