@@ -292,7 +292,9 @@ const char *probe_file_hdf5_version(void);
  * to 0/1) and probe.stats_only = 1 (int32). sum->n must equal prod(shape)
  * and n_finite + nan + inf must equal n (PROBE_EINVAL otherwise, as for a
  * bad record or a path already written). PROBE_EIO on a failed write, as
- * probe_writer_put. */
+ * probe_writer_put. The record is journalled (a SUMMARY record) and HDF5
+ * flushed as for probe_writer_put, so a killed writer's stats-only records
+ * are recovered like its tensors (docs/file-format.md "Journal"). */
 #include "probe/metrics.h"
 probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
                                       const probe_summary *sum, uint64_t hash);

@@ -827,8 +827,9 @@ SHIM_EXPORT int execle(const char *path, const char *arg, ...)
  * record for it. A reader of a killed run's journal lists every TAPPED path
  * without a TENSOR or SKIP record as a skip, "lost: tapped, but the process
  * ended before the writer wrote it". A clean close removes the journal with
- * these records. Not in stats-only capture (no journal). The first failed or
- * short write stops the records (a full disk: the writer reports it). */
+ * these records; a SUMMARY record (stats-only capture) answers a TAPPED
+ * record as a TENSOR record does. The first failed or short write stops the
+ * records (a full disk: the writer reports it). */
 #define JREC_TAPPED 8u
 
 static pthread_mutex_t tapped_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -843,7 +844,7 @@ static void put32(unsigned char *p, uint32_t v)
 
 void shim_exits_note_tapped(const char *path)
 {
-    if (shim_cfg.stats_only || !shim_libprobe_api.capture_hash || !shim_cfg.out_path)
+    if (!shim_libprobe_api.capture_hash || !shim_cfg.out_path)
         return;
     size_t n = strlen(path);
     if (n > 4096)

@@ -196,12 +196,9 @@ probe_status probe_journal_begin(probe_journal *j, const char *path)
     return jwrite(j, &b);
 }
 
-/* The TENSOR record of rec, then its OP and CALL records when it has them. */
-static void encode_tensor(buf_t *b, const probe_record *rec, uint64_t offset, uint64_t nbytes,
-                          uint64_t hash)
+/* The fields TENSOR and SUMMARY records share, path to shape. */
+static void encode_head(buf_t *b, const probe_record *rec)
 {
-    size_t start = b->len;
-    rec_start(b, PROBE_JREC_TENSOR);
     put_str(b, rec->path);
     put_str(b, rec->component);
     put_str(b, rec->slot);
@@ -218,10 +215,13 @@ static void encode_tensor(buf_t *b, const probe_record *rec, uint64_t offset, ui
     put_u32(b, (uint32_t)rec->rank);
     for (int i = 0; i < rec->rank; i++)
         put_u64(b, (uint64_t)rec->shape[i]);
-    put_u64(b, offset);
-    put_u64(b, nbytes);
-    put_u64(b, hash);
-    rec_finish(b, start);
+}
+
+/* The OP and CALL records that follow rec's TENSOR or SUMMARY record, when
+ * it has them. */
+static void encode_extras(buf_t *b, const probe_record *rec)
+{
+    size_t start;
     if (rec->op != NULL) {
         start = b->len;
         rec_start(b, PROBE_JREC_OP);
@@ -244,6 +244,48 @@ static void encode_tensor(buf_t *b, const probe_record *rec, uint64_t offset, ui
     }
 }
 
+/* The TENSOR record of rec, then its OP and CALL records when it has them. */
+static void encode_tensor(buf_t *b, const probe_record *rec, uint64_t offset, uint64_t nbytes,
+                          uint64_t hash)
+{
+    size_t start = b->len;
+    rec_start(b, PROBE_JREC_TENSOR);
+    encode_head(b, rec);
+    put_u64(b, offset);
+    put_u64(b, nbytes);
+    put_u64(b, hash);
+    rec_finish(b, start);
+    encode_extras(b, rec);
+}
+
+static void put_f64(buf_t *b, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    put_u64(b, bits);
+}
+
+/* The SUMMARY record of stats-only record rec, then its OP and CALL records. */
+static void encode_summary(buf_t *b, const probe_record *rec, const probe_summary *sum,
+                           uint64_t hash)
+{
+    size_t start = b->len;
+    rec_start(b, PROBE_JREC_SUMMARY);
+    encode_head(b, rec);
+    put_u64(b, hash);
+    put_u64(b, sum->n);
+    put_u64(b, sum->n_finite);
+    put_u64(b, sum->nan);
+    put_u64(b, sum->inf);
+    put_f64(b, sum->min);
+    put_f64(b, sum->max);
+    put_f64(b, sum->abs_max);
+    put_f64(b, sum->sum);
+    put_f64(b, sum->sum_sq);
+    rec_finish(b, start);
+    encode_extras(b, rec);
+}
+
 /* The TENSOR record and its OP and CALL records go out with one write(2):
  * a kill leaves all of them or a torn tail. */
 probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
@@ -251,6 +293,15 @@ probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uin
 {
     buf_t b = {0};
     encode_tensor(&b, rec, offset, nbytes, hash);
+    return jwrite(j, &b);
+}
+
+/* The SUMMARY record and its OP and CALL records go out with one write(2). */
+probe_status probe_journal_summary(probe_journal *j, const probe_record *rec,
+                                   const probe_summary *sum, uint64_t hash)
+{
+    buf_t b = {0};
+    encode_summary(&b, rec, sum, hash);
     return jwrite(j, &b);
 }
 
@@ -467,10 +518,11 @@ static int grow(void **p, size_t *cap, size_t n, size_t esize)
     return 0;
 }
 
-/* Decode a TENSOR payload into *t: 0 well formed, 1 well formed but its
- * path is too long for probe_tensor_info (ignored, as the reader ignores
- * such a dataset), -1 malformed, -2 out of memory. */
-static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
+/* Decode the fields TENSOR and SUMMARY records share (path to shape) into
+ * *t: 0 well formed, 1 well formed but its path is too long for
+ * probe_tensor_info (ignored, as the reader ignores such a dataset), -1
+ * malformed, -2 out of memory. */
+static int decode_head(rd_t *r, probe_journal_tensor_rec *t)
 {
     probe_tensor_info *i = &t->info;
     memset(t, 0, sizeof *t);
@@ -485,9 +537,7 @@ static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
     if (oom)
         return -2;
     get_str_cut(r, i->component, sizeof i->component);
-    int has_comp = i->component[0] != '\0';
     get_str_cut(r, i->slot, sizeof i->slot);
-    int has_slot = i->slot[0] != '\0';
     get_str_cut(r, i->scope, sizeof i->scope);
     get_str_cut(r, dtype, sizeof dtype); /* device: not kept by the reader */
     get_str_cut(r, dtype, sizeof dtype);
@@ -499,8 +549,7 @@ static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
     if (r->bad || rank > PROBE_MAX_RANK || (i->path[0] != '/' && !too_long))
         return -1;
     i->dtype = probe_dtype_from_name(dtype);
-    size_t esize = probe_dtype_size(i->dtype);
-    if (esize == 0)
+    if (probe_dtype_size(i->dtype) == 0)
         return -1;
     uint64_t n = 1;
     for (uint32_t k = 0; k < rank; k++) {
@@ -511,29 +560,90 @@ static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
     }
     i->rank = (int)rank;
     i->n = n;
-    t->offset = get_u64(r);
-    t->nbytes = get_u64(r);
-    t->hash = get_u64(r);
-    uint64_t want;
-    if (r->bad || __builtin_mul_overflow(n, (uint64_t)esize, &want) || want != t->nbytes ||
-        want > SIZE_MAX || n > SIZE_MAX / sizeof(double) ||
-        (want > 0 && (t->offset == PROBE_JOURNAL_NO_OFFSET || t->offset > UINT64_MAX - want)))
-        return -1;
-    if (!has_comp) {
-        const char *s = i->path + 1, *e = strchr(s, '/');
-        snprintf(i->component, sizeof i->component, "%.*s",
-                 (int)(e != NULL ? (size_t)(e - s) : strlen(s)), s);
-    }
-    if (!has_slot)
-        snprintf(i->slot, sizeof i->slot, "%s", strrchr(i->path, '/') + 1);
-    snprintf(i->hash, sizeof i->hash, "%016llx", (unsigned long long)t->hash);
     i->seq = seq <= (uint64_t)INT64_MAX ? (int64_t)seq : -1;
     i->call = call >= 0 ? call : -1;
     i->step = step >= 0 ? step : -1;
     i->cfg_branch = cfg >= 0 ? cfg : -1;
     memcpy(&i->timestep, &bits, 8);
     i->block = -1; /* a CALL record may follow */
-    return too_long ? 1 : 0;
+    return too_long;
+}
+
+/* What a decoded record's info gets once its hash is known: the component
+ * and slot from the path when absent, the hash's text. */
+static void finish_info(probe_journal_tensor_rec *t)
+{
+    probe_tensor_info *i = &t->info;
+    if (i->component[0] == '\0') {
+        const char *s = i->path + 1, *e = strchr(s, '/');
+        snprintf(i->component, sizeof i->component, "%.*s",
+                 (int)(e != NULL ? (size_t)(e - s) : strlen(s)), s);
+    }
+    if (i->slot[0] == '\0')
+        snprintf(i->slot, sizeof i->slot, "%s", strrchr(i->path, '/') + 1);
+    snprintf(i->hash, sizeof i->hash, "%016llx", (unsigned long long)t->hash);
+}
+
+/* Decode a TENSOR payload into *t: as decode_head. */
+static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
+{
+    int h = decode_head(r, t);
+    if (h < 0)
+        return h;
+    probe_tensor_info *i = &t->info;
+    uint64_t n = i->n, esize = probe_dtype_size(i->dtype);
+    t->offset = get_u64(r);
+    t->nbytes = get_u64(r);
+    t->hash = get_u64(r);
+    uint64_t want;
+    if (r->bad || __builtin_mul_overflow(n, esize, &want) || want != t->nbytes ||
+        want > SIZE_MAX || n > SIZE_MAX / sizeof(double) ||
+        (want > 0 && (t->offset == PROBE_JOURNAL_NO_OFFSET || t->offset > UINT64_MAX - want)))
+        return -1;
+    if (h == 0)
+        finish_info(t);
+    return h;
+}
+
+static double get_f64(rd_t *r)
+{
+    uint64_t bits = get_u64(r);
+    double v;
+    memcpy(&v, &bits, 8);
+    return v;
+}
+
+/* Decode a SUMMARY payload into *t (info.stats_only set): as decode_head; a
+ * summary whose n is not the shape's element count, or whose counts do not
+ * add up to n, is malformed. */
+static int decode_summary(rd_t *r, probe_journal_tensor_rec *t)
+{
+    int h = decode_head(r, t);
+    if (h < 0)
+        return h;
+    probe_summary *m = &t->summary;
+    t->hash = get_u64(r);
+    m->n = get_u64(r);
+    m->n_finite = get_u64(r);
+    m->nan = get_u64(r);
+    m->inf = get_u64(r);
+    m->min = get_f64(r);
+    m->max = get_f64(r);
+    m->abs_max = get_f64(r);
+    m->sum = get_f64(r);
+    m->sum_sq = get_f64(r);
+    uint64_t bytes;
+    if (r->bad || m->n != t->info.n || m->n_finite > m->n || m->nan > m->n - m->n_finite ||
+        m->inf != m->n - m->n_finite - m->nan ||
+        __builtin_mul_overflow(m->n, (uint64_t)probe_dtype_size(t->info.dtype), &bytes) ||
+        bytes > SIZE_MAX)
+        return -1;
+    t->offset = PROBE_JOURNAL_NO_OFFSET;
+    t->nbytes = 0;
+    t->info.stats_only = 1;
+    if (h == 0)
+        finish_info(t);
+    return h;
 }
 
 void probe_journal_data_free(probe_journal_data *d)
@@ -614,14 +724,16 @@ static probe_status apply_header(parse_state *ps, rd_t *r)
     return PROBE_OK;
 }
 
-/* A TENSOR record: the capture it completes (or an ignored one). */
-static void apply_tensor(parse_state *ps, rd_t *r, int *oom)
+/* A TENSOR or SUMMARY record (summary set): the capture it completes (or
+ * an ignored one). */
+static void apply_tensor(parse_state *ps, rd_t *r, int summary, int *oom)
 {
     probe_journal_data *d = ps->d;
     int dr;
     if (grow((void **)&d->t, &ps->tcap, d->n, sizeof *d->t) != 0) {
         *oom = 1;
-    } else if ((d->t[d->n].op = NULL, dr = decode_tensor(r, &d->t[d->n])) < 0) {
+    } else if ((d->t[d->n].op = NULL,
+                dr = summary ? decode_summary(r, &d->t[d->n]) : decode_tensor(r, &d->t[d->n])) < 0) {
         r->bad = dr == -1;
         *oom = dr == -2;
     } else if (dr == 1) {
@@ -668,8 +780,8 @@ static probe_status apply_record(parse_state *ps, uint32_t type, rd_t *r, int *o
         return apply_header(ps, r);
     } else if (type == PROBE_JREC_BEGIN) {
         get_str(r, d->partial, sizeof d->partial);
-    } else if (type == PROBE_JREC_TENSOR) {
-        apply_tensor(ps, r, oom);
+    } else if (type == PROBE_JREC_TENSOR || type == PROBE_JREC_SUMMARY) {
+        apply_tensor(ps, r, type == PROBE_JREC_SUMMARY, oom);
     } else if (type == PROBE_JREC_SKIP) {
         if (grow((void **)&d->skips, &ps->scap, d->nskips, sizeof *d->skips) != 0) {
             *oom = 1;

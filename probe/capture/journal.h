@@ -3,7 +3,9 @@
  *
  * The writer appends one record per event with a single write(2): BEGIN
  * (a put started), TENSOR (a put completed and was flushed: everything
- * needed to read the tensor without HDF5's metadata), SKIP, MANIFEST. Clean
+ * needed to read the tensor without HDF5's metadata), SUMMARY (the same for
+ * a stats-only record: its summary and hash instead of the bytes' place),
+ * SKIP, MANIFEST. Clean
  * close removes the journal; a journal next to its capture therefore means
  * the writer never closed it (killed), and the reader rebuilds the capture
  * from it. All integers are little-endian. */
@@ -43,7 +45,13 @@ enum {
      * such a record and no TENSOR or SKIP record is lost (the parser lists
      * it among the skips, PROBE_JOURNAL_LOST_REASON); a reader without it
      * skips it as an unknown type */
-    PROBE_JREC_TAPPED = 8
+    PROBE_JREC_TAPPED = 8,
+    /* a stats-only record (probe_writer_put_summary) that was written: the
+     * TENSOR record's fields up to the shape, then the hash and the
+     * probe_summary (docs/file-format.md "Journal"); OP and CALL records
+     * follow it as they follow a TENSOR record. A version-1 reader without
+     * it skips it as an unknown type (and loses the record) */
+    PROBE_JREC_SUMMARY = 9
 };
 
 #define PROBE_JOURNAL_LOST_REASON \
@@ -64,6 +72,10 @@ PROBE_JOURNAL_API probe_status probe_journal_begin(probe_journal *j, const char 
  * rec->op is set and a CALL record when rec->parent or rec->class_name is. */
 PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
                                   uint64_t nbytes, uint64_t hash);
+/* probe_journal_summary appends the SUMMARY record of stats-only record rec
+ * (sum, hash), then its OP and CALL records as probe_journal_tensor does. */
+PROBE_JOURNAL_API probe_status probe_journal_summary(probe_journal *j, const probe_record *rec,
+                                                     const probe_summary *sum, uint64_t hash);
 /* The same records as probe_journal_tensor writes, appended to the buffer
  * *buf (*len bytes used of *cap, realloc'd as needed; *buf NULL, *len and
  * *cap 0 to start one). PROBE_ENOMEM leaves *len as it was. */
@@ -117,19 +129,22 @@ typedef struct probe_journal_tensor_rec {
     uint64_t nbytes;
     uint64_t hash;
     char *op;               /* the record's probe.op text (malloc'd), NULL when none */
+    /* info.stats_only set: a SUMMARY record; offset is PROBE_JOURNAL_NO_OFFSET,
+     * nbytes 0, and this is its stored summary */
+    probe_summary summary;
 } probe_journal_tensor_rec;
 
 typedef struct probe_journal_data {
     char capture_name[256]; /* base name the header names */
     uint64_t token;
-    probe_journal_tensor_rec *t; /* complete TENSOR records, journal order */
+    probe_journal_tensor_rec *t; /* complete TENSOR and SUMMARY records, journal order */
     size_t n;
     probe_skip_info *skips; /* SKIP records, then one per lost TAPPED path */
     size_t nskips;
     size_t lost;      /* TAPPED paths with no TENSOR or SKIP record (the last skips) */
     char *manifest;   /* last MANIFEST record's text, or NULL */
     char partial[512]; /* path of a put begun and not completed, "" if none/unknown */
-    size_t ignored;    /* TENSOR records with a path too long to index */
+    size_t ignored;    /* TENSOR/SUMMARY records with a path too long to index */
     int torn;          /* the journal ends in an incomplete/corrupt record */
     size_t valid_len;  /* bytes up to the end of the last complete record (the magic
                           included): what is left once a torn tail is cut off */

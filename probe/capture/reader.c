@@ -49,6 +49,8 @@ struct probe_file {
     probe_recovery_info recovery;
     uint64_t *jaddr;
     char **jop; /* tensor i's probe.op text from the journal or pack index, or NULL */
+    probe_summary *jsum; /* recovered: stats-only tensor i's summary from its SUMMARY
+                            record; NULL when the journal has none */
     int pfd;    /* descriptor for reading packed tensors, -1 until needed */
 };
 
@@ -457,6 +459,11 @@ static probe_status load_pack(probe_file *f, hid_t ix, const char *name)
                                     : "it holds records other than tensors");
     for (size_t i = 0; s == PROBE_OK && i < jd.n; i++) {
         const probe_journal_tensor_rec *r = &jd.t[i];
+        if (r->info.stats_only) { /* stats-only records are never packed */
+            s = probe_set_error(PROBE_EFORMAT, "%s: corrupt pack index (it holds records other "
+                                "than tensors: %s is a stats-only record)", label, r->info.path);
+            break;
+        }
         if (r->nbytes > 0 && (r->offset > (uint64_t)dlen || r->nbytes > (uint64_t)dlen - r->offset)) {
             s = probe_set_error(PROBE_EFORMAT, "%s: corrupt pack index: %s (%llu bytes at %llu) runs "
                                 "past the chunk's %llu bytes of data", label, r->info.path,
@@ -1255,6 +1262,7 @@ void probe_file_close(probe_file *f)
     for (size_t i = 0; f->jop != NULL && i < f->n; i++)
         free(f->jop[i]);
     free(f->jop);
+    free(f->jsum);
     if (f->pfd >= 0)
         close(f->pfd);
     free(f);
@@ -1706,6 +1714,12 @@ static probe_status read_summary_record(probe_file *f, const probe_tensor_info *
 {
     probe_status s = PROBE_OK;
     char text[256];
+    if (f->recovery.recovered) { /* the journal's SUMMARY record (checked by its parser) */
+        if (f->jsum == NULL)
+            return probe_set_error(PROBE_EFORMAT, "%s: %s: no stats-only record", f->path, t->path);
+        *out = f->jsum[t - f->t];
+        return PROBE_OK;
+    }
     H5E_BEGIN_TRY {
         hid_t d = H5Dopen2(f->file, t->path, H5P_DEFAULT);
         hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(probe_summary));
@@ -1954,9 +1968,13 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
                                f->path, jpath, d->capture_name);
     /* every complete record must describe f's bytes; a last record that
      * does not is the torn tail of a kill (its bytes never reached f) */
-    size_t keep = d->n;
+    size_t keep = d->n, nstats = 0;
     for (size_t i = 0; i < d->n; i++) {
         const probe_journal_tensor_rec *r = &d->t[i];
+        if (r->info.stats_only) { /* a SUMMARY record holds all of it: no bytes in f */
+            nstats++;
+            continue;
+        }
         int m = bytes_match(fd, r->offset, r->nbytes, r->hash);
         if (m < 0)
             return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
@@ -1993,12 +2011,16 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
         f->jaddr = malloc(keep * sizeof *f->jaddr);
         f->by_path = malloc(keep * sizeof *f->by_path);
         f->jop = calloc(keep, sizeof *f->jop);
-        if (f->t == NULL || f->jaddr == NULL || f->by_path == NULL || f->jop == NULL)
+        f->jsum = nstats > 0 ? calloc(keep, sizeof *f->jsum) : NULL;
+        if (f->t == NULL || f->jaddr == NULL || f->by_path == NULL || f->jop == NULL ||
+            (nstats > 0 && f->jsum == NULL))
             return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
     }
     for (size_t i = 0; i < keep; i++) {
         f->t[i] = d->t[i].info;
         f->jaddr[i] = d->t[i].offset;
+        if (f->jsum != NULL)
+            f->jsum[i] = d->t[i].summary;
         f->jop[i] = d->t[i].op;
         d->t[i].op = NULL;
         f->by_path[i] = &f->t[i];

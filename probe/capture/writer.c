@@ -522,9 +522,9 @@ static hid_t writer_fapl(unsigned flags)
 
 /* PROBE_WRITER_APPEND (capture.h): open w->path, a cleanly closed capture,
  * for writing. Its tensors are read with the reader first (attributes,
- * probe.op, hash, skips), then the file is opened read-write and each full
- * tensor's TENSOR record, with its bytes' offset, and each skip's SKIP
- * record start the new journal. */
+ * probe.op, hash, summaries, skips), then the file is opened read-write and
+ * each full tensor's TENSOR record, with its bytes' offset, each stats-only
+ * record's SUMMARY record and each skip's SKIP record start the new journal. */
 static probe_status open_append(probe_writer *w, unsigned flags)
 {
     const char *path = w->path;
@@ -549,15 +549,18 @@ static probe_status open_append(probe_writer *w, unsigned flags)
     char **ops = n ? calloc(n, sizeof *ops) : NULL;
     uint64_t *hashes = n ? calloc(n, sizeof *hashes) : NULL;
     uint64_t *packed = n ? calloc(n, sizeof *packed) : NULL;
-    int stats = 0;
-    if (n && (info == NULL || ops == NULL || hashes == NULL || packed == NULL))
+    probe_summary *sums = n ? calloc(n, sizeof *sums) : NULL;
+    unsigned char *nosum = n ? calloc(n, 1) : NULL; /* a stats-only record that cannot be read */
+    if (n && (info == NULL || ops == NULL || hashes == NULL || packed == NULL || sums == NULL ||
+              nosum == NULL))
         s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
     for (size_t i = 0; s == PROBE_OK && i < n; i++) {
         info[i] = *probe_file_tensor(f, i);
         packed[i] = probe_file_packed_addr_(f, i);
         if (packed[i] != PROBE_JOURNAL_NO_OFFSET && pack_remember(w, info[i].path) != 0)
             s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
-        stats |= info[i].stats_only;
+        if (info[i].stats_only && probe_file_summary(f, i, &sums[i]) != PROBE_OK)
+            nosum[i] = 1;
         if (probe_file_tensor_attr(f, i, "probe.op", &ops[i]) != PROBE_OK)
             ops[i] = NULL;
         if (probe_file_hash(f, i, &hashes[i]) != PROBE_OK)
@@ -576,7 +579,7 @@ static probe_status open_append(probe_writer *w, unsigned flags)
         w->skips_bytes = text != NULL ? strlen(text) : 0;
         free(text);
     }
-    if (s == PROBE_OK && !stats && (s = probe_journal_create(path, &w->journal)) == PROBE_OK &&
+    if (s == PROBE_OK && (s = probe_journal_create(path, &w->journal)) == PROBE_OK &&
         w->manifest != NULL)
         s = probe_journal_manifest(w->journal, w->manifest);
     if (s == PROBE_OK) {
@@ -601,7 +604,7 @@ static probe_status open_append(probe_writer *w, unsigned flags)
         const probe_tensor_info *t = &info[i];
         haddr_t off = packed[i] != PROBE_JOURNAL_NO_OFFSET ? (haddr_t)packed[i] : HADDR_UNDEF;
         H5E_BEGIN_TRY {
-            hid_t d = off == HADDR_UNDEF ? H5Dopen2(w->file, t->path, H5P_DEFAULT) : H5I_INVALID_HID;
+            hid_t d = off == HADDR_UNDEF && !t->stats_only ? H5Dopen2(w->file, t->path, H5P_DEFAULT) : H5I_INVALID_HID;
             if (d >= 0) {
                 off = H5Dget_offset(d);
                 H5Dclose(d);
@@ -616,6 +619,11 @@ static probe_status open_append(probe_writer *w, unsigned flags)
             .parent = t->parent[0] ? t->parent : NULL, .block = t->block,
             .class_name = t->class_name[0] ? t->class_name : NULL,
             .module = t->module[0] ? t->module : NULL};
+        if (t->stats_only) { /* one that cannot be read is kept by HDF5 only */
+            if (!nosum[i])
+                s = probe_journal_summary(w->journal, &rec, &sums[i], hashes[i]);
+            continue;
+        }
         if (off == HADDR_UNDEF && nbytes > 0)
             continue; /* not contiguous storage the journal can point at: kept by HDF5 only */
         s = probe_journal_tensor(w->journal, &rec, off == HADDR_UNDEF ? PROBE_JOURNAL_NO_OFFSET
@@ -633,6 +641,8 @@ static probe_status open_append(probe_writer *w, unsigned flags)
     free(info);
     free(hashes);
     free(packed);
+    free(sums);
+    free(nosum);
     if (s == PROBE_OK) { /* new pack chunks are numbered after the file's */
         H5G_info_t gi;
         H5E_BEGIN_TRY {
@@ -952,6 +962,17 @@ static probe_status journal_put(probe_writer *w, const probe_record *rec, uint64
     if (w->journal == NULL)
         return PROBE_OK;
     probe_status s = probe_journal_tensor(w->journal, rec, offset, nbytes, hash);
+    return s != PROBE_OK ? journal_failed(w, s) : PROBE_OK;
+}
+
+/* The SUMMARY record of a stats-only record that was written; a failed
+ * append is a failed write, as in journal_put. */
+static probe_status journal_summary(probe_writer *w, const probe_record *rec,
+                                    const probe_summary *sum, uint64_t hash)
+{
+    if (w->journal == NULL)
+        return PROBE_OK;
+    probe_status s = probe_journal_summary(w->journal, rec, sum, hash);
     return s != PROBE_OK ? journal_failed(w, s) : PROBE_OK;
 }
 
@@ -1362,13 +1383,15 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
                                (unsigned long long)sum->n);
     if ((s = admit(w, rec, sizeof *sum)) != PROBE_OK)
         return s;
-    /* The journal records full tensors only (docs/file-format.md "Journal"):
-     * a file with stats-only records has none, and is read through HDF5 as
-     * before (flushed after every record). */
-    probe_journal_close(w->journal, 1);
-    w->journal = NULL;
+    int je = probe_journal_reserve(w->journal, SLACK_JOURNAL);
+    if (je != 0)
+        return probe_set_error(PROBE_EIO, "%s: %s: not written: %s (reserving %u bytes of its journal)",
+                               w->path, rec->path, strerror(je), 2 * SLACK_JOURNAL);
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    /* BEGIN before HDF5 touches the file, as for a full put */
+    if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK)
+        return journal_failed(w, s);
 
     hid_t ft = H5I_INVALID_HID, mt = H5I_INVALID_HID, space = H5I_INVALID_HID;
     H5E_BEGIN_TRY {
@@ -1388,7 +1411,9 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
     } H5E_END_TRY;
     if (s != PROBE_OK)
         return mark_failed(w, s);
-    return flush_file(w, 1);
+    if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
+        return s;
+    return journal_summary(w, rec, sum, hash);
 }
 
 /* --- skips, manifest, flush, close --- */

@@ -5,7 +5,8 @@
  *   probe-recover X.h5 [-o OUT.h5]
  *
  * Reads X through its journal (the complete captures only; the partial one
- * is dropped and named), writes every tensor with its attributes, the skips
+ * is dropped and named), writes every tensor with its attributes (a
+ * stats-only record as a stats-only record: its summary and hash), the skips
  * and the manifest to OUT, and closes it cleanly. Without -o, X itself is
  * replaced and X.journal removed. OUT (or X) is replaced atomically (textsafe.h probe_outfile): a
  * failed write leaves it as it was. Exit 0 on success (also when X has no journal: nothing to do),
@@ -69,13 +70,21 @@ static int copy_all(probe_file *f, const char *out)
     probe_status s = PROBE_OK;
     for (size_t i = 0; i < probe_file_count(f) && s == PROBE_OK; i++) {
         const probe_tensor_info *t = probe_file_tensor(f, i);
-        size_t nb = (size_t)t->n * probe_dtype_size(t->dtype);
+        size_t nb = t->stats_only ? 0 : (size_t)t->n * probe_dtype_size(t->dtype);
         void *buf = malloc(nb ? nb : 1);
         if (buf == NULL) {
             s = probe_set_error(PROBE_ENOMEM, "%s: out of memory (%zu bytes)", t->path, nb);
             break;
         }
-        s = probe_file_read_raw(f, i, buf, nb);
+        probe_summary sum; /* a stats-only record: its summary and hash, no bytes */
+        uint64_t hash = 0;
+        if (t->stats_only) {
+            s = probe_file_summary(f, i, &sum);
+            if (s == PROBE_OK)
+                s = probe_file_hash(f, i, &hash);
+        } else {
+            s = probe_file_read_raw(f, i, buf, nb);
+        }
         char *op = NULL; /* an interposed operand's probe.op (kept by the journal) */
         if (s == PROBE_OK && probe_file_tensor_attr(f, i, "probe.op", &op) == PROBE_ENOMEM)
             s = PROBE_ENOMEM;
@@ -87,7 +96,8 @@ static int copy_all(probe_file *f, const char *out)
                             .parent = t->parent, .block = t->block, .class_name = t->class_name,
                             .module = t->module};
         if (s == PROBE_OK)
-            s = probe_writer_put(w, &rec, buf, nb);
+            s = t->stats_only ? probe_writer_put_summary(w, &rec, &sum, hash)
+                              : probe_writer_put(w, &rec, buf, nb);
         free(op);
         free(buf);
     }

@@ -19,6 +19,14 @@ under build/bin/probe-run:
      datasets in the file) and lost (= N minus them); its stderr line says
      so; probe-compare then reports "recovered".candidate from the manifest
      with one line;
+ (2s) the same under --stats-only: the killed run leaves a journal (SUMMARY
+     records); probe-recover writes a clean file of stats-only records
+     (probe.stats_only 1) whose fields are the summary of the known tensor
+     contents (exact integer sums computed here), whose probe.hash is the hash a
+     full capture of the same run stores, and the paths it lacks are in
+     probe.skips as lost; and with --stats-only-for 'exits/000*' (a run mixing
+     both): /exits/0000..0009 recovered as those records, the rest as full
+     tensors holding the known values;
  (3) probe-run --out on a read-only file system (root only): exit 2, one
      line ending with the OS's reason "Read-only file system";
  (4) PROBE_PINNED_MB=-5 / abc / 0 with a CPU-only command (`true`): exactly
@@ -32,6 +40,7 @@ import sys
 import tempfile
 
 import h5py
+import numpy as np
 
 BUILD = os.environ.get("PROBE_BUILD_DIR")
 FAILURES = []
@@ -156,6 +165,70 @@ def recover(probe_run, compare, prog, d):
           "(2) probe-compare: recovered.candidate from the manifest, a line per side (%r)" % lines)
 
 
+def recover_stats(probe_run, prog, d, mixed):
+    N, KB = 48, 1024
+    tag = "(2s%s)" % (" mixed" if mixed else "")
+    opt = ["--stats-only-for", "exits/000*"] if mixed else ["--stats-only"]
+    out = os.path.join(d, "killed_stats%d.h5" % mixed)
+    full = os.path.join(d, "full_stats_ref%d.h5" % mixed)
+    p = run([probe_run] + opt + ["--out", out, "--", prog, "kill", str(N), str(KB), "1"])
+    check(p.returncode != 0 and os.path.exists(out + ".journal"),
+          "%s %s killed: a journal is left (%d)" % (tag, opt[0], p.returncode))
+    r = run([probe_run, "--out", full, "--", prog, "exit", str(N), str(KB), "1"])
+    check(r.returncode == 0, "%s a full capture of the same run (%d)" % (tag, r.returncode))
+    rec = run([os.path.join(BUILD, "bin", "probe-recover"), out])
+    check(rec.returncode == 0 and not os.path.exists(out + ".journal"),
+          "%s probe-recover in place: exit 0 (%s)" % (tag, rec.stderr.strip()))
+    if rec.returncode != 0 or r.returncode != 0:
+        return
+    names, m, skips = contents(out)
+    n = KB * 256
+    bad = []
+    nstats = 0
+    with h5py.File(out, "r") as S, h5py.File(full, "r") as F:
+        for name in sorted(names):
+            i = int(name.split("/")[2])
+            ds = S[name]
+            v = ds[()]
+            # element k = base + k % 1000 (exits_proc)
+            base = 4000000 + i * 1000
+            if mixed and i >= 10:
+                if ds.dtype.names is not None or "probe.stats_only" in ds.attrs or ds.shape != (n,) \
+                        or not np.array_equal(v, (base + np.arange(n) % 1000).astype(np.float32)):
+                    bad.append("%s: not the full tensor" % name)
+                continue
+            if int(ds.attrs.get("probe.stats_only", 0)) != 1 or ds.dtype.names is None:
+                bad.append("%s: not a stats-only record" % name)
+                continue
+            nstats += 1
+            # the summary's sums as exact integers
+            full_reps, rest = divmod(n, 1000)
+            vals = [(base + k, full_reps + (1 if k < rest else 0)) for k in range(1000)]
+            want = {"n": n, "n_finite": n, "nan": 0, "inf": 0, "min": float(base),
+                    "max": float(base + min(n, 1000) - 1), "abs_max": float(base + min(n, 1000) - 1),
+                    "sum": float(sum(x_ * c for x_, c in vals))}
+            for k, w in want.items():
+                if float(v[k]) != w:
+                    bad.append("%s: %s %r != %r" % (name, k, float(v[k]), w))
+            ss = float(sum(x_ * x_ * c for x_, c in vals))
+            if abs(float(v["sum_sq"]) - ss) > 1e-14 * ss:
+                bad.append("%s: sum_sq %r != %r" % (name, float(v["sum_sq"]), ss))
+            h, hf = ds.attrs["probe.hash"], F[name].attrs["probe.hash"]
+            h, hf = (x_.decode() if isinstance(x_, bytes) else str(x_) for x_ in (h, hf))
+            if h != hf:
+                bad.append("%s: probe.hash %s != the full capture's %s" % (name, h, hf))
+    check(nstats > 0 and not bad, "%s %d recovered records (%d stats-only) equal the known "
+          "contents and summaries and the full capture's hashes (%r)" % (tag, len(names), nstats, bad[:3]))
+    lost = sorted(s_["path"] for s_ in skips if s_["reason"] == LOST_JOURNAL)
+    rr = m.get("recovered") or {}
+    partial = [rr["partial"]] if rr.get("partial") else []
+    check(sorted(set(lost) | set(partial)) == sorted("/exits/%04d/out" % i for i in range(N) if "/exits/%04d/out" % i not in names),
+          "%s every path not recovered is in probe.skips as lost or is the partial capture "
+          "(%d recovered, %d lost, partial %r)" % (tag, len(names), len(lost), partial))
+    check(rr.get("complete") == len(names) and rr.get("lost") == len(lost),
+          "%s manifest recovered %r" % (tag, rr))
+
+
 def read_only(probe_run, d):
     ro = os.path.join(d, "ro")
     os.mkdir(ro)
@@ -191,6 +264,8 @@ def main():
         else:
             print("skip - (1) disk full, (3) read-only: need root and a tmpfs in a private mount namespace")
         recover(probe_run, compare, prog, d)
+        recover_stats(probe_run, prog, d, False)
+        recover_stats(probe_run, prog, d, True)
         pinned(probe_run, d)
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -958,9 +958,9 @@ Test(crash, journal_never_written_through_a_symlink)
     cr_assert_eq(access(out, F_OK), -1, "a capture was created without its journal");
 }
 
-/* Stats-only records are not journaled: the first one removes the journal
- * and the file is read through HDF5, as before the journal existed. */
-Test(crash, stats_only_record_drops_the_journal)
+/* Stats-only records are journalled like full puts: the journal is kept
+ * across them (SUMMARY records) and removed by the clean close. */
+Test(crash, stats_only_record_keeps_the_journal)
 {
     char out[1024], j[1100];
     snprintf(out, sizeof out, "%s/s.h5", g_dir);
@@ -979,17 +979,381 @@ Test(crash, stats_only_record_drops_the_journal)
     b.seq = 1;
     cr_assert_eq(probe_writer_put_summary(w, &b, &sum, XXH64(v, sizeof v, 0)), PROBE_OK, "%s",
                  probe_last_error());
-    cr_assert_eq(access(j, F_OK), -1, "the journal is kept after a stats-only record");
+    cr_assert_eq(access(j, F_OK), 0, "the journal is removed by a stats-only record");
     cr_assert_eq(probe_writer_put(w, &(probe_record){.path = "/c/0000/out", .call = -1, .step = -1,
                                                      .cfg_branch = -1, .timestep = NAN, .seq = 2,
                                                      .dtype = PROBE_DTYPE_FLOAT32, .rank = 1,
                                                      .shape = shape}, v, sizeof v), PROBE_OK);
     cr_assert_eq(probe_writer_close(w), PROBE_OK);
+    cr_assert_eq(access(j, F_OK), -1, "a clean close left the journal");
     probe_file *f;
     cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
     cr_assert_eq(probe_file_count(f), 3);
     cr_assert_eq(probe_file_recovery(f)->recovered, 0);
+    cr_assert_eq(probe_file_tensor(f, 1)->stats_only, 1);
     probe_file_close(f);
+}
+
+/* --- a killed writer of full tensors and stats-only records --- */
+
+/* The mixed run: records in put (= seq) order. Full tensors carry bytes;
+ * stats-only ones carry the summary worked out here by hand from the same
+ * bytes (the bytes themselves are only hashed). */
+typedef struct {
+    const char *path;
+    int stats;
+    probe_dtype dtype;
+    int rank;
+    int64_t shape[2];
+    const void *bytes;
+    size_t nbytes;
+    probe_summary sum; /* stats: the record's summary */
+    const char *op, *parent, *class_name, *module;
+    int64_t block, step;
+    int32_t cfg;
+} mixed_rec;
+
+static const float mx_a[4] = {1.5f, -2.0f, 3.25f, 0.0f};
+static const float mx_b[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+static const int8_t mx_c[5] = {-128, -1, 0, 7, 127};
+/* bfloat16 1, NaN, +inf, -2, 3, 0 */
+static const uint16_t mx_d[6] = {0x3f80, 0x7fc0, 0x7f80, 0xc000, 0x4040, 0x0000};
+static const float mx_e[1] = {NAN};
+static const double mx_f[3] = {0.1, 0.2, -0.0};
+static const float mx_g[2] = {-7.0f, 8.5f};
+
+#define NMIXED 7
+static mixed_rec mixed[NMIXED];
+
+static void mixed_init(void)
+{
+    mixed_rec m[NMIXED] = {
+        {.path = "/a/0000/out", .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = {4}, .bytes = mx_a,
+         .nbytes = sizeof mx_a, .block = -1, .step = -1, .cfg = -1},
+        {.path = "/b/0000/out", .stats = 1, .dtype = PROBE_DTYPE_FLOAT32, .rank = 2, .shape = {2, 2},
+         .bytes = mx_b, .nbytes = sizeof mx_b, .block = -1, .step = 0, .cfg = 0,
+         .sum = {.n = 4, .n_finite = 4, .min = 1, .max = 4, .abs_max = 4, .sum = 10, .sum_sq = 30}},
+        {.path = "/c/0000/out", .dtype = PROBE_DTYPE_INT8, .rank = 1, .shape = {5}, .bytes = mx_c,
+         .nbytes = sizeof mx_c, .block = -1, .step = -1, .cfg = -1},
+        {.path = "/dit.block/0001/out", .stats = 1, .dtype = PROBE_DTYPE_BFLOAT16, .rank = 2,
+         .shape = {2, 3}, .bytes = mx_d, .nbytes = sizeof mx_d, .op = "{\"api\":\"gemm\"}",
+         .parent = "/dit.step/0000", .block = 1, .class_name = "m.Block", .module = "blocks.1",
+         .step = 2, .cfg = 1,
+         .sum = {.n = 6, .n_finite = 4, .nan = 1, .inf = 1, .min = -2, .max = 3, .abs_max = 3,
+                 .sum = 2, .sum_sq = 14}},
+        /* a scalar with no finite element: min, max, abs_max NaN */
+        {.path = "/e/0000/out", .stats = 1, .dtype = PROBE_DTYPE_FLOAT32, .rank = 0, .bytes = mx_e,
+         .nbytes = sizeof mx_e, .block = -1, .step = -1, .cfg = -1,
+         .sum = {.n = 1, .nan = 1, .min = NAN, .max = NAN, .abs_max = NAN}},
+        /* doubles whose last bits matter: 0.1 + 0.2 rounds up, -0 is the min */
+        {.path = "/f/0000/out", .stats = 1, .dtype = PROBE_DTYPE_FLOAT64, .rank = 1, .shape = {3},
+         .bytes = mx_f, .nbytes = sizeof mx_f, .block = -1, .step = -1, .cfg = -1,
+         .sum = {.n = 3, .n_finite = 3, .min = -0.0, .max = 0.2, .abs_max = 0.2,
+                 .sum = 0.30000000000000004, .sum_sq = 0.05000000000000001}},
+        {.path = "/g/0000/out", .dtype = PROBE_DTYPE_FLOAT32, .rank = 1, .shape = {2}, .bytes = mx_g,
+         .nbytes = sizeof mx_g, .block = -1, .step = -1, .cfg = -1},
+    };
+    memcpy(mixed, m, sizeof m);
+}
+
+static probe_record mixed_record(int i)
+{
+    const mixed_rec *m = &mixed[i];
+    return (probe_record){.path = m->path, .call = 0, .step = m->step, .cfg_branch = m->cfg,
+                          .timestep = 0.25 * i, .scope = "s", .seq = (uint64_t)i, .dtype = m->dtype,
+                          .rank = m->rank, .shape = m->shape, .op = m->op, .parent = m->parent,
+                          .block = m->block, .class_name = m->class_name, .module = m->module};
+}
+
+/* Bit-for-bit equality of two summaries (NaN fields included). */
+static int same_summary(const probe_summary *a, const probe_summary *b)
+{
+    return a->n == b->n && a->n_finite == b->n_finite && a->nan == b->nan && a->inf == b->inf &&
+           memcmp(&a->min, &b->min, 8) == 0 && memcmp(&a->max, &b->max, 8) == 0 &&
+           memcmp(&a->abs_max, &b->abs_max, 8) == 0 && memcmp(&a->sum, &b->sum, 8) == 0 &&
+           memcmp(&a->sum_sq, &b->sum_sq, 8) == 0;
+}
+
+/* Record i of the mixed run as f holds it: path, kind, shape, step, hash
+ * (XXH64 of its bytes, computed here), the summary bit for bit or the bytes;
+ * with extras, also op, parent, block, class and module. */
+static void check_mixed_rec(probe_file *f, size_t k, int i, int extras)
+{
+    const mixed_rec *m = &mixed[i];
+    const probe_tensor_info *t = probe_file_tensor(f, k);
+    cr_assert_str_eq(t->path, m->path);
+    cr_assert_eq(t->stats_only, m->stats, "%s", m->path);
+    cr_assert_eq(t->dtype, m->dtype, "%s", m->path);
+    cr_assert_eq(t->rank, m->rank, "%s", m->path);
+    for (int d = 0; d < m->rank; d++)
+        cr_assert_eq(t->shape[d], m->shape[d]);
+    cr_assert_eq(t->seq, i);
+    cr_assert_eq(t->step, m->step);
+    cr_assert_eq(t->cfg_branch, m->cfg);
+    cr_assert_eq(t->timestep, 0.25 * i);
+    cr_assert_str_eq(t->scope, "s");
+    uint64_t h = 0;
+    cr_assert_eq(probe_file_hash(f, k, &h), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(h, (uint64_t)XXH64(m->bytes, m->nbytes, 0), "%s", m->path);
+    unsigned char got[64];
+    if (m->stats) {
+        probe_summary s;
+        cr_assert_eq(probe_file_summary(f, k, &s), PROBE_OK, "%s", probe_last_error());
+        cr_assert(same_summary(&s, &m->sum), "%s: summary differs (sum %.17g)", m->path, s.sum);
+        cr_assert_eq(probe_file_read_raw(f, k, got, m->nbytes), PROBE_EUNSUPPORTED);
+    } else {
+        cr_assert_eq(probe_file_read_raw(f, k, got, m->nbytes), PROBE_OK, "%s", probe_last_error());
+        cr_assert(memcmp(got, m->bytes, m->nbytes) == 0, "%s", m->path);
+    }
+    if (!extras)
+        return;
+    char *op = NULL;
+    probe_status os = probe_file_tensor_attr(f, k, "probe.op", &op);
+    if (m->op != NULL) {
+        cr_assert_eq(os, PROBE_OK, "%s", probe_last_error());
+        cr_assert_str_eq(op, m->op);
+    } else {
+        cr_assert_eq(os, PROBE_ENOTFOUND, "%s", m->path);
+    }
+    free(op);
+    cr_assert_str_eq(t->parent, m->parent ? m->parent : "");
+    cr_assert_eq(t->block, m->parent ? m->block : -1);
+    cr_assert_str_eq(t->class_name, m->class_name ? m->class_name : "");
+    cr_assert_str_eq(t->module, m->module ? m->module : "");
+}
+
+/* A child writes the mixed run (small full tensors packed when pack is
+ * set), a skip after the third record, and is SIGKILLed with the file
+ * open; puts closer than the writer's flush interval are in its journal
+ * only. */
+static void kill_mixed_writer(const char *out, size_t pack)
+{
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        probe_writer *w;
+        if (probe_writer_open(out, "{\"label\": \"mixed\"}", &w) != PROBE_OK ||
+            (pack && probe_writer_set_pack(w, pack) != PROBE_OK))
+            _exit(3);
+        for (int i = 0; i < NMIXED; i++) {
+            const mixed_rec *m = &mixed[i];
+            probe_record r = mixed_record(i);
+            probe_status s = m->stats ? probe_writer_put_summary(w, &r, &m->sum,
+                                                                 XXH64(m->bytes, m->nbytes, 0))
+                                      : probe_writer_put(w, &r, m->bytes, m->nbytes);
+            if (s != PROBE_OK)
+                _exit(4);
+            if (i == 2 && probe_writer_skip(w, &(probe_record){.path = "/x/0000/out"}, "graph capture") != PROBE_OK)
+                _exit(5);
+        }
+        if (write(pfd[1], "k", 1) != 1)
+            _exit(6);
+        for (;;)
+            pause();
+    }
+    close(pfd[1]);
+    char c;
+    ssize_t k = read(pfd[0], &c, 1);
+    close(pfd[0]);
+    kill(pid, SIGKILL);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert_eq(k, 1, "the child did not write the run (status %d)", st);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status %d", st);
+}
+
+static void check_mixed_file(const char *out, int recovered)
+{
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    const probe_recovery_info *ri = probe_file_recovery(f);
+    cr_assert_eq(ri->recovered, recovered);
+    if (recovered) {
+        cr_assert_eq(ri->complete, NMIXED);
+        cr_assert_str_eq(ri->partial, "");
+    }
+    cr_assert_eq(probe_file_count(f), NMIXED);
+    for (int i = 0; i < NMIXED; i++)
+        check_mixed_rec(f, (size_t)i, i, 1);
+    size_t at;
+    cr_assert_eq(probe_file_find(f, "/dit.block/0001/out", &at), PROBE_OK);
+    cr_assert_eq(at, 3);
+    cr_assert_eq(probe_file_skip_count(f), 1);
+    cr_assert_str_eq(probe_file_skip(f, 0)->path, "/x/0000/out");
+    cr_assert_not_null(strstr(probe_file_manifest(f), "\"mixed\""));
+    probe_file_close(f);
+}
+
+static void recover_to(const char *in, const char *out)
+{
+    char cmd[4096];
+    const char *build = getenv("PROBE_BUILD_DIR");
+    cr_assert_not_null(build, "PROBE_BUILD_DIR is set by ctest");
+    snprintf(cmd, sizeof cmd, "'%s/bin/probe-recover' '%s' -o '%s' >/dev/null 2>&1", build, in, out);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* Killed with the file open: the capture read through its journal lists
+ * every record as a clean file does (stats-only flag, summary bit for bit,
+ * hash; full tensors' bytes), also with small full tensors packed; and
+ * probe-recover writes the stats-only records as stats-only datasets. */
+Test(crash, killed_stats_only_writer_recovers_every_record)
+{
+    mixed_init();
+    for (int pack = 0; pack < 2; pack++) {
+        char out[1024], j[1100], rec[1100];
+        snprintf(out, sizeof out, "%s/mixed%d.h5", g_dir, pack);
+        snprintf(j, sizeof j, "%s.journal", out);
+        snprintf(rec, sizeof rec, "%s/mixed%d.recovered.h5", g_dir, pack);
+        kill_mixed_writer(out, pack ? 64 : 0);
+        cr_assert_eq(access(j, F_OK), 0, "the kill left no journal");
+        check_mixed_file(out, 1);
+        recover_to(out, rec);
+        check_mixed_file(rec, 0);
+        /* the recovered file's records are stats-only datasets that h5py reads */
+        cr_assert_eq(access(rec, F_OK), 0);
+        char rj[1200];
+        snprintf(rj, sizeof rj, "%s.journal", rec);
+        cr_assert_eq(access(rj, F_OK), -1, "probe-recover left a journal");
+    }
+}
+
+/* The offsets of the journal's records (at most max), and their types. */
+static size_t journal_records(const unsigned char *b, size_t len, size_t *at, uint32_t *type, size_t max)
+{
+    size_t n = 0;
+    for (size_t p = 8; p + 8 <= len && n < max;) {
+        uint32_t rlen;
+        memcpy(&rlen, b + p, 4);
+        at[n] = p;
+        memcpy(&type[n], b + p + 4, 4);
+        n++;
+        p += rlen;
+    }
+    return n;
+}
+
+/* Torn and corrupt SUMMARY records: a journal cut at every byte opens with
+ * the records completed before the cut (a SUMMARY record cut short loses
+ * only itself, named as the partial capture); a last SUMMARY record failing
+ * its checksum is a torn tail; one before the last is PROBE_EFORMAT naming
+ * the file and the byte; a well-checksummed SUMMARY record whose counts do
+ * not add up is PROBE_EFORMAT ("malformed record"); any byte flipped is a
+ * clean error or a prefix of the records. */
+Test(crash, torn_or_corrupt_summary_record)
+{
+    mixed_init();
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/torn.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    kill_mixed_writer(out, 0);
+    size_t len;
+    unsigned char *jb = slurp(j, &len);
+    size_t at[64];
+    uint32_t type[64];
+    size_t nrec = journal_records(jb, len, at, type, 64);
+    cr_assert_lt(nrec, 64);
+    /* the last record is /g's TENSOR; the SUMMARY of /f is just before its BEGIN */
+    size_t last_sum = 0, first_sum = 0;
+    for (size_t r = 0; r < nrec; r++)
+        if (type[r] == 9) {
+            last_sum = r;
+            if (first_sum == 0)
+                first_sum = r;
+        }
+    cr_assert(first_sum > 0 && last_sum > first_sum, "no SUMMARY records (type 9) in the journal");
+
+    /* every cut: the records whose SUMMARY/TENSOR record is complete */
+    for (size_t cut = 8; cut <= len; cut++) {
+        spit(j, jb, cut);
+        probe_file *f;
+        cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "cut at %zu: %s", cut, probe_last_error());
+        size_t want = 0;
+        const char *begun = "";
+        for (size_t r = 0; r < nrec; r++) {
+            size_t end = r + 1 < nrec ? at[r + 1] : len;
+            if ((type[r] == 3 || type[r] == 9) && end <= cut)
+                want++;
+            if (type[r] == 2 && end <= cut)
+                begun = mixed[want].path; /* BEGIN of record `want` */
+        }
+        cr_assert_eq(probe_file_count(f), want, "cut at %zu", cut);
+        for (size_t k = 0; k < want; k++)
+            check_mixed_rec(f, k, (int)k, 0);
+        const probe_recovery_info *ri = probe_file_recovery(f);
+        if (want < NMIXED && begun[0] != '\0' && strcmp(begun, mixed[want].path) == 0)
+            cr_assert_str_eq(ri->partial, begun, "cut at %zu", cut);
+        probe_file_close(f);
+    }
+
+    /* the last SUMMARY record (/f) made the journal's last record, a bit flipped in it */
+    size_t end_f = at[last_sum + 1]; /* /f has no OP or CALL record */
+    unsigned char *b = malloc(len);
+    memcpy(b, jb, end_f);
+    b[at[last_sum] + 20] ^= 0x10;
+    spit(j, b, end_f);
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_count(f), 5);
+    for (size_t k = 0; k < 5; k++)
+        check_mixed_rec(f, k, (int)k, 1);
+    cr_assert_str_eq(probe_file_recovery(f)->partial, "/f/0000/out");
+    probe_file_close(f);
+
+    /* a SUMMARY record before the last fails its checksum */
+    memcpy(b, jb, len);
+    b[at[first_sum] + 20] ^= 0x10;
+    spit(j, b, len);
+    f = NULL;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_EFORMAT);
+    cr_assert_null(f);
+    char want_msg[64];
+    snprintf(want_msg, sizeof want_msg, "record at byte %zu fails its checksum", at[first_sum]);
+    cr_assert_not_null(strstr(probe_last_error(), want_msg), "%s", probe_last_error());
+    cr_assert_not_null(strstr(probe_last_error(), out), "%s", probe_last_error());
+
+    /* checksummed, but n_finite + nan + inf != n: n_finite is 72 bytes
+     * before the record's end (checksum 8, five f64 40, inf 8, nan 8) */
+    memcpy(b, jb, len);
+    size_t rlen = at[first_sum + 1] - at[first_sum];
+    unsigned char *nf = b + at[first_sum] + rlen - 8 - 40 - 8 - 8 - 8;
+    uint64_t v;
+    memcpy(&v, nf, 8);
+    cr_assert_eq(v, mixed[1].sum.n_finite, "the layout of the SUMMARY record changed");
+    v -= 1;
+    memcpy(nf, &v, 8);
+    uint64_t h = XXH64(b + at[first_sum], rlen - 8, 0);
+    memcpy(b + at[first_sum] + rlen - 8, &h, 8);
+    spit(j, b, len);
+    cr_assert_eq(probe_file_open(out, &f), PROBE_EFORMAT);
+    snprintf(want_msg, sizeof want_msg, "malformed record at byte %zu", at[first_sum]);
+    cr_assert_not_null(strstr(probe_last_error(), want_msg), "%s", probe_last_error());
+
+    /* every byte flipped in turn: a clean error naming the file, or a
+     * prefix of the records, each as written */
+    for (size_t k = 8; k < len; k++) {
+        memcpy(b, jb, len);
+        b[k] = (unsigned char)~b[k];
+        spit(j, b, len);
+        f = NULL;
+        probe_status fs = probe_file_open(out, &f);
+        if (fs != PROBE_OK) {
+            cr_assert(fs == PROBE_EFORMAT || fs == PROBE_EUNSUPPORTED, "byte %zu: %d %s", k, fs,
+                      probe_last_error());
+            cr_assert_not_null(strstr(probe_last_error(), out), "%s", probe_last_error());
+            cr_assert_null(f);
+            continue;
+        }
+        cr_assert_leq(probe_file_count(f), NMIXED);
+        for (size_t r = 0; r < probe_file_count(f); r++)
+            check_mixed_rec(f, r, (int)r, 0);
+        probe_file_close(f);
+    }
+    free(b);
+    free(jb);
 }
 
 /* A clean capture of one tensor (with op, parent, class, step) and one skip. */
@@ -1132,4 +1496,43 @@ Test(crash, tapped_but_never_written_is_listed_as_lost)
     probe_file_close(f);
     free(buf);
     free(jb);
+}
+
+/* An exec'd image appending to a capture that holds stats-only records
+ * journals them again (SUMMARY records): a kill while appending recovers
+ * the earlier image's records and the new one, summaries bit for bit. */
+Test(crash, append_journals_stats_only_records)
+{
+    mixed_init();
+    char out[1024], j[1100];
+    snprintf(out, sizeof out, "%s/appstats.h5", g_dir);
+    snprintf(j, sizeof j, "%s.journal", out);
+    probe_writer *w;
+    cr_assert_eq(probe_writer_open(out, "{\"label\": \"mixed\"}", &w), PROBE_OK);
+    for (int i = 0; i < 4; i++) {
+        const mixed_rec *m = &mixed[i];
+        probe_record r = mixed_record(i);
+        probe_status s = m->stats ? probe_writer_put_summary(w, &r, &m->sum, XXH64(m->bytes, m->nbytes, 0))
+                                  : probe_writer_put(w, &r, m->bytes, m->nbytes);
+        cr_assert_eq(s, PROBE_OK, "%s", probe_last_error());
+    }
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (probe_writer_open_ex(out, "{\"label\": \"mixed\"}", PROBE_WRITER_APPEND, &w) != PROBE_OK)
+            _exit(1);
+        probe_record r = mixed_record(4);
+        _exit(probe_writer_put_summary(w, &r, &mixed[4].sum, XXH64(mx_e, sizeof mx_e, 0)) == PROBE_OK ? 0 : 2);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+    cr_assert_eq(access(j, F_OK), 0, "the killed appending writer left its journal");
+    probe_file *f;
+    cr_assert_eq(probe_file_open(out, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
+    cr_assert_eq(probe_file_count(f), 5);
+    for (int i = 0; i < 5; i++)
+        check_mixed_rec(f, (size_t)i, i, 1);
+    probe_file_close(f);
 }

@@ -583,3 +583,68 @@ Test(pack, a_close_without_room_for_the_index_keeps_the_journal)
     check_file(f, n, 0);
     probe_file_close(f);
 }
+
+/* Stats-only records are never packed: a pack index holding a well-formed
+ * SUMMARY record (journal type 9) is corrupt. */
+Test(pack, an_index_holding_a_stats_only_record_is_a_clear_error)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/summary_in_index.h5", g_dir);
+    write_file(p, PACK, 4, 0);
+    unsigned char rec[256];
+    size_t q = 8;
+#define PUT(v, n) do { uint64_t v_ = (uint64_t)(v); memcpy(rec + q, &v_, n); q += n; } while (0)
+#define PSTR(s) do { PUT(strlen(s), 4); memcpy(rec + q, s, strlen(s)); q += strlen(s); } while (0)
+    PSTR("/s/0000/out");
+    for (int k = 0; k < 4; k++) /* component, slot, scope, device: absent */
+        PUT(UINT32_MAX, 4);
+    PSTR("float32");
+    PUT(0, 8); /* seq */
+    PUT(0, 8); /* call */
+    PUT(UINT64_MAX, 8); /* step -1 */
+    PUT(UINT32_MAX, 4); /* cfg_branch -1 */
+    double ts = 0.5, f[5] = {1, 4, 4, 10, 30};
+    memcpy(rec + q, &ts, 8);
+    q += 8;
+    PUT(1, 4); /* rank */
+    PUT(4, 8); /* shape */
+    PUT(0x1234, 8); /* hash */
+    PUT(4, 8); /* n */
+    PUT(4, 8); /* n_finite */
+    PUT(0, 8); /* nan */
+    PUT(0, 8); /* inf */
+    memcpy(rec + q, f, sizeof f);
+    q += sizeof f;
+#undef PSTR
+#undef PUT
+    uint32_t len = (uint32_t)(q + 8), type = 9;
+    memcpy(rec, &len, 4); /* the test machine is little-endian, as the format */
+    memcpy(rec + 4, &type, 4);
+    uint64_t sum = XXH64(rec, q, 0);
+    memcpy(rec + q, &sum, 8);
+
+    hid_t h = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(h, 0);
+    hid_t d = H5Dopen2(h, "/probe.pack/0000/index", H5P_DEFAULT);
+    cr_assert_geq(d, 0);
+    hid_t sp = H5Dget_space(d);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(sp, &n, NULL);
+    H5Sclose(sp);
+    unsigned char *buf = malloc((size_t)n + len);
+    cr_assert_eq(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
+    memcpy(buf + n, rec, len);
+    n += len;
+    cr_assert_geq(H5Dset_extent(d, &n), 0);
+    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
+    free(buf);
+    H5Dclose(d);
+    H5Fclose(h);
+
+    probe_file *fl = NULL;
+    cr_assert_eq(probe_file_open(p, &fl), PROBE_EFORMAT, "%s", probe_last_error());
+    cr_assert_null(fl);
+    cr_assert(strstr(probe_last_error(), "corrupt pack index") != NULL &&
+                  strstr(probe_last_error(), "/s/0000/out is a stats-only record") != NULL,
+              "%s", probe_last_error());
+}
