@@ -1019,7 +1019,8 @@ static probe_status write_dataset(probe_writer *w, const probe_record *rec, hid_
 }
 
 /* What every record must pass before it is written, after check_record: text fields
- * in UTF-8, a usable file, its path free, and room for `bytes` more (preflight). */
+ * in UTF-8, a usable file, its path free, room for `bytes` more (preflight) and
+ * the journal's room for the records that close a capture. */
 static probe_status admit(probe_writer *w, const probe_record *rec, size_t bytes)
 {
     const char *bad = bad_utf8_field(rec);
@@ -1034,7 +1035,13 @@ static probe_status admit(probe_writer *w, const probe_record *rec, size_t bytes
         s = check_packed_free(w, rec->path);
     if (s != PROBE_OK)
         return s;
-    return preflight(w, rec->path, bytes, SLACK_TENSOR);
+    if ((s = preflight(w, rec->path, bytes, SLACK_TENSOR)) != PROBE_OK)
+        return s;
+    int je = probe_journal_reserve(w->journal, SLACK_JOURNAL);
+    if (je != 0)
+        return probe_set_error(PROBE_EIO, "%s: %s: not written: %s (reserving %u bytes of its journal)",
+                               w->path, rec->path, strerror(je), 2 * SLACK_JOURNAL);
+    return PROBE_OK;
 }
 
 /* --- the packed layout (docs/file-format.md "Packed small tensors") --- */
@@ -1267,10 +1274,6 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
         return s;
     if ((s = admit(w, rec, nbytes)) != PROBE_OK)
         return s;
-    int je = probe_journal_reserve(w->journal, SLACK_JOURNAL);
-    if (je != 0)
-        return probe_set_error(PROBE_EIO, "%s: %s: not written: %s (reserving %u bytes of its journal)",
-                               w->path, rec->path, strerror(je), 2 * SLACK_JOURNAL);
 
     /* bool is stored as the enum {FALSE = 0, TRUE = 1}: any nonzero byte is
      * true (dtype.h), so normalise, and hash the bytes actually stored. */
@@ -1383,10 +1386,6 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
                                (unsigned long long)sum->n);
     if ((s = admit(w, rec, sizeof *sum)) != PROBE_OK)
         return s;
-    int je = probe_journal_reserve(w->journal, SLACK_JOURNAL);
-    if (je != 0)
-        return probe_set_error(PROBE_EIO, "%s: %s: not written: %s (reserving %u bytes of its journal)",
-                               w->path, rec->path, strerror(je), 2 * SLACK_JOURNAL);
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
     /* BEGIN before HDF5 touches the file, as for a full put */

@@ -130,6 +130,27 @@ static void write_file(const char *path, size_t pack, int n, int perturb)
     cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
 }
 
+/* In a forked child: open path packed (PACK) and put tensors [0, n), flushing
+ * after tensor flush_at (-1: never); _exit(3) when the open fails, 4 a put,
+ * 8 the flush. Returns the open writer. */
+static probe_writer *child_put_packed(const char *path, int n, int flush_at)
+{
+    probe_writer *w;
+    if (probe_writer_open(path, "{}", &w) != PROBE_OK || probe_writer_set_pack(w, PACK) != PROBE_OK)
+        _exit(3);
+    static tensor t;
+    char op[64], parent[64], module[64];
+    for (int i = 0; i < n; i++) {
+        make(i, &t, 0);
+        probe_record r = record(i, &t, op, parent, module);
+        if (probe_writer_put(w, &r, t.bytes, t.nbytes) != PROBE_OK)
+            _exit(4);
+        if (i == flush_at && probe_writer_flush(w) != PROBE_OK)
+            _exit(8);
+    }
+    return w;
+}
+
 /* Every tensor of [0, n) is in f, in seq order, bit-exact, with its attributes;
  * with_attrs 0: a recovered file (the journal keeps probe.op of the string
  * attributes). */
@@ -187,6 +208,19 @@ static void check_file(probe_file *f, int n, int with_attrs)
     }
     cr_assert_eq(probe_file_ignored_count(f), 0, "the pack's own datasets are not counted as ignored");
 }
+
+/* path, whose writer did not close it, read through its journal: every one
+ * of its n tensors complete, bit-exact (check_file). */
+static void check_recovered(const char *path, int n)
+{
+    probe_file *f;
+    cr_assert_eq(probe_file_open(path, &f), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
+    cr_assert_eq(probe_file_recovery(f)->complete, (size_t)n);
+    check_file(f, n, 0);
+    probe_file_close(f);
+}
+
 
 /* 1 when path is a link in the HDF5 file (a dataset or group). */
 static int h5_has(const char *file, const char *path)
@@ -307,17 +341,7 @@ Test(pack, a_killed_writer_leaves_recoverable_packed_tensors)
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        probe_writer *w;
-        if (probe_writer_open(p, "{}", &w) != PROBE_OK || probe_writer_set_pack(w, PACK) != PROBE_OK)
-            _exit(3);
-        static tensor t;
-        char op[64], parent[64], module[64];
-        for (int i = 0; i < n; i++) {
-            make(i, &t, 0);
-            probe_record r = record(i, &t, op, parent, module);
-            if (probe_writer_put(w, &r, t.bytes, t.nbytes) != PROBE_OK)
-                _exit(4);
-        }
+        child_put_packed(p, n, -1);
         raise(SIGKILL); /* no close: the index of the open chunk never reaches the file */
         _exit(5);
     }
@@ -325,12 +349,8 @@ Test(pack, a_killed_writer_leaves_recoverable_packed_tensors)
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status %d", st);
     cr_assert_eq(access(j, F_OK), 0, "the journal is left by the kill");
+    check_recovered(p, n);
     probe_file *f;
-    cr_assert_eq(probe_file_open(p, &f), PROBE_OK, "%s", probe_last_error());
-    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
-    cr_assert_eq(probe_file_recovery(f)->complete, (size_t)n);
-    check_file(f, n, 0);
-    probe_file_close(f);
 
     char cmd[4096];
     const char *build = getenv("PROBE_BUILD_DIR");
@@ -386,32 +406,54 @@ Test(pack, bad_pack_sizes_and_paths_are_refused)
     probe_file_close(f);
 }
 
+/* /probe.pack/0000/index of a closed capture, opened for rewriting: its n bytes
+ * in b, with room for `extra` more (zeroed). */
+typedef struct {
+    hid_t h, d;
+    hsize_t n;
+    unsigned char *b;
+} pack_index;
+
+static pack_index index_read(const char *file, size_t extra)
+{
+    pack_index x;
+    x.h = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(x.h, 0);
+    x.d = H5Dopen2(x.h, "/probe.pack/0000/index", H5P_DEFAULT);
+    cr_assert_geq(x.d, 0);
+    hid_t sp = H5Dget_space(x.d);
+    x.n = 0;
+    H5Sget_simple_extent_dims(sp, &x.n, NULL);
+    H5Sclose(sp);
+    x.b = calloc((size_t)x.n + extra, 1);
+    cr_assert_not_null(x.b);
+    cr_assert_eq(H5Dread(x.d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.b), 0);
+    return x;
+}
+
+/* Write x.n bytes of x.b back as the index (extended when x.n grew) and close it. */
+static void index_write(pack_index *x)
+{
+    cr_assert_geq(H5Dset_extent(x->d, &x->n), 0);
+    cr_assert_geq(H5Dwrite(x->d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, x->b), 0);
+    free(x->b);
+    H5Dclose(x->d);
+    H5Fclose(x->h);
+}
+
 /* Overwrite byte `at` of /probe.pack/0000/index (counted from its end when
  * negative) with its complement, or append `extra` bytes of garbage. */
 static void damage_index(const char *file, long at, size_t extra)
 {
-    hid_t h = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
-    cr_assert_geq(h, 0);
-    hid_t d = H5Dopen2(h, "/probe.pack/0000/index", H5P_DEFAULT);
-    cr_assert_geq(d, 0);
-    hid_t sp = H5Dget_space(d);
-    hsize_t n = 0;
-    H5Sget_simple_extent_dims(sp, &n, NULL);
-    H5Sclose(sp);
-    unsigned char *buf = calloc((size_t)n + extra, 1);
-    cr_assert_eq(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
+    pack_index x = index_read(file, extra);
     if (extra > 0) {
-        memset(buf + n, 0x5a, extra);
-        n += extra;
-        cr_assert_geq(H5Dset_extent(d, &n), 0);
+        memset(x.b + x.n, 0x5a, extra);
+        x.n += extra;
     } else {
-        size_t k = at >= 0 ? (size_t)at : (size_t)n - (size_t)(-at);
-        buf[k] = (unsigned char)~buf[k];
+        size_t k = at >= 0 ? (size_t)at : (size_t)x.n - (size_t)(-at);
+        x.b[k] = (unsigned char)~x.b[k];
     }
-    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
-    free(buf);
-    H5Dclose(d);
-    H5Fclose(h);
+    index_write(&x);
 }
 
 Test(pack, a_corrupt_index_is_a_clear_error)
@@ -466,11 +508,7 @@ Test(pack, an_appended_capture_keeps_packing_and_journals_the_earlier_packed_ten
     int st = 0;
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status %d", st);
-    probe_file *f;
-    cr_assert_eq(probe_file_open(p, &f), PROBE_OK, "%s", probe_last_error());
-    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
-    check_file(f, n, 0); /* the first image's packed tensors come from the new journal too */
-    probe_file_close(f);
+    check_recovered(p, n); /* the first image's packed tensors come from the new journal too */
 }
 
 /* Rewrite the offset field of the first TENSOR record of /probe.pack/0000/index
@@ -478,16 +516,8 @@ Test(pack, an_appended_capture_keeps_packing_and_journals_the_earlier_packed_ten
  * outside its chunk. */
 static void point_first_record_at(const char *file, uint64_t offset)
 {
-    hid_t h = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
-    cr_assert_geq(h, 0);
-    hid_t d = H5Dopen2(h, "/probe.pack/0000/index", H5P_DEFAULT);
-    cr_assert_geq(d, 0);
-    hid_t sp = H5Dget_space(d);
-    hsize_t n = 0;
-    H5Sget_simple_extent_dims(sp, &n, NULL);
-    H5Sclose(sp);
-    unsigned char *b = malloc((size_t)n);
-    cr_assert_eq(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, b), 0);
+    pack_index x = index_read(file, 0);
+    unsigned char *b = x.b;
 #define U32(p) ((uint32_t)(p)[0] | (uint32_t)(p)[1] << 8 | (uint32_t)(p)[2] << 16 | (uint32_t)(p)[3] << 24)
     size_t at = 8;                   /* after the magic: the HEADER record */
     at += U32(b + at);               /* the first TENSOR record */
@@ -508,10 +538,7 @@ static void point_first_record_at(const char *file, uint64_t offset)
     for (int k = 0; k < 8; k++)
         rec[len - 8 + (size_t)k] = (unsigned char)(sum >> (8 * k));
 #undef U32
-    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, b), 0);
-    free(b);
-    H5Dclose(d);
-    H5Fclose(h);
+    index_write(&x);
 }
 
 Test(pack, an_index_pointing_outside_its_chunk_is_a_clear_error)
@@ -549,19 +576,7 @@ Test(pack, a_close_without_room_for_the_index_keeps_the_journal)
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         signal(SIGXFSZ, SIG_IGN);
-        probe_writer *w;
-        if (probe_writer_open(p, "{}", &w) != PROBE_OK || probe_writer_set_pack(w, PACK) != PROBE_OK)
-            _exit(3);
-        static tensor t;
-        char op[64], parent[64], module[64];
-        for (int i = 0; i < n; i++) {
-            make(i, &t, 0);
-            probe_record r = record(i, &t, op, parent, module);
-            if (probe_writer_put(w, &r, t.bytes, t.nbytes) != PROBE_OK)
-                _exit(4);
-            if (i == n - 2 && probe_writer_flush(w) != PROBE_OK) /* the file is at its EOA */
-                _exit(8);
-        }
+        probe_writer *w = child_put_packed(p, n, n - 2); /* the file is at its EOA */
         struct stat st;
         if (stat(p, &st) != 0)
             _exit(5);
@@ -577,11 +592,7 @@ Test(pack, a_close_without_room_for_the_index_keeps_the_journal)
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
     cr_assert_eq(access(j, F_OK), 0, "the journal is kept: the index did not reach the file");
-    probe_file *f;
-    cr_assert_eq(probe_file_open(p, &f), PROBE_OK, "%s", probe_last_error());
-    cr_assert_eq(probe_file_recovery(f)->recovered, 1);
-    check_file(f, n, 0);
-    probe_file_close(f);
+    check_recovered(p, n);
 }
 
 /* Stats-only records are never packed: a pack index holding a well-formed
@@ -623,23 +634,10 @@ Test(pack, an_index_holding_a_stats_only_record_is_a_clear_error)
     uint64_t sum = XXH64(rec, q, 0);
     memcpy(rec + q, &sum, 8);
 
-    hid_t h = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
-    cr_assert_geq(h, 0);
-    hid_t d = H5Dopen2(h, "/probe.pack/0000/index", H5P_DEFAULT);
-    cr_assert_geq(d, 0);
-    hid_t sp = H5Dget_space(d);
-    hsize_t n = 0;
-    H5Sget_simple_extent_dims(sp, &n, NULL);
-    H5Sclose(sp);
-    unsigned char *buf = malloc((size_t)n + len);
-    cr_assert_eq(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
-    memcpy(buf + n, rec, len);
-    n += len;
-    cr_assert_geq(H5Dset_extent(d, &n), 0);
-    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
-    free(buf);
-    H5Dclose(d);
-    H5Fclose(h);
+    pack_index x = index_read(p, len);
+    memcpy(x.b + x.n, rec, len);
+    x.n += len;
+    index_write(&x);
 
     probe_file *fl = NULL;
     cr_assert_eq(probe_file_open(p, &fl), PROBE_EFORMAT, "%s", probe_last_error());
