@@ -191,7 +191,7 @@ int main(int argc, char **argv)
     double p99 = 0;
     TIME("probe p99 radix select (after fused)",
          cudaMemcpyAsync(d_hist, d_hist0, HBINS * 8, cudaMemcpyDeviceToDevice, st);
-         p99 = p99_select(&x, &pd, cn[C_ZERO], rank, d_hist, d_aux, d_track, 1));
+         p99 = p99_select(&x, &pd, cn[C_ZERO], rank, d_hist, d_aux, d_track));
     printf("  p99 = %.17g (rank %llu of %llu finite; %llu exact zeros)\n", p99,
            (unsigned long long)rank, (unsigned long long)nf, (unsigned long long)cn[C_ZERO]);
     probe_metrics m;

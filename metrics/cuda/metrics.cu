@@ -961,43 +961,34 @@ reduce_kernel(const double *part, const unsigned long long *part_off, unsigned n
 
 enum { MODE_HIST = 0, MODE_COLLECT = 1 };
 
-/* Elements with finite r and c whose key = bits(|c - r|) has
- * key >> shift == prefix: MODE_HIST histograms the next `width` bits into
- * hist[] and min/max of the keys into mm[0]/mm[1]; MODE_COLLECT appends the
- * keys to buf (counter *cnt; at most COLLECT_MAX are stored). The first
- * level (shift 63, every key) leaves out the keys 0: the fused pass counted
- * them, and an almost-equal pair is mostly zeros (one bin's atomics). */
+/* The p99's levels after the first (which the fused pass histograms): the
+ * elements with finite r and c whose key = bits(|c - r|) has key >> shift ==
+ * prefix. MODE_HIST histograms the next `width` (<= TBITS) bits into hist[]
+ * and, per bin, into track[] the min and max of the top 32 of the bits below
+ * the bin and the OR and AND of the rest (every key of a bin is equal when
+ * min == max and OR == AND); MODE_COLLECT appends the keys to buf (counter
+ * *cnt; at most COLLECT_MAX are stored). */
 template <int RD, int CD>
 __global__ void __launch_bounds__(THREADS)
 select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int cdt, uint64_t n,
               int vec, uint64_t prefix, int shift, int width, int mode, unsigned long long *hist,
-              unsigned long long *mm, unsigned *track, unsigned long long *buf,
-              unsigned long long *cnt)
+              unsigned *track, unsigned long long *buf, unsigned long long *cnt)
 {
-    __shared__ unsigned int sh[HBINS];
+    __shared__ unsigned int sh[TBINS];
     __shared__ unsigned int sht[4][TBINS];
-    __shared__ unsigned long long shu[THREADS / 32];
-    /* track (levels after the first, width <= TBITS): per bin the min and max
-     * of the top 32 of the bits below the bin (top) and the OR and AND of the
-     * rest (low): every key of bin b is equal when min == max and OR == AND */
-    const int tracking = mode == MODE_HIST && track != NULL;
     if (mode == MODE_HIST) {
-        for (int i = threadIdx.x; i < HBINS; i += THREADS)
+        for (int i = threadIdx.x; i < TBINS; i += THREADS) {
             sh[i] = 0;
-        if (tracking)
-            for (int i = threadIdx.x; i < TBINS; i += THREADS) {
-                sht[0][i] = ~0u;
-                sht[1][i] = 0;
-                sht[2][i] = 0;
-                sht[3][i] = ~0u;
-            }
+            sht[0][i] = ~0u;
+            sht[1][i] = 0;
+            sht[2][i] = 0;
+            sht[3][i] = ~0u;
+        }
         __syncthreads();
     }
     const int dshift = shift - width;
     const uint64_t dmask = ((uint64_t)1 << width) - 1;
     const int lowbits = dshift > 32 ? dshift - 32 : 0;
-    const int skip0 = shift == 63;
-    unsigned long long kmin = ~0ull, kmax = 0;
     const int rt = RD ? RD : rdt, ct = CD ? CD : cdt;
     const int rsz = dt_size(rt), csz = dt_size(ct);
     const int wide = (RD == 0 && CD == 0) && dt_wide_int_pair(rt, ct);
@@ -1021,23 +1012,17 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
 #define SELECT_ELEM(d)                                                                             \
     do {                                                                                           \
         uint64_t key = d_bits(d) & ABS_MASK;                                                       \
-        if ((key >> shift) == prefix && !(skip0 && key == 0)) {                                    \
+        if ((key >> shift) == prefix) {                                                            \
             if (mode == MODE_HIST) {                                                               \
                 unsigned bin = (unsigned)((key >> dshift) & dmask);                                \
+                uint64_t rest = key & (((uint64_t)1 << dshift) - 1);                               \
+                unsigned top = (unsigned)(rest >> lowbits);                                        \
+                unsigned low = (unsigned)(rest & ((1ull << lowbits) - 1));                         \
                 atomicAdd(&sh[bin], 1u);                                                           \
-                if (tracking) {                                                                    \
-                    uint64_t rest = key & (((uint64_t)1 << dshift) - 1);                           \
-                    unsigned top = (unsigned)(rest >> lowbits);                                    \
-                    unsigned low = (unsigned)(rest & ((1ull << lowbits) - 1));                     \
-                    atomicMin(&sht[0][bin], top);                                                  \
-                    atomicMax(&sht[1][bin], top);                                                  \
-                    atomicOr(&sht[2][bin], low);                                                   \
-                    atomicAnd(&sht[3][bin], low);                                                  \
-                }                                                                                  \
-                if (!skip0) { /* the first level's min/max are not used */                         \
-                    kmin = key < kmin ? key : kmin;                                                \
-                    kmax = key > kmax ? key : kmax;                                                \
-                }                                                                                  \
+                atomicMin(&sht[0][bin], top);                                                      \
+                atomicMax(&sht[1][bin], top);                                                      \
+                atomicOr(&sht[2][bin], low);                                                       \
+                atomicAnd(&sht[3][bin], low);                                                      \
             } else {                                                                               \
                 unsigned long long at = atomicAdd(cnt, 1ull);                                      \
                 if (at < COLLECT_MAX)                                                              \
@@ -1074,37 +1059,11 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
     }
     if (mode != MODE_HIST)
         return;
-    /* block min / max of the keys, then one atomic each */
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) {
-        unsigned long long a = __shfl_down_sync(0xFFFFFFFFu, kmin, o);
-        unsigned long long b = __shfl_down_sync(0xFFFFFFFFu, kmax, o);
-        kmin = a < kmin ? a : kmin;
-        kmax = b > kmax ? b : kmax;
-    }
-    if (lane == 0)
-        shu[w] = kmin;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < THREADS / 32; i++)
-            kmin = shu[i] < kmin ? shu[i] : kmin;
-        if (kmin != ~0ull)
-            atomicMin(&mm[0], kmin);
-    }
-    __syncthreads();
-    if (lane == 0)
-        shu[w] = kmax;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < THREADS / 32; i++)
-            kmax = shu[i] > kmax ? shu[i] : kmax;
-        atomicMax(&mm[1], kmax);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < HBINS; i += THREADS)
+    for (int i = threadIdx.x; i < TBINS; i += THREADS)
         if (sh[i]) {
             atomicAdd(&hist[i], (unsigned long long)sh[i]);
-            if (tracking && i < TBINS) {
+            {
                 atomicMin(&track[i], sht[0][i]);
                 atomicMax(&track[TBINS + i], sht[1][i]);
                 atomicOr(&track[2 * TBINS + i], sht[2][i]);
@@ -1115,9 +1074,10 @@ select_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int 
 
 /* ---- per-channel mean shift ---- */
 
-/* Welford partials over the finite indices of one segment of one channel:
- * the count, mean and M2 of r and of d, and the compensated sum of d (the
- * shift is sum d / n, as metrics/metrics.c). */
+/* The partial of one segment of one channel over its finite indices: the
+ * count, mean and M2 of r and of d, and the compensated sum of d (the shift
+ * is sum d / n, as metrics/metrics.c); made from a thread's shifted sums
+ * (acc_part) and combined with Chan's formula (chan_merge). */
 typedef struct {
     double n, mean, m2, mean_d, m2_d;
     nsum sd;
@@ -1672,12 +1632,11 @@ static double u64_as_double(uint64_t b)
 }
 
 /* Exact p99 (rank k, 1-based, among the finite |d|) by radix select; zeros:
- * the count of |d| = 0 (from the fused pass). The first pass histograms the
- * top 12 bits of the nonzero keys (the fused pass does not, so that it runs
- * at memory speed; the p99 needs a pass over the pair anyway). */
+ * the count of |d| = 0 and d_hist the histogram of the top 12 bits of the
+ * nonzero keys, both from the fused pass (d_hist is reused by the later
+ * levels). */
 static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
-                         unsigned long long *d_hist, unsigned long long *d_aux, unsigned *d_track,
-                         int have_level0)
+                         unsigned long long *d_hist, unsigned long long *d_aux, unsigned *d_track)
 {
     if (k <= zeros)
         return 0.0;
@@ -1686,22 +1645,13 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
     unsigned *ht = (unsigned *)malloc(4 * TBINS * sizeof *ht);
     double result = NAN;
     unsigned grid = nblocks_for(pd->n);
-    /* d_aux: [0] min key, [1] max key, [2] collect counter; collected keys after */
-    unsigned long long *mm = d_aux, *ccount = d_aux + 2, *buf = d_aux + 4;
+    /* d_aux: [0] the collect counter, then the collected keys */
+    unsigned long long *ccount = d_aux, *buf = d_aux + 1;
     if (hh == NULL || keys == NULL || ht == NULL) {
         x->status = probe_set_error(PROBE_ENOMEM, "%s: host scratch for the p99", x->fn);
         goto done;
     }
-    /* level 0: the top 12 bits of every nonzero key (min/max not used), in
-     * d_hist already when the fused pass histogrammed them */
-    if (!have_level0) {
-        if (failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof *d_hist, x->st), "memset"))
-            goto done;
-        DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
-                 pd->n, pd->vec, 0, 63, HBITS, MODE_HIST, d_hist, mm, (unsigned *)NULL, buf, ccount);
-    }
-    if (failed(x, cudaGetLastError(), "p99 histogram kernel") ||
-        failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost, x->st),
+    if (failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost, x->st),
                "copy of the p99 histogram") ||
         failed(x, cudaStreamSynchronize(x->st), "p99 histogram"))
         goto done;
@@ -1728,7 +1678,7 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
                 if (failed(x, cudaMemsetAsync(ccount, 0, sizeof *ccount, x->st), "memset"))
                     break;
                 DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
-                         pd->n, pd->vec, prefix, shift, 0, MODE_COLLECT, d_hist, mm, (unsigned *)NULL,
+                         pd->n, pd->vec, prefix, shift, 0, MODE_COLLECT, d_hist, (unsigned *)NULL,
                          buf, ccount);
                 if (failed(x, cudaGetLastError(), "p99 collect kernel") ||
                     failed(x, cudaMemcpyAsync(keys, buf, cnt * sizeof *keys, cudaMemcpyDeviceToHost,
@@ -1740,36 +1690,26 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
                 break;
             }
             int width = shift < TBITS ? shift : TBITS;
-            unsigned long long init[2] = {~0ull, 0ull};
             for (int b = 0; b < TBINS; b++) {
                 ht[b] = ~0u;
                 ht[TBINS + b] = 0;
                 ht[2 * TBINS + b] = 0;
                 ht[3 * TBINS + b] = ~0u;
             }
-            if (failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof *d_hist, x->st), "memset") ||
-                failed(x, cudaMemcpyAsync(mm, init, sizeof init, cudaMemcpyHostToDevice, x->st),
-                       "copy") ||
+            if (failed(x, cudaMemsetAsync(d_hist, 0, TBINS * sizeof *d_hist, x->st), "memset") ||
                 failed(x, cudaMemcpyAsync(d_track, ht, 4 * TBINS * sizeof *ht,
                                           cudaMemcpyHostToDevice, x->st), "copy"))
                 break;
             DISPATCH(select_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt,
-                     pd->n, pd->vec, prefix, shift, width, MODE_HIST, d_hist, mm, d_track, buf,
+                     pd->n, pd->vec, prefix, shift, width, MODE_HIST, d_hist, d_track, buf,
                      ccount);
-            unsigned long long got[2];
             if (failed(x, cudaGetLastError(), "p99 histogram kernel") ||
-                failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost,
+                failed(x, cudaMemcpyAsync(hh, d_hist, TBINS * sizeof *hh, cudaMemcpyDeviceToHost,
                                           x->st), "copy of the p99 histogram") ||
-                failed(x, cudaMemcpyAsync(got, mm, sizeof got, cudaMemcpyDeviceToHost, x->st),
-                       "copy") ||
                 failed(x, cudaMemcpyAsync(ht, d_track, 4 * TBINS * sizeof *ht,
                                           cudaMemcpyDeviceToHost, x->st), "copy") ||
                 failed(x, cudaStreamSynchronize(x->st), "p99 histogram"))
                 break;
-            if (got[0] == got[1]) { /* every candidate equal: that is the value */
-                result = u64_as_double(got[0]);
-                break;
-            }
             below = 0;
             int bins = 1 << width, chosen = 0;
             for (int b = 0; b < bins; b++) {
@@ -1954,7 +1894,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
     fo.counts = (unsigned long long *)dalloc(x, C_COUNT * sizeof(unsigned long long));
     d_res = (fused_res *)dalloc(x, sizeof(fused_res));
     d_hist = (unsigned long long *)dalloc(x, HBINS * sizeof(unsigned long long));
-    d_aux = (unsigned long long *)dalloc(x, (4 + COLLECT_MAX) * sizeof(unsigned long long));
+    d_aux = (unsigned long long *)dalloc(x, (1 + COLLECT_MAX) * sizeof(unsigned long long));
     d_track = (unsigned *)dalloc(x, 4 * TBINS * sizeof(unsigned));
     fo.hist = d_hist;
     if (x->status != PROBE_OK)
@@ -1996,7 +1936,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
             if (rank == nf)
                 p99 = maxd;
             else
-                p99 = p99_select(x, pd, cn[C_ZERO], rank, d_hist, d_aux, d_track, 1);
+                p99 = p99_select(x, pd, cn[C_ZERO], rank, d_hist, d_aux, d_track);
             if (x->status != PROBE_OK)
                 goto done;
         }
