@@ -70,13 +70,19 @@ static inline int fuzz_tmpfile(const uint8_t *data, size_t size, const char *nam
  * seed corpus): a few small tensors of different element types, ranks and
  * layouts under probe's own path scheme, written by probe's writer.
  * variant 0: reference; 1: every float scaled by 1.01; 2: a NaN and an Inf
- * in the candidate; 3: one tensor missing and one reshaped. */
+ * in the candidate; 3: one tensor missing and one reshaped; 4: the reference
+ * in the packed layout (every tensor in /probe.pack); 5: the reference with
+ * in.hidden_states as a stats-only record. */
 static inline probe_status fuzz_write_capture(const char *path, int variant)
 {
     probe_writer *w = NULL;
     probe_status s = probe_writer_open(path, "{\"label\": \"fuzz\", \"argv\": [\"fuzz\"]}", &w);
     if (s != PROBE_OK)
         return s;
+    if (variant == 4 && (s = probe_writer_set_pack(w, 4096)) != PROBE_OK) {
+        (void)probe_writer_close(w);
+        return s;
+    }
     float lat[1 * 4 * 2 * 3 * 3];
     for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++)
         lat[i] = (float)((int)(i * 37 % 23) - 11) / 7.0f * (variant == 1 ? 1.01f : 1.0f);
@@ -128,6 +134,14 @@ static inline probe_status fuzz_write_capture(const char *path, int variant)
                           .call = 0, .step = 0, .cfg_branch = -1, .timestep = 999.0,
                           .scope = "pipe/denoise", .device = "cpu", .seq = i, .dtype = put[i].t,
                           .rank = put[i].rank, .shape = put[i].shape};
+        if (variant == 5 && i == 1) {
+            probe_summary sum;
+            s = probe_summary_compute(put[i].t, put[i].data, put[i].nbytes / sizeof(float), &sum);
+            if (s == PROBE_OK)
+                s = probe_writer_put_summary(w, &r, &sum,
+                                             probe_capture_hash(put[i].data, put[i].nbytes));
+            continue;
+        }
         s = probe_writer_put(w, &r, put[i].data, put[i].nbytes);
     }
     if (s == PROBE_OK) {
