@@ -1,7 +1,7 @@
 /* nsum.h - Neumaier's compensated summation (Higham, "Accuracy and Stability
  * of Numerical Algorithms", 2nd ed., sec. 4.3, "Kahan-Babuska"): the fp64
- * accumulator of the metrics engine (metrics.c), the tensor summaries
- * (summary.c) and the fp64 oracles (references/). Internal header. */
+ * accumulator of the metrics engine (metrics.c) and the fp64 oracles
+ * (references/). Internal header. */
 #ifndef PROBE_METRICS_NSUM_H
 #define PROBE_METRICS_NSUM_H
 

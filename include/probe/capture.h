@@ -141,6 +141,16 @@ probe_status probe_writer_close(probe_writer *w);
 /* xxh64 (seed 0) of n bytes, the content hash stored in probe.hash. */
 uint64_t probe_capture_hash(const void *data, size_t n);
 
+/* The tree hash of nbytes bytes (docs/file-format.md "Tree order"): XXH64
+ * (seed 0) of each 256-byte piece; then, level by level, XXH64 (seed = the
+ * new level, 1, 2, ...) of up to 32 consecutive child hashes as little-endian
+ * uint64, until one is left; the result is XXH64 (seed 0) of that root hash
+ * and nbytes, 16 bytes little-endian. Unlike probe_capture_hash it can be
+ * computed in parallel (probe_cuda_summary_tree computes it on a GPU): a
+ * stats-only record made on the device carries it (probe.tree_hash). data
+ * may be NULL when nbytes is 0. */
+uint64_t probe_tree_hash(const void *data, size_t nbytes);
+
 /* --- how the run ended (probe/capture/run_end.c; docs/file-format.md "run_end") --- */
 
 typedef struct probe_run_end {
@@ -301,8 +311,8 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
 
 /* Summary of tensor i: a stats-only record's stored fields, or, for a full
  * tensor, probe_summary_compute over its elements (read in chunks; bounded
- * memory; the sums combined in element order with compensation, so they may
- * differ from a one-pass probe_summary_compute in the last bits). Errors:
+ * memory; the same bits as one probe_summary_compute over the whole tensor:
+ * both follow the tree order, docs/file-format.md "Tree order"). Errors:
  * PROBE_EINVAL (NULL f/out, i out of range), PROBE_EIO / PROBE_EFORMAT
  * (message names file and path). */
 probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out);

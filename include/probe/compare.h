@@ -411,9 +411,9 @@ typedef struct probe_compare_result {
 /* The lower bound on rel_l2 that two summaries prove (see
  * probe_tensor_result.rel_l2_lower_bound for the definition and the NaN /
  * infinity cases). Source: the triangle inequality,
- * ||c - r|| >= | ||c|| - ||r|| |. Rounding: the norms come from fp64
- * compensated sums, so the value is exact up to a relative error of a few
- * units of 2^-53. */
+ * ||c - r|| >= | ||c|| - ||r|| |. Rounding: the norms come from fp64 sums
+ * in the tree order (docs/file-format.md "Tree order"), so the value is
+ * exact up to a relative error of about (128 + 5 * levels) units of 2^-53. */
 double probe_summary_rel_l2_lower_bound(const probe_summary *ref, const probe_summary *cand);
 
 /* Compare two capture files. Errors (no result is returned): a file that

@@ -175,9 +175,17 @@ probe_status probe_metrics_compute_source(const probe_pair_source *src,
 
 
 /* Summary of one tensor x (stats-only capture keeps it instead of the
- * bytes): counts, and over the finite elements min, max, max |x| and the
- * fp64 compensated sums of x and x^2 (NaN min/max/abs_max if none is
- * finite). */
+ * bytes): counts, and over the finite elements min, max, max |x| (-0 before
+ * +0 for min and max) and the fp64 sums of x and x^2 (NaN min/max/abs_max if
+ * none is finite). The sums are added in the canonical tree order
+ * (docs/file-format.md "Tree order"): within each 256-byte piece of the
+ * bytes in element order, then pieces combined 32 at a time by a fixed
+ * butterfly, each operation rounded to double and never fused; the error of
+ * either sum is at most about (128 + 5 * levels) * 2^-53 of the sum of
+ * magnitudes (Higham, "Accuracy and Stability of Numerical Algorithms",
+ * 2nd ed., sec. 4.2: recursive summation within a piece, pairwise above).
+ * Every path (this one, probe_file_summary, probe_cuda_summary_tree on a
+ * GPU) gives the same bits for the same bytes. */
 typedef struct probe_summary {
     uint64_t n, n_finite, nan, inf;
     double min, max, abs_max;
@@ -187,6 +195,18 @@ typedef struct probe_summary {
 /* Summary of n elements of type dtype at x (packed, little-endian).
  * PROBE_EINVAL for an unknown type or NULL x with n > 0 or NULL out. */
 probe_status probe_summary_compute(probe_dtype dtype, const void *x, size_t n, probe_summary *out);
+
+/* The tree order's constants: a leaf is a piece of 256 bytes of the tensor
+ * (no element straddles two), a node combines up to 32 children. */
+#define PROBE_TREE_PIECE_BYTES 256
+#define PROBE_TREE_FANOUT 32
+
+/* probe_summary_compute, and, when tree_hash is not NULL, the tensor's tree
+ * hash (probe_tree_hash, probe/capture.h, of its bytes, bool as 0/1 bytes),
+ * in the same pass. Errors as probe_summary_compute (*tree_hash 0), and
+ * PROBE_ENOMEM. */
+probe_status probe_summary_tree(probe_dtype dtype, const void *x, size_t n, probe_summary *out,
+                                uint64_t *tree_hash);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 
 #include "h5types.h"
 #include "journal.h"
+#include "tree.h"
 
 struct probe_file {
     hid_t file;
@@ -1770,15 +1771,31 @@ static probe_status read_summary_record(probe_file *f, const probe_tensor_info *
     return s;
 }
 
-/* Neumaier compensated accumulation of chunk sums (as metrics/summary.c). */
-static void comp_add(double *s, double *c, double x)
+/* The summary (and, when tree_hash is not NULL, the tree hash) of full
+ * tensor i from its stored bytes, read in chunks of SUMMARY_CHUNK elements
+ * (a multiple of the tree's 256-byte pieces) through the tree order of
+ * metrics/tree.h: the bits of probe_summary_tree over the whole tensor. */
+static probe_status tree_of_tensor(probe_file *f, size_t i, probe_summary *out,
+                                   uint64_t *tree_hash)
 {
-    double t = *s + x;
-    if (fabs(*s) >= fabs(x))
-        *c += (*s - t) + x;
-    else
-        *c += (x - t) + *s;
-    *s = t;
+    const probe_tensor_info *t = &f->t[i];
+    size_t esize = probe_dtype_size(t->dtype);
+    size_t chunk = t->n < SUMMARY_CHUNK ? (size_t)t->n : SUMMARY_CHUNK;
+    unsigned char *buf = malloc(chunk ? chunk * esize : 1);
+    probe_tree_state *ts = malloc(sizeof *ts);
+    probe_status st = buf && ts ? probe_tree_begin_(ts, t->dtype, tree_hash != NULL)
+                                : probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", f->path,
+                                                  t->path);
+    for (uint64_t off = 0; off < t->n && st == PROBE_OK; off += chunk) {
+        size_t m = t->n - off < chunk ? (size_t)(t->n - off) : chunk;
+        if ((st = probe_file_read_range(f, i, off, m, buf)) == PROBE_OK)
+            st = probe_tree_feed_(ts, buf, m * esize);
+    }
+    if (st == PROBE_OK)
+        probe_tree_finish_(ts, out, tree_hash);
+    free(buf);
+    free(ts);
+    return st;
 }
 
 probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out)
@@ -1792,50 +1809,10 @@ probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out)
     const probe_tensor_info *t = &f->t[i];
     if (t->stats_only)
         return read_summary_record(f, t, out);
-    size_t esize = probe_dtype_size(t->dtype);
-    size_t chunk = t->n < SUMMARY_CHUNK ? (size_t)t->n : SUMMARY_CHUNK;
-    unsigned char *buf = malloc(chunk ? chunk * esize : 1);
-    if (buf == NULL)
-        return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", f->path, t->path);
-    double s = 0, sc = 0, q = 0, qc = 0;
-    out->min = out->max = out->abs_max = NAN;
-    probe_status st = PROBE_OK;
-    for (uint64_t off = 0; off < t->n && st == PROBE_OK; off += chunk) {
-        size_t m = t->n - off < chunk ? (size_t)(t->n - off) : chunk;
-        probe_summary p;
-        if ((st = probe_file_read_range(f, i, off, m, buf)) != PROBE_OK ||
-            (st = probe_summary_compute(t->dtype, buf, m, &p)) != PROBE_OK)
-            break;
-        if (p.n_finite) {
-            if (!out->n_finite) {
-                out->min = p.min;
-                out->max = p.max;
-                out->abs_max = p.abs_max;
-            } else {
-                /* -0 orders before +0, as in probe_summary_compute */
-                if (p.min < out->min || (p.min == out->min && signbit(p.min) && !signbit(out->min)))
-                    out->min = p.min;
-                if (p.max > out->max || (p.max == out->max && !signbit(p.max) && signbit(out->max)))
-                    out->max = p.max;
-                if (p.abs_max > out->abs_max)
-                    out->abs_max = p.abs_max;
-            }
-        }
-        out->n_finite += p.n_finite;
-        out->nan += p.nan;
-        out->inf += p.inf;
-        comp_add(&s, &sc, p.sum);
-        comp_add(&q, &qc, p.sum_sq);
-    }
-    free(buf);
-    if (st != PROBE_OK) {
+    probe_status st = tree_of_tensor(f, i, out, NULL);
+    if (st != PROBE_OK)
         memset(out, 0, sizeof *out);
-        return st;
-    }
-    out->n = t->n;
-    out->sum = isfinite(s) ? s + sc : s;
-    out->sum_sq = isfinite(q) ? q + qc : q;
-    return PROBE_OK;
+    return st;
 }
 
 probe_status probe_file_hash(probe_file *f, size_t i, uint64_t *out)
