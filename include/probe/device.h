@@ -73,9 +73,37 @@ probe_status probe_cuda_metrics_source_v2(int device, const probe_pair_source *s
                                           const probe_stream_opts *sopts, probe_metrics *out,
                                           probe_channel_shift *shift);
 
-/* probe_summary_compute (probe/metrics.h) of n elements in device memory:
- * the summary that stats-only capture keeps of a tensor too large to copy
- * out. Same stream rule as probe_cuda_metrics. */
+/* probe_summary_tree (probe/metrics.h) of n elements of dtype in device
+ * memory at x (aligned to the element size): the summary that stats-only
+ * capture keeps of a tensor too large to copy out, and, when tree_hash is
+ * not NULL, its tree hash (probe_tree_hash of the n * size bytes; bool as
+ * 0/1 bytes). Both are computed in the canonical tree order
+ * (docs/file-format.md "Tree order") and so are bit-equal to the host's
+ * probe_summary_tree of the same bytes, every field. Scratch: 72 bytes per
+ * 8 KiB of input, from the library's pool. Same stream rule as
+ * probe_cuda_metrics (the call returns when the result is on the host).
+ * Errors: PROBE_EINVAL (out NULL, unknown dtype, x NULL with n > 0, x
+ * misaligned, n * size overflows), PROBE_EUNSUPPORTED, PROBE_EIO. */
+probe_status probe_cuda_summary_tree(probe_dtype dtype, const void *x, uint64_t n, void *stream,
+                                     probe_summary *out, uint64_t *tree_hash);
+
+/* probe_cuda_summary_tree in two halves, for a caller that must not wait
+ * (the capture path): _enqueue puts the tree's kernels on stream, then a copy
+ * of the tree's root (PROBE_CUDA_TREE_RESULT_BYTES) to result, which may be
+ * pinned host or device memory; nothing synchronizes, and scratch is
+ * allocated and freed in stream order. Once the stream has passed the copy
+ * (an event recorded after _enqueue), _result turns the root into the
+ * summary and tree hash, on the host, without CUDA calls. Errors of
+ * _enqueue: those of probe_cuda_summary_tree, and result NULL; of _result:
+ * PROBE_EINVAL for NULL pointers, an unknown dtype, or a result whose counts
+ * do not add up to n (not this tensor's, or read too early). */
+#define PROBE_CUDA_TREE_RESULT_BYTES 72
+probe_status probe_cuda_summary_tree_enqueue(probe_dtype dtype, const void *x, uint64_t n,
+                                             void *stream, void *result);
+probe_status probe_cuda_summary_tree_result(probe_dtype dtype, uint64_t n, const void *result,
+                                            probe_summary *out, uint64_t *tree_hash);
+
+/* probe_cuda_summary_tree without the tree hash. */
 probe_status probe_cuda_summary(probe_dtype dtype, const void *x, uint64_t n, void *stream,
                                 probe_summary *out);
 

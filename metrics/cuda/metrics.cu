@@ -1309,9 +1309,35 @@ chan_combine_kernel(const chan_part *part, uint64_t count, uint64_t L, uint64_t 
         out[k] = sh[0];
 }
 
-/* ---- summary of one tensor ---- */
+/* ---- summary of one tensor: the canonical tree (docs/file-format.md "Tree
+ * order") ----
+ *
+ * The bytes are cut into 256-byte pieces (PROBE_TREE_PIECE_BYTES); a piece is
+ * one lane's work: XXH64 of its bytes (seed 0) and its elements' counts,
+ * min, max, max |x| and the sums s = s + x, q = q + x * x in element order,
+ * each operation rounded to double (__dadd_rn/__dmul_rn: never contracted to
+ * an FMA). A node of level k + 1 combines up to 32 children
+ * (PROBE_TREE_FANOUT): XXH64 (seed k + 1) of their hashes as little-endian
+ * uint64, and the sums by the butterfly v[i] = v[i] + v[i + off] for off =
+ * 16, 8, 4, 2, 1 (missing children +0.0), which a warp's __shfl_down_sync
+ * computes exactly. The root is the first level with one node; the tree hash
+ * is XXH64 (seed 0) of the root's hash and the byte count. The host's
+ * probe_summary_tree (metrics/tree.c) follows the same definition, so both
+ * give the same bits. */
 
-enum { S_SUM, S_SQ, S_MIN, S_MAX, S_AMAX, S_COUNT };
+typedef struct {
+    unsigned long long hash, nf, nan, inf;
+    double mn, mx, am, s, q;
+} tree_node;
+static_assert(sizeof(tree_node) == PROBE_CUDA_TREE_RESULT_BYTES, "the root is the result slot");
+
+#define TREE_PIECE 256
+#define TREE_WARPS (THREADS / 32)
+#define XP1 0x9E3779B185EBCA87ull
+#define XP2 0xC2B2AE3D27D4EB4Full
+#define XP3 0x165667B19E3779F9ull
+#define XP4 0x85EBCA77C2B2AE63ull
+#define XP5 0x27D4EB2F165667C5ull
 
 /* min/max with -0 < +0, so that the result does not depend on the order */
 __host__ __device__ static inline int before_min(double x, double m)
@@ -1323,135 +1349,284 @@ __host__ __device__ static inline int after_max(double x, double m)
     return x > m || (x == m && !signbit(x) && signbit(m));
 }
 
-/* A total order of finite doubles on their bits (-0 before +0): min/max on
- * the integer pipe, independent of the order of the elements. */
-__device__ static inline uint64_t okey(uint64_t b)
+/* XXH64 (Y. Collet, xxHash specification, "XXH64 algorithm description") */
+__host__ __device__ static inline uint64_t rotl64(uint64_t x, int r)
 {
-    return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+    return (x << r) | (x >> (64 - r));
 }
-__device__ static inline double okey_d(uint64_t k)
+__host__ __device__ static inline uint64_t xx_round(uint64_t acc, uint64_t in)
 {
-    return bits_d((k >> 63) ? (k & ABS_MASK) : ~k);
+    return rotl64(acc + in * XP2, 31) * XP1;
+}
+__host__ __device__ static inline uint64_t xx_merge(uint64_t h, uint64_t v)
+{
+    return (h ^ xx_round(0, v)) * XP1 + XP4;
+}
+__host__ __device__ static inline uint64_t xx_converge(uint64_t v1, uint64_t v2, uint64_t v3,
+                                                       uint64_t v4)
+{
+    uint64_t h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+    return xx_merge(xx_merge(xx_merge(xx_merge(h, v1), v2), v3), v4);
+}
+__host__ __device__ static inline uint64_t xx_word(uint64_t h, uint64_t w)
+{
+    return rotl64(h ^ xx_round(0, w), 27) * XP1 + XP4;
+}
+__host__ __device__ static inline uint64_t xx_avalanche(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= XP2;
+    h ^= h >> 29;
+    h *= XP3;
+    return h ^ (h >> 32);
 }
 
-__device__ static uint64_t block_umin(uint64_t v, unsigned long long *sh, int is_max)
+/* XXH64 of count little-endian uint64 words */
+__host__ __device__ static uint64_t xx_words(const uint64_t *w, unsigned count, uint64_t seed)
 {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) {
-        uint64_t u = __shfl_down_sync(0xFFFFFFFFu, v, o);
-        v = is_max ? (u > v ? u : v) : (u < v ? u : v);
+    uint64_t h;
+    unsigned i = 0;
+    if (count >= 4) {
+        uint64_t v1 = seed + XP1 + XP2, v2 = seed + XP2, v3 = seed, v4 = seed - XP1;
+        for (; i + 4 <= count; i += 4) {
+            v1 = xx_round(v1, w[i]);
+            v2 = xx_round(v2, w[i + 1]);
+            v3 = xx_round(v3, w[i + 2]);
+            v4 = xx_round(v4, w[i + 3]);
+        }
+        h = xx_converge(v1, v2, v3, v4);
+    } else {
+        h = seed + XP5;
     }
-    __syncthreads();
-    if (lane == 0)
-        sh[w] = v;
-    __syncthreads();
-    if (threadIdx.x == 0)
-        for (int i = 1; i < THREADS / 32; i++)
-            v = is_max ? (sh[i] > v ? sh[i] : v) : (sh[i] < v ? sh[i] : v);
-    return v;
+    h += (uint64_t)count * 8;
+    for (; i < count; i++)
+        h = xx_word(h, w[i]);
+    return xx_avalanche(h);
 }
 
+/* byte i of a piece as the file stores it (bool: 0 or 1) */
+__device__ static inline unsigned piece_byte(const unsigned char *p, unsigned i, int is_bool)
+{
+    unsigned b = p[i];
+    return is_bool ? b != 0 : b;
+}
+
+__device__ static inline uint64_t le64(const unsigned char *p, unsigned o, int is_bool)
+{
+    uint64_t r = 0;
+    for (int b = 7; b >= 0; b--)
+        r = (r << 8) | piece_byte(p, o + b, is_bool);
+    return r;
+}
+
+/* XXH64 (seed 0) of len < 2^32 bytes read one at a time: the last piece, an
+ * unaligned tensor, bool */
+__device__ static uint64_t xx_bytes(const unsigned char *p, unsigned len, int is_bool)
+{
+    uint64_t h;
+    unsigned i = 0;
+    if (len >= 32) {
+        uint64_t v1 = XP1 + XP2, v2 = XP2, v3 = 0, v4 = 0 - XP1;
+        for (; i + 32 <= len; i += 32) {
+            v1 = xx_round(v1, le64(p, i, is_bool));
+            v2 = xx_round(v2, le64(p, i + 8, is_bool));
+            v3 = xx_round(v3, le64(p, i + 16, is_bool));
+            v4 = xx_round(v4, le64(p, i + 24, is_bool));
+        }
+        h = xx_converge(v1, v2, v3, v4);
+    } else {
+        h = XP5;
+    }
+    h += len;
+    for (; i + 8 <= len; i += 8)
+        h = xx_word(h, le64(p, i, is_bool));
+    if (i + 4 <= len) {
+        uint64_t k = 0;
+        for (int b = 3; b >= 0; b--)
+            k = (k << 8) | piece_byte(p, i + b, is_bool);
+        h = rotl64(h ^ (k * XP1), 23) * XP2 + XP3;
+        i += 4;
+    }
+    for (; i < len; i++)
+        h = rotl64(h ^ (piece_byte(p, i, is_bool) * XP5), 11) * XP1;
+    return xx_avalanche(h);
+}
+
+__device__ static inline void node_empty(tree_node *a)
+{
+    a->hash = 0;
+    a->nf = a->nan = a->inf = 0;
+    a->mn = INFINITY;
+    a->mx = -INFINITY;
+    a->am = 0.0;
+    a->s = a->q = 0.0;
+}
+
+__device__ static inline void node_add(tree_node *a, double e)
+{
+    uint64_t ab = d_bits(e) & ABS_MASK;
+    if (ab < INF_BITS) {
+        a->nf++;
+        a->s = __dadd_rn(a->s, e);
+        a->q = __dadd_rn(a->q, __dmul_rn(e, e));
+        if (before_min(e, a->mn))
+            a->mn = e;
+        if (after_max(e, a->mx))
+            a->mx = e;
+        a->am = fmax(a->am, fabs(e));
+    } else {
+        a->nan += ab > INF_BITS;
+        a->inf += ab == INF_BITS;
+    }
+}
+
+/* The elements of one 16-byte word, in order (type D, or t when D = 0). */
+template <int D>
+__device__ static inline void node_add_word(tree_node *a, int t, uint4 v)
+{
+    unsigned w[4] = {v.x, v.y, v.z, v.w};
+    if (D == PROBE_DTYPE_BFLOAT16 || D == PROBE_DTYPE_FLOAT16) {
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            node_add(a, dec16<D>((w[k >> 1] >> (16 * (k & 1))) & 0xFFFFu));
+    } else if (D == PROBE_DTYPE_FLOAT32) {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            node_add(a, (double)__uint_as_float(w[k]));
+    } else if (D == PROBE_DTYPE_FLOAT64) {
+        node_add(a, bits_d((uint64_t)w[0] | ((uint64_t)w[1] << 32)));
+        node_add(a, bits_d((uint64_t)w[2] | ((uint64_t)w[3] << 32)));
+    } else {
+        const int sz = dt_size(t);
+        rawgrp g;
+        for (int k = 0; k < 4; k++)
+            g.w[k] = w[k];
+        for (int k = 0; k < 16 / sz; k++)
+            node_add(a, dec(t, get_elem(&g, sz, k)));
+    }
+}
+
+/* A warp's 32 nodes (lane = child; lanes at or past count are missing)
+ * combined into one, in lane 0: the butterfly of the sums, and XXH64 (seed)
+ * of the children's hashes, gathered in sh (32 words of this warp). */
+__device__ static void warp_combine(tree_node *a, unsigned count, uint64_t seed, uint64_t *sh)
+{
+    const unsigned full = 0xFFFFFFFFu, lane = threadIdx.x & 31;
+    sh[lane] = a->hash;
+    __syncwarp();
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        double s = __shfl_down_sync(full, a->s, off), q = __shfl_down_sync(full, a->q, off);
+        double mn = __shfl_down_sync(full, a->mn, off), mx = __shfl_down_sync(full, a->mx, off);
+        double am = __shfl_down_sync(full, a->am, off);
+        unsigned long long nf = __shfl_down_sync(full, a->nf, off),
+                           nn = __shfl_down_sync(full, a->nan, off),
+                           ni = __shfl_down_sync(full, a->inf, off);
+        if (lane < (unsigned)off) {
+            a->s = __dadd_rn(a->s, s);
+            a->q = __dadd_rn(a->q, q);
+            if (before_min(mn, a->mn))
+                a->mn = mn;
+            if (after_max(mx, a->mx))
+                a->mx = mx;
+            a->am = fmax(a->am, am);
+            a->nf += nf;
+            a->nan += nn;
+            a->inf += ni;
+        }
+    }
+    if (lane == 0)
+        a->hash = xx_words(sh, count, seed);
+    __syncwarp();
+}
+
+/* Level 0 and 1: warp g takes pieces 32g .. 32g + 31 of the nbytes at x and
+ * writes level-1 node g to out; with one piece in all (root_is_piece), that
+ * piece's own node. vec: x is 16-byte aligned. */
 template <int D>
 __global__ void __launch_bounds__(THREADS)
-summary_kernel(const unsigned char *x, int t, uint64_t n, int vec, double *part,
-               unsigned long long *counts)
+tree_leaf_kernel(const unsigned char *x, int t, uint64_t nbytes, int vec, int root_is_piece,
+                 tree_node *out)
 {
-    __shared__ double shd[THREADS / 32];
-    __shared__ unsigned long long shu[THREADS / 32];
-    const int tt = D ? D : t, sz = dt_size(tt);
-    double s = 0, sq = 0;
-    uint64_t mnk = okey(INF_BITS), mxk = okey(INF_BITS | 0x8000000000000000ull), amb = 0;
-    unsigned nf = 0, nn = 0, ni = 0;
-    uint64_t base = (uint64_t)blockIdx.x * TILE + (uint64_t)threadIdx.x * VEC;
-    rawgrp g;
-    if (base < n)
-        load_raw<D>(x, t, base, n, vec, &g);
-#pragma unroll 1
-    for (int gi = 0; gi < GROUPS; gi++) {
-        if (base >= n)
-            break;
-        uint64_t nb = base + (uint64_t)THREADS * VEC;
-        rawgrp ng = g;
-        if (gi + 1 < GROUPS && nb < n)
-            load_raw<D>(x, t, nb, n, vec, &ng);
+    __shared__ uint64_t sh[TREE_WARPS][32];
+    const unsigned lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const uint64_t g = (uint64_t)blockIdx.x * TREE_WARPS + wid;
+    const uint64_t npieces = (nbytes + TREE_PIECE - 1) / TREE_PIECE;
+    if (g * 32 >= npieces)
+        return; /* the whole warp */
+    const uint64_t piece = g * 32 + lane, off = piece * TREE_PIECE;
+    const int tt = D ? D : t;
+    tree_node a;
+    node_empty(&a);
+    if (piece < npieces) {
+        const unsigned len = (unsigned)(nbytes - off < TREE_PIECE ? nbytes - off : TREE_PIECE);
+        const unsigned char *p = x + off;
+        if (vec && len == TREE_PIECE && tt != PROBE_DTYPE_BOOL) {
+            const uint4 *pv = (const uint4 *)p;
+            uint64_t v1 = XP1 + XP2, v2 = XP2, v3 = 0, v4 = 0 - XP1;
+#pragma unroll 2
+            for (int h = 0; h < 2; h++) {
+                uint4 w[8];
 #pragma unroll
-        for (int j = 0; j < VEC; j++) {
-            if (base + j >= n)
-                break;
-            double e = dec(tt, get_elem(&g, sz, j));
-            uint64_t b = d_bits(e), ab = b & ABS_MASK;
-            if (ab < INF_BITS) {
-                nf++;
-                s += e;
-                sq += e * e;
-                uint64_t k = okey(b);
-                mnk = k < mnk ? k : mnk;
-                mxk = k > mxk ? k : mxk;
-                amb = ab > amb ? ab : amb;
-            } else {
-                nn += ab > INF_BITS;
-                ni += ab == INF_BITS;
+                for (int k = 0; k < 8; k++)
+                    w[k] = __ldg(pv + 8 * h + k);
+#pragma unroll
+                for (int k = 0; k < 8; k += 2) {
+                    v1 = xx_round(v1, (uint64_t)w[k].x | ((uint64_t)w[k].y << 32));
+                    v2 = xx_round(v2, (uint64_t)w[k].z | ((uint64_t)w[k].w << 32));
+                    v3 = xx_round(v3, (uint64_t)w[k + 1].x | ((uint64_t)w[k + 1].y << 32));
+                    v4 = xx_round(v4, (uint64_t)w[k + 1].z | ((uint64_t)w[k + 1].w << 32));
+                }
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    node_add_word<D>(&a, tt, w[k]);
             }
+            a.hash = xx_avalanche(xx_converge(v1, v2, v3, v4) + TREE_PIECE);
+        } else {
+            const int sz = dt_size(tt);
+            for (unsigned i = 0; i < len; i += sz)
+                node_add(&a, dec(tt, ld_raw(p + i, sz, 0)));
+            a.hash = xx_bytes(p, len, tt == PROBE_DTYPE_BOOL);
         }
-        g = ng;
-        base = nb;
     }
-    double *P = part + (size_t)blockIdx.x * S_COUNT;
-    double r = block_sum(s, shd);
-    if (threadIdx.x == 0) P[S_SUM] = r;
-    r = block_sum(sq, shd);
-    if (threadIdx.x == 0) P[S_SQ] = r;
-    uint64_t k = block_umin(mnk, shu, 0);
-    if (threadIdx.x == 0) P[S_MIN] = okey_d(k);
-    k = block_umin(mxk, shu, 1);
-    if (threadIdx.x == 0) P[S_MAX] = okey_d(k);
-    k = block_umin(amb, shu, 1);
-    if (threadIdx.x == 0) P[S_AMAX] = bits_d(k);
-    unsigned long long c;
-    c = block_sum_u(nf, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[0], c);
-    c = block_sum_u(nn, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[1], c);
-    c = block_sum_u(ni, shu); if (threadIdx.x == 0 && c) atomicAdd(&counts[2], c);
+    if (root_is_piece) {
+        if (lane == 0)
+            out[0] = a;
+        return;
+    }
+    const uint64_t left = npieces - g * 32;
+    warp_combine(&a, left < 32 ? (unsigned)left : 32u, 1, sh[wid]);
+    if (lane == 0)
+        out[g] = a;
 }
 
-__global__ void __launch_bounds__(RED_THREADS)
-summary_reduce_kernel(const double *part, unsigned nblocks, double *res)
+/* The root of no bytes: XXH64 of nothing (seed 0), no elements. */
+__global__ void tree_empty_kernel(tree_node *out)
 {
-    __shared__ nsum sh_s[2][RED_THREADS];
-    __shared__ double sh_m[3][RED_THREADS];
-    nsum s = {0, 0}, q = {0, 0};
-    double mn = INFINITY, mx = -INFINITY, am = 0;
-    for (unsigned b = threadIdx.x; b < nblocks; b += RED_THREADS) {
-        const double *P = part + (size_t)b * S_COUNT;
-        nsum_add(&s, P[S_SUM]);
-        nsum_add(&q, P[S_SQ]);
-        if (before_min(P[S_MIN], mn)) mn = P[S_MIN];
-        if (after_max(P[S_MAX], mx)) mx = P[S_MAX];
-        am = fmax(am, P[S_AMAX]);
-    }
-    int t = threadIdx.x;
-    sh_s[0][t] = s;
-    sh_s[1][t] = q;
-    sh_m[0][t] = mn;
-    sh_m[1][t] = mx;
-    sh_m[2][t] = am;
-    __syncthreads();
-    for (int st = RED_THREADS / 2; st > 0; st >>= 1) {
-        if (t < st) {
-            nsum_merge(&sh_s[0][t], &sh_s[0][t + st]);
-            nsum_merge(&sh_s[1][t], &sh_s[1][t + st]);
-            if (before_min(sh_m[0][t + st], sh_m[0][t])) sh_m[0][t] = sh_m[0][t + st];
-            if (after_max(sh_m[1][t + st], sh_m[1][t])) sh_m[1][t] = sh_m[1][t + st];
-            sh_m[2][t] = fmax(sh_m[2][t], sh_m[2][t + st]);
-        }
-        __syncthreads();
-    }
-    if (t == 0) {
-        res[S_SUM] = nsum_get(&sh_s[0][0]);
-        res[S_SQ] = nsum_get(&sh_s[1][0]);
-        res[S_MIN] = sh_m[0][0];
-        res[S_MAX] = sh_m[1][0];
-        res[S_AMAX] = sh_m[2][0];
-    }
+    tree_node a;
+    node_empty(&a);
+    a.hash = xx_words(NULL, 0, 0);
+    out[0] = a;
+}
+
+/* Level k + 1 (seed k + 1) from the m nodes of level k in in. */
+__global__ void __launch_bounds__(THREADS)
+tree_combine_kernel(const tree_node *in, uint64_t m, uint64_t seed, tree_node *out)
+{
+    __shared__ uint64_t sh[TREE_WARPS][32];
+    const unsigned lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const uint64_t g = (uint64_t)blockIdx.x * TREE_WARPS + wid;
+    if (g * 32 >= m)
+        return;
+    tree_node a;
+    if (g * 32 + lane < m)
+        a = in[g * 32 + lane];
+    else
+        node_empty(&a);
+    const uint64_t left = m - g * 32;
+    warp_combine(&a, left < 32 ? (unsigned)left : 32u, seed, sh[wid]);
+    if (lane == 0)
+        out[g] = a;
 }
 
 /* ================= host side ================= */
@@ -2127,75 +2302,150 @@ PROBE_CUDA_API probe_status probe_cuda_metrics_source_v2(int device, const probe
                           sopts ? &sopts->channel : NULL, &co, out, shift);
 }
 
-PROBE_CUDA_API probe_status probe_cuda_summary(probe_dtype dtype, const void *xp, uint64_t n,
-                                           void *stream, probe_summary *out)
+static probe_status tree_args(const char *fn, probe_dtype dtype, const void *xp, uint64_t n)
 {
-    static const char fn[] = "probe_cuda_summary";
-    if (out == NULL)
-        return probe_set_error(PROBE_EINVAL, "%s: out is NULL", fn);
-    memset(out, 0, sizeof *out);
-    if (dt_size(dtype) == 0)
+    const int sz = dt_size(dtype);
+    if (sz == 0)
         return probe_set_error(PROBE_EINVAL, "%s: unknown element type %d", fn, (int)dtype);
     if (n > 0 && xp == NULL)
         return probe_set_error(PROBE_EINVAL, "%s: x is NULL with n = %llu", fn,
                                (unsigned long long)n);
-    if ((uintptr_t)xp % dt_size(dtype))
+    if ((uintptr_t)xp % sz)
         return probe_set_error(PROBE_EINVAL, "%s: x is not aligned to its element size", fn);
-    int dev;
-    probe_status s = device_ready(fn, &dev);
-    if (s != PROBE_OK)
-        return s;
-    out->n = n;
-    out->min = out->max = out->abs_max = NAN;
-    if (n == 0)
-        return PROBE_OK;
-    ctx x = {fn, (cudaStream_t)stream, NULL, PROBE_OK};
-    if (failed(&x, pool_for(dev, &x.pool), "memory pool"))
-        return x.status;
-    unsigned grid = nblocks_for(n);
-    double *part = (double *)dalloc(&x, (size_t)grid * S_COUNT * sizeof(double));
-    double *d_res = (double *)dalloc(&x, S_COUNT * sizeof(double));
-    unsigned long long *d_cnt = (unsigned long long *)dalloc(&x, 3 * sizeof(unsigned long long));
-    double res[S_COUNT];
-    unsigned long long cnt[3];
-    if (x.status == PROBE_OK &&
-        !failed(&x, cudaMemsetAsync(d_cnt, 0, 3 * sizeof *d_cnt, x.st), "memset")) {
-        const unsigned char *xb = (const unsigned char *)xp;
-        int vec = (uintptr_t)xp % 16 == 0;
+    if (n > UINT64_MAX / (uint64_t)sz)
+        return probe_set_error(PROBE_EINVAL, "%s: n = %llu elements overflow a byte count", fn,
+                               (unsigned long long)n);
+    return PROBE_OK;
+}
+
+/* The tree's kernels on x->st, then the root node copied to result (any
+ * memory cudaMemcpyAsync reaches); scratch from the pool, freed in stream
+ * order. Nothing waits on the host. */
+static void tree_enqueue(ctx *x, int dev, probe_dtype dtype, const unsigned char *xb,
+                         uint64_t n, void *result)
+{
+    const uint64_t nbytes = n * (uint64_t)dt_size(dtype);
+    if (failed(x, pool_for(dev, &x->pool), "memory pool"))
+        return;
+    const uint64_t npieces = (nbytes + TREE_PIECE - 1) / TREE_PIECE;
+    uint64_t m = (npieces + 31) / 32; /* nodes of level 1 */
+    tree_node *a = (tree_node *)dalloc(x, (size_t)(m ? m : 1) * sizeof(tree_node));
+    tree_node *b = (tree_node *)dalloc(x, (size_t)((m + 31) / 32) * sizeof(tree_node));
+    if (x->status == PROBE_OK && n == 0) {
+        tree_empty_kernel<<<1, 1, 0, x->st>>>(a);
+    } else if (x->status == PROBE_OK) {
+        const int vec = (uintptr_t)xb % 16 == 0, one = npieces == 1;
+        const unsigned grid = (unsigned)((m + TREE_WARPS - 1) / TREE_WARPS);
+        const int t = (int)dtype;
         switch (dtype) {
-        case BF: summary_kernel<BF><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
-        case F16: summary_kernel<F16><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
-        case F32: summary_kernel<F32><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
-        case F64: summary_kernel<F64><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt); break;
-        default: summary_kernel<0><<<grid, THREADS, 0, x.st>>>(xb, (int)dtype, n, vec, part, d_cnt);
+        case BF: tree_leaf_kernel<BF><<<grid, THREADS, 0, x->st>>>(xb, t, nbytes, vec, one, a); break;
+        case F16: tree_leaf_kernel<F16><<<grid, THREADS, 0, x->st>>>(xb, t, nbytes, vec, one, a); break;
+        case F32: tree_leaf_kernel<F32><<<grid, THREADS, 0, x->st>>>(xb, t, nbytes, vec, one, a); break;
+        case F64: tree_leaf_kernel<F64><<<grid, THREADS, 0, x->st>>>(xb, t, nbytes, vec, one, a); break;
+        default: tree_leaf_kernel<0><<<grid, THREADS, 0, x->st>>>(xb, t, nbytes, vec, one, a);
         }
-        summary_reduce_kernel<<<1, RED_THREADS, 0, x.st>>>(part, grid, d_res);
-        if (!failed(&x, cudaGetLastError(), "summary kernel") &&
-            !failed(&x, cudaMemcpyAsync(res, d_res, sizeof res, cudaMemcpyDeviceToHost, x.st),
-                    "copy") &&
-            !failed(&x, cudaMemcpyAsync(cnt, d_cnt, sizeof cnt, cudaMemcpyDeviceToHost, x.st),
-                    "copy") &&
-            !failed(&x, cudaStreamSynchronize(x.st), "summary")) {
-            out->n_finite = cnt[0];
-            out->nan = cnt[1];
-            out->inf = cnt[2];
-            out->sum = res[S_SUM];
-            out->sum_sq = res[S_SQ];
-            if (cnt[0] > 0) {
-                out->min = res[S_MIN];
-                out->max = res[S_MAX];
-                out->abs_max = res[S_AMAX];
-            }
+        /* levels 2, 3, ... until one node is left */
+        for (uint64_t seed = 2; m > 1 && !failed(x, cudaGetLastError(), "tree kernel"); seed++) {
+            const uint64_t next = (m + 31) / 32;
+            const unsigned g2 = (unsigned)((next + TREE_WARPS - 1) / TREE_WARPS);
+            tree_combine_kernel<<<g2, THREADS, 0, x->st>>>(a, m, seed, b);
+            tree_node *tmp = a;
+            a = b;
+            b = tmp;
+            m = next;
         }
     }
-    dfree(&x, part);
-    dfree(&x, d_res);
-    dfree(&x, d_cnt);
-    cudaStreamSynchronize(x.st);
-    if (x.status != PROBE_OK) {
-        memset(out, 0, sizeof *out);
-    }
+    if (x->status == PROBE_OK && !failed(x, cudaGetLastError(), "tree kernel"))
+        (void)failed(x, cudaMemcpyAsync(result, a, sizeof(tree_node), cudaMemcpyDefault, x->st),
+                     "copy");
+    dfree(x, a);
+    dfree(x, b);
+}
+
+PROBE_CUDA_API probe_status probe_cuda_summary_tree_enqueue(probe_dtype dtype, const void *xp,
+                                                        uint64_t n, void *stream, void *result)
+{
+    static const char fn[] = "probe_cuda_summary_tree_enqueue";
+    if (result == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: result is NULL", fn);
+    probe_status s = tree_args(fn, dtype, xp, n);
+    int dev;
+    if (s != PROBE_OK || (s = device_ready(fn, &dev)) != PROBE_OK)
+        return s;
+    ctx x = {fn, (cudaStream_t)stream, NULL, PROBE_OK};
+    tree_enqueue(&x, dev, dtype, (const unsigned char *)xp, n, result);
     return x.status;
+}
+
+PROBE_CUDA_API probe_status probe_cuda_summary_tree_result(probe_dtype dtype, uint64_t n,
+                                                       const void *result, probe_summary *out,
+                                                       uint64_t *tree_hash)
+{
+    static const char fn[] = "probe_cuda_summary_tree_result";
+    if (out == NULL || result == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s is NULL", fn, out ? "result" : "out");
+    memset(out, 0, sizeof *out);
+    const int sz = dt_size(dtype);
+    if (sz == 0)
+        return probe_set_error(PROBE_EINVAL, "%s: unknown element type %d", fn, (int)dtype);
+    tree_node root;
+    memcpy(&root, result, sizeof root);
+    if (root.nf + root.nan + root.inf != n)
+        return probe_set_error(PROBE_EINVAL,
+                               "%s: the result counts %llu elements, not n = %llu (not the "
+                               "result of this tensor, or read before its stream reached it)",
+                               fn, (unsigned long long)(root.nf + root.nan + root.inf),
+                               (unsigned long long)n);
+    out->n = n;
+    out->n_finite = root.nf;
+    out->nan = root.nan;
+    out->inf = root.inf;
+    out->sum = root.s;
+    out->sum_sq = root.q;
+    out->min = out->max = out->abs_max = NAN;
+    if (root.nf > 0) {
+        out->min = root.mn;
+        out->max = root.mx;
+        out->abs_max = root.am;
+    }
+    if (tree_hash) {
+        const uint64_t w[2] = {root.hash, n * (uint64_t)sz};
+        *tree_hash = xx_words(w, 2, 0);
+    }
+    return PROBE_OK;
+}
+
+PROBE_CUDA_API probe_status probe_cuda_summary_tree(probe_dtype dtype, const void *xp, uint64_t n,
+                                                void *stream, probe_summary *out,
+                                                uint64_t *tree_hash)
+{
+    static const char fn[] = "probe_cuda_summary_tree";
+    if (out == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: out is NULL", fn);
+    memset(out, 0, sizeof *out);
+    if (tree_hash)
+        *tree_hash = 0;
+    probe_status s = tree_args(fn, dtype, xp, n);
+    int dev;
+    if (s != PROBE_OK || (s = device_ready(fn, &dev)) != PROBE_OK)
+        return s;
+    ctx x = {fn, (cudaStream_t)stream, NULL, PROBE_OK};
+    tree_node root;
+    memset(&root, 0, sizeof root);
+    tree_enqueue(&x, dev, dtype, (const unsigned char *)xp, n, &root);
+    if (x.status == PROBE_OK)
+        (void)failed(&x, cudaStreamSynchronize(x.st), "summary");
+    else
+        cudaStreamSynchronize(x.st);
+    if (x.status != PROBE_OK)
+        return x.status;
+    return probe_cuda_summary_tree_result(dtype, n, &root, out, tree_hash);
+}
+
+PROBE_CUDA_API probe_status probe_cuda_summary(probe_dtype dtype, const void *xp, uint64_t n,
+                                           void *stream, probe_summary *out)
+{
+    return probe_cuda_summary_tree(dtype, xp, n, stream, out, NULL);
 }
 
 PROBE_CUDA_API int probe_cuda_abi_version(void)

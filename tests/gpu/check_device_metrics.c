@@ -47,8 +47,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "probe/device.h"
+#include "probe/capture.h"
 #include "probe/metrics.h"
 
 static int failures, passes;
@@ -699,29 +702,111 @@ static void free_case(pair_case *pc)
 
 /* ---- summary ---- */
 
-static void check_summary(const char *name, probe_dtype t, const void *x, size_t n)
+/* probe_cuda_summary_tree of the n elements at x, copied to device memory
+ * at byte offset off of an allocation, against the host's
+ * probe_summary_tree and probe_tree_hash of the same bytes: every field and
+ * the tree hash bit for bit (the canonical tree order of both). */
+static void check_summary_at(const char *name, probe_dtype t, const void *x, size_t n, size_t off)
 {
     size_t sz = probe_dtype_size(t);
-    void *d = NULL;
-    CUDA_OK(cudaMalloc(&d, n * sz + 16));
-    CUDA_OK(cudaMemcpy(d, x, n * sz, cudaMemcpyHostToDevice));
+    unsigned char *d = NULL;
+    CUDA_OK(cudaMalloc((void **)&d, n * sz + off + 16));
+    CUDA_OK(cudaMemcpy(d + off, x, n * sz, cudaMemcpyHostToDevice));
     probe_summary g, c;
-    probe_status s = probe_cuda_summary(t, d, n, NULL, &g);
+    uint64_t gh = 1, ch = 2;
+    probe_status s = probe_cuda_summary_tree(t, d + off, n, NULL, &g, &gh);
+    probe_summary g2;
+    probe_status s2 = probe_cuda_summary(t, d + off, n, NULL, &g2);
     cudaFree(d);
-    if (s != PROBE_OK) {
+    if (s != PROBE_OK || s2 != PROBE_OK) {
         report(0, name, probe_last_error());
         return;
     }
-    probe_summary_compute(t, x, n, &c);
-    int ok = g.n == c.n && g.n_finite == c.n_finite && g.nan == c.nan && g.inf == c.inf &&
-             same_bits(g.min, c.min) && same_bits(g.max, c.max) && same_bits(g.abs_max, c.abs_max) &&
-             close_rel(g.sum_sq, c.sum_sq, 1e-12, c.sum_sq) &&
-             close_rel(g.sum, c.sum, 1e-12, sqrt(c.sum_sq * (double)c.n_finite));
-    char detail[512];
-    snprintf(detail, sizeof detail, "n %zu finite %llu nan %llu inf %llu min %.17g/%.17g max %.17g/%.17g sum %.17g/%.17g sq %.17g/%.17g",
-             n, (unsigned long long)g.n_finite, (unsigned long long)g.nan, (unsigned long long)g.inf,
-             g.min, c.min, g.max, c.max, g.sum, c.sum, g.sum_sq, c.sum_sq);
+    probe_status hs = probe_summary_tree(t, x, n, &c, &ch);
+    /* the hash of the bytes as a full capture stores them: bool as 0/1 */
+    uint64_t bh;
+    if (t == PROBE_DTYPE_BOOL) {
+        unsigned char *b = malloc(n ? n : 1);
+        for (size_t k = 0; k < n; k++)
+            b[k] = ((const unsigned char *)x)[k] != 0;
+        bh = probe_tree_hash(b, n);
+        free(b);
+    } else {
+        bh = probe_tree_hash(x, n * sz);
+    }
+    int ok = hs == PROBE_OK && g.n == c.n && g.n_finite == c.n_finite && g.nan == c.nan &&
+             g.inf == c.inf && same_bits(g.min, c.min) && same_bits(g.max, c.max) &&
+             same_bits(g.abs_max, c.abs_max) && same_bits(g.sum, c.sum) &&
+             same_bits(g.sum_sq, c.sum_sq) && gh == ch && ch == bh &&
+             memcmp(&g, &g2, sizeof g) == 0;
+    char detail[600];
+    snprintf(detail, sizeof detail,
+             "n %zu at +%zu: finite %llu nan %llu inf %llu min %.17g/%.17g max %.17g/%.17g "
+             "sum %a/%a sq %a/%a tree hash %016llx/%016llx/%016llx",
+             n, off, (unsigned long long)g.n_finite, (unsigned long long)g.nan,
+             (unsigned long long)g.inf, g.min, c.min, g.max, c.max, g.sum, c.sum, g.sum_sq,
+             c.sum_sq, (unsigned long long)gh, (unsigned long long)ch, (unsigned long long)bh);
     report(ok, name, detail);
+}
+
+static void check_summary(const char *name, probe_dtype t, const void *x, size_t n)
+{
+    check_summary_at(name, t, x, n, 0);
+}
+
+/* A host function that holds its stream until *arg is set (at most 10 s). */
+static void CUDART_CB hold_stream(void *arg)
+{
+    volatile int *go = (volatile int *)arg;
+    for (int k = 0; k < 10000 && !*go; k++)
+        usleep(1000);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* probe_cuda_summary_tree_enqueue behind a stream that a host function
+ * holds: it returns while the stream is held (nothing waits on the host),
+ * and once the stream has run, _result gives probe_cuda_summary_tree's bits;
+ * _result refuses a slot whose counts are not n. */
+static void check_summary_enqueue(probe_dtype t, const void *x, size_t n)
+{
+    size_t sz = probe_dtype_size(t);
+    unsigned char *d = NULL;
+    void *slot = NULL;
+    cudaStream_t st;
+    static volatile int go;
+    go = 0;
+    CUDA_OK(cudaMalloc((void **)&d, n * sz));
+    CUDA_OK(cudaMemcpy(d, x, n * sz, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaHostAlloc(&slot, PROBE_CUDA_TREE_RESULT_BYTES, cudaHostAllocDefault));
+    memset(slot, 0, PROBE_CUDA_TREE_RESULT_BYTES);
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CUDA_OK(cudaLaunchHostFunc(st, hold_stream, (void *)&go));
+    double t0 = now_s();
+    probe_status s = probe_cuda_summary_tree_enqueue(t, d, n, st, slot);
+    double took = now_s() - t0;
+    int held = cudaStreamQuery(st) == cudaErrorNotReady;
+    go = 1;
+    CUDA_OK(cudaStreamSynchronize(st));
+    probe_summary a, b;
+    uint64_t ha = 0, hb = 1;
+    probe_status s2 = probe_cuda_summary_tree_result(t, n, slot, &a, &ha);
+    probe_status s3 = probe_cuda_summary_tree(t, d, n, st, &b, &hb);
+    probe_status s4 = probe_cuda_summary_tree_result(t, n + 1, slot, &b, &hb);
+    int ok = s == PROBE_OK && held && took < 1.0 && s2 == PROBE_OK && s3 == PROBE_OK &&
+             memcmp(&a, &b, sizeof a) == 0 && ha == hb && s4 == PROBE_EINVAL;
+    char detail[256];
+    snprintf(detail, sizeof detail, "enqueue %.3f ms while held %d; result %d, same bits %d, n+1 refused %d",
+             took * 1e3, held, (int)s2, memcmp(&a, &b, sizeof a) == 0 && ha == hb, s4 == PROBE_EINVAL);
+    report(ok, "summary.tree.enqueue", detail);
+    cudaStreamDestroy(st);
+    cudaFreeHost(slot);
+    cudaFree(d);
 }
 
 /* ---- the systematic-statistics cases (tests/unit/test_systematic.c) ---- */
@@ -1502,6 +1587,38 @@ int main(int argc, char **argv)
     {
         int32_t x[5] = {-7, 0, 3, 2147483647, -2147483647 - 1};
         check_summary("summary.int32", PROBE_DTYPE_INT32, x, 5);
+    }
+    /* the tree's edges: no bytes, a part of a piece, one piece, one more
+     * byte, 32 and 33 pieces, 32 * 32 + 1 pieces (three levels), a large
+     * tensor (five levels); at an offset that is not 16-byte aligned; every
+     * element type; bool bytes other than 0 and 1 */
+    {
+        const size_t bytes[] = {0, 2, 100, 256, 258, 8192, 8194, 32 * 32 * 256 + 256,
+                                (size_t)3 << 26};
+        unsigned char *buf = malloc(bytes[8]);
+        uint64_t st = 12345;
+        for (size_t k = 0; k < bytes[8]; k++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            buf[k] = (unsigned char)(st >> 56);
+        }
+        for (size_t bi = 0; bi < sizeof bytes / sizeof bytes[0]; bi++) {
+            for (int dt = 0; dt < PROBE_DTYPE_COUNT_; dt++) {
+                size_t sz = probe_dtype_size((probe_dtype)dt);
+                if (sz == 0 || (bi == 8 && dt != PROBE_DTYPE_BFLOAT16 && dt != PROBE_DTYPE_FLOAT32))
+                    continue;
+                char name[96];
+                snprintf(name, sizeof name, "summary.tree.%s.%zu", probe_dtype_name((probe_dtype)dt),
+                         bytes[bi]);
+                check_summary_at(name, (probe_dtype)dt, buf, bytes[bi] / sz, 0);
+                if (bi == 6 || bi == 7) {
+                    snprintf(name, sizeof name, "summary.tree.%s.%zu.unaligned",
+                             probe_dtype_name((probe_dtype)dt), bytes[bi]);
+                    check_summary_at(name, (probe_dtype)dt, buf, bytes[bi] / sz, sz < 8 ? 8 : 8 + sz);
+                }
+            }
+        }
+        check_summary_enqueue(PROBE_DTYPE_BFLOAT16, buf, bytes[7] / 2);
+        free(buf);
     }
 
     /* 14. errors: a bad stream argument is a CUDA error (EIO), nothing crashes */
