@@ -224,6 +224,10 @@ typedef struct probe_tensor_info {
     /* probe.module: the module path of that object ("text_encoder_2",
      * "transformer.blocks.3"), "" if absent; cut to 255 bytes. */
     char module[256];
+    /* probe.tree_hash: the tensor's tree hash (probe_tree_hash of its bytes)
+     * as 16 lowercase hex digits, "" if absent. Stored only on stats-only
+     * records; probe_file_tree_hash computes it for a full tensor. */
+    char tree_hash[17];
 } probe_tensor_info;
 
 typedef struct probe_skip_info {
@@ -309,6 +313,17 @@ const char *probe_file_hdf5_version(void);
 probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
                                       const probe_summary *sum, uint64_t hash);
 
+/* probe_writer_put_summary with the hashes the caller has: hash (the XXH64
+ * of the bytes, probe.hash) and tree_hash (probe_tree_hash of the bytes,
+ * probe.tree_hash, 16 hex digits), each NULL when not known; at least one
+ * is required (PROBE_EINVAL). A record made on a GPU
+ * (probe_cuda_summary_tree) has only the tree hash. Both are journalled
+ * (docs/file-format.md "Journal", SUMMARY). Other errors as
+ * probe_writer_put_summary. */
+probe_status probe_writer_put_summary_ex(probe_writer *w, const probe_record *rec,
+                                         const probe_summary *sum, const uint64_t *hash,
+                                         const uint64_t *tree_hash);
+
 /* Summary of tensor i: a stats-only record's stored fields, or, for a full
  * tensor, probe_summary_compute over its elements (read in chunks; bounded
  * memory; the same bits as one probe_summary_compute over the whole tensor:
@@ -316,6 +331,22 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
  * PROBE_EINVAL (NULL f/out, i out of range), PROBE_EIO / PROBE_EFORMAT
  * (message names file and path). */
 probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out);
+
+/* Tree hash of tensor i (probe_tree_hash of its bytes as a full capture
+ * stores them): a stats-only record's probe.tree_hash, or, for a full
+ * tensor, computed from its bytes (read in chunks; bounded memory).
+ * PROBE_ENOTFOUND for a stats-only record without one (written with only
+ * an XXH64); other errors as probe_file_summary. */
+probe_status probe_file_tree_hash(probe_file *f, size_t i, uint64_t *out);
+
+/* Whether tensor ai of a and tensor bi of b hold the same bytes, by hash
+ * alone: the XXH64 when both have one (probe.hash, or a full tensor's
+ * bytes), else the tree hash when both have one (probe.tree_hash, or a full
+ * tensor's bytes); *same is 0 when they differ or share no hash (a record
+ * with only an XXH64 against one with only a tree hash). Errors:
+ * PROBE_EINVAL (NULL, index out of range), and those of reading a full
+ * tensor's bytes (PROBE_EIO, PROBE_EFORMAT, PROBE_ENOMEM). */
+probe_status probe_file_hash_match(probe_file *a, size_t ai, probe_file *b, size_t bi, int *same);
 
 /* XXH64 (seed 0) of tensor i's bytes as a full capture stores them (what
  * probe.hash holds): the stored probe.hash when the dataset has one (always

@@ -142,6 +142,13 @@ static probe_status load_locked(void)
     shim_libprobe_api.summary_compute = (probe_status(*)(probe_dtype, const void *, size_t, probe_summary *))
         shim_resolve_handle(h, "probe_summary_compute");
     shim_libprobe_api.capture_hash = (uint64_t(*)(const void *, size_t))shim_resolve_handle(h, "probe_capture_hash");
+    shim_libprobe_api.summary_tree =
+        (probe_status(*)(probe_dtype, const void *, size_t, probe_summary *, uint64_t *))
+            shim_resolve_handle(h, "probe_summary_tree");
+    shim_libprobe_api.writer_put_summary_ex =
+        (probe_status(*)(probe_writer *, const probe_record *, const probe_summary *,
+                         const uint64_t *, const uint64_t *))
+            shim_resolve_handle(h, "probe_writer_put_summary_ex");
     shim_libprobe_api.writer_set_pack =
         (probe_status(*)(probe_writer *, size_t))shim_resolve_handle(h, "probe_writer_set_pack");
     return PROBE_OK; /* the handle stays open for the life of the process */
@@ -208,10 +215,12 @@ probe_status shim_libprobe_put(probe_writer *w, const probe_record *rec, const v
 
 /* Stats-only record (probe_writer_put_summary), under the same lock. */
 probe_status shim_libprobe_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
-                                uint64_t hash)
+                                uint64_t hash, const uint64_t *tree_hash)
 {
     pthread_mutex_lock(&hdf5_lock);
-    probe_status st = shim_libprobe_api.writer_put_summary(w, rec, sum, hash);
+    probe_status st = tree_hash && shim_libprobe_api.writer_put_summary_ex
+                          ? shim_libprobe_api.writer_put_summary_ex(w, rec, sum, &hash, tree_hash)
+                          : shim_libprobe_api.writer_put_summary(w, rec, sum, hash);
     pthread_mutex_unlock(&hdf5_lock);
     return st;
 }

@@ -28,6 +28,11 @@ struct shim_libprobe {
     uint64_t (*capture_hash)(const void *, size_t);
     /* the packed layout; NULL when libprobe.so predates it */
     probe_status (*writer_set_pack)(probe_writer *, size_t);
+    /* the tree order's summary and hash, and records with both hashes; NULL
+     * when libprobe.so predates them */
+    probe_status (*summary_tree)(probe_dtype, const void *, size_t, probe_summary *, uint64_t *);
+    probe_status (*writer_put_summary_ex)(probe_writer *, const probe_record *,
+                                          const probe_summary *, const uint64_t *, const uint64_t *);
 };
 
 extern struct shim_libprobe shim_libprobe_api;
@@ -50,9 +55,11 @@ probe_status shim_libprobe_open(const char *path, const char *manifest, int appe
                                 probe_writer **out);
 probe_status shim_libprobe_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes);
 probe_status shim_libprobe_skip(probe_writer *w, const probe_record *rec, const char *reason);
-/* needs shim_libprobe_api.writer_put_summary (check it first) */
+/* needs shim_libprobe_api.writer_put_summary (check it first); tree_hash
+ * NULL, or the tree hash too when shim_libprobe_api.writer_put_summary_ex
+ * is there (else it is dropped) */
 probe_status shim_libprobe_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
-                                uint64_t hash);
+                                uint64_t hash, const uint64_t *tree_hash);
 probe_status shim_libprobe_set_manifest(probe_writer *w, const char *manifest);
 probe_status shim_libprobe_flush(probe_writer *w);
 probe_status shim_libprobe_close(probe_writer *w);

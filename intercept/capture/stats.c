@@ -1,8 +1,9 @@
 /* stats.c - stats-only capture (PROBE_STATS_ONLY=1, probe-run --stats-only; or
  * only the tensors PROBE_STATS_ONLY_FOR selects, probe-run --stats-only-for):
  * the writer thread keeps each selected tensor's summary (probe_summary:
- * counts, min, max, max |x|, sum, sum of squares) and the XXH64 of its bytes
- * instead of the bytes (docs/file-format.md "Stats-only records").
+ * counts, min, max, max |x|, sum, sum of squares), the XXH64 of its bytes and
+ * their tree hash instead of the bytes (docs/file-format.md "Stats-only
+ * records", "Tree order").
  *
  * Device tensors still travel through the staging copy (cuda.c): the
  * summary and hash are computed on the host, on the writer thread, from the
@@ -60,10 +61,16 @@ probe_status shim_stats_put(probe_writer *w, const probe_record *rec, const void
             norm[i] = ((const unsigned char *)data)[i] != 0;
         data = norm;
     }
+    /* the summary and both hashes: the XXH64 of a full capture's bytes and
+     * the tree hash a record made on a GPU carries */
     probe_summary sum;
-    probe_status st = shim_libprobe_api.summary_compute(rec->dtype, data, n, &sum);
+    uint64_t tree = 0;
+    int have_tree = shim_libprobe_api.summary_tree && shim_libprobe_api.writer_put_summary_ex;
+    probe_status st = have_tree ? shim_libprobe_api.summary_tree(rec->dtype, data, n, &sum, &tree)
+                                : shim_libprobe_api.summary_compute(rec->dtype, data, n, &sum);
     if (st == PROBE_OK)
-        st = shim_libprobe_put_summary(w, rec, &sum, shim_libprobe_api.capture_hash(data, nbytes));
+        st = shim_libprobe_put_summary(w, rec, &sum, shim_libprobe_api.capture_hash(data, nbytes),
+                                       have_tree ? &tree : NULL);
     free(norm);
     return st;
 }

@@ -265,14 +265,18 @@ static void put_f64(buf_t *b, double v)
     put_u64(b, bits);
 }
 
+/* SUMMARY flags (the optional u64 after sum_sq) */
+#define JSUM_NO_XXH64 1u
+#define JSUM_TREE 2u
+
 /* The SUMMARY record of stats-only record rec, then its OP and CALL records. */
 static void encode_summary(buf_t *b, const probe_record *rec, const probe_summary *sum,
-                           uint64_t hash)
+                           const uint64_t *hash, const uint64_t *tree_hash)
 {
     size_t start = b->len;
     rec_start(b, PROBE_JREC_SUMMARY);
     encode_head(b, rec);
-    put_u64(b, hash);
+    put_u64(b, hash ? *hash : 0);
     put_u64(b, sum->n);
     put_u64(b, sum->n_finite);
     put_u64(b, sum->nan);
@@ -282,6 +286,10 @@ static void encode_summary(buf_t *b, const probe_record *rec, const probe_summar
     put_f64(b, sum->abs_max);
     put_f64(b, sum->sum);
     put_f64(b, sum->sum_sq);
+    if (hash == NULL || tree_hash != NULL) {
+        put_u64(b, (hash == NULL ? JSUM_NO_XXH64 : 0) | (tree_hash != NULL ? JSUM_TREE : 0));
+        put_u64(b, tree_hash ? *tree_hash : 0);
+    }
     rec_finish(b, start);
     encode_extras(b, rec);
 }
@@ -300,8 +308,15 @@ probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uin
 probe_status probe_journal_summary(probe_journal *j, const probe_record *rec,
                                    const probe_summary *sum, uint64_t hash)
 {
+    return probe_journal_summary_ex(j, rec, sum, &hash, NULL);
+}
+
+probe_status probe_journal_summary_ex(probe_journal *j, const probe_record *rec,
+                                      const probe_summary *sum, const uint64_t *hash,
+                                      const uint64_t *tree_hash)
+{
     buf_t b = {0};
-    encode_summary(&b, rec, sum, hash);
+    encode_summary(&b, rec, sum, hash, tree_hash);
     return jwrite(j, &b);
 }
 
@@ -632,6 +647,11 @@ static int decode_summary(rd_t *r, probe_journal_tensor_rec *t)
     m->abs_max = get_f64(r);
     m->sum = get_f64(r);
     m->sum_sq = get_f64(r);
+    uint64_t flags = 0, tree = 0;
+    if (!r->bad && r->at < r->len) { /* absent from records of older writers */
+        flags = get_u64(r);
+        tree = get_u64(r);
+    }
     uint64_t bytes;
     if (r->bad || m->n != t->info.n || m->n_finite > m->n || m->nan > m->n - m->n_finite ||
         m->inf != m->n - m->n_finite - m->nan ||
@@ -641,8 +661,14 @@ static int decode_summary(rd_t *r, probe_journal_tensor_rec *t)
     t->offset = PROBE_JOURNAL_NO_OFFSET;
     t->nbytes = 0;
     t->info.stats_only = 1;
-    if (h == 0)
+    if (h == 0) {
         finish_info(t);
+        if (flags & JSUM_NO_XXH64)
+            t->info.hash[0] = '\0';
+        if (flags & JSUM_TREE)
+            snprintf(t->info.tree_hash, sizeof t->info.tree_hash, "%016llx",
+                     (unsigned long long)tree);
+    }
     return h;
 }
 

@@ -76,6 +76,15 @@ PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const prob
  * (sum, hash), then its OP and CALL records as probe_journal_tensor does. */
 PROBE_JOURNAL_API probe_status probe_journal_summary(probe_journal *j, const probe_record *rec,
                                                      const probe_summary *sum, uint64_t hash);
+/* The same with the hashes a record has (probe_writer_put_summary_ex): hash
+ * NULL: the record has no XXH64; tree_hash NULL: no tree hash. After the
+ * fields above the record then holds flags (u64: bit 0 no XXH64, bit 1 a
+ * tree hash) and the tree hash (u64); a reader that predates them stops
+ * before them. */
+PROBE_JOURNAL_API probe_status probe_journal_summary_ex(probe_journal *j, const probe_record *rec,
+                                                        const probe_summary *sum,
+                                                        const uint64_t *hash,
+                                                        const uint64_t *tree_hash);
 /* The same records as probe_journal_tensor writes, appended to the buffer
  * *buf (*len bytes used of *cap, realloc'd as needed; *buf NULL, *len and
  * *cap 0 to start one). PROBE_ENOMEM leaves *len as it was. */

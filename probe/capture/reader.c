@@ -338,6 +338,12 @@ static int describe_attrs(hid_t d, const char *path, probe_tensor_info *t)
     if (hash != NULL && strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16)
         memcpy(t->hash, hash, 17);
     free(hash);
+    hash = NULL;
+    if (attr_str(d, "probe.tree_hash", &hash) < 0)
+        return -1;
+    if (hash != NULL && strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16)
+        memcpy(t->tree_hash, hash, 17);
+    free(hash);
     t->seq = t->call = t->step = -1;
     t->cfg_branch = -1;
     t->timestep = NAN;
@@ -1815,6 +1821,51 @@ probe_status probe_file_summary(probe_file *f, size_t i, probe_summary *out)
     return st;
 }
 
+probe_status probe_file_tree_hash(probe_file *f, size_t i, uint64_t *out)
+{
+    if (f == NULL || out == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_tree_hash: %s is NULL",
+                               f ? "out" : "file");
+    if (i >= f->n)
+        return probe_set_error(PROBE_EINVAL, "probe_file_tree_hash: %s: tensor index %zu out of "
+                               "range (%zu tensors)", f->path, i, f->n);
+    const probe_tensor_info *t = &f->t[i];
+    if (t->tree_hash[0]) {
+        *out = strtoull(t->tree_hash, NULL, 16); /* describe() kept only 16 lowercase hex digits */
+        return PROBE_OK;
+    }
+    if (t->stats_only)
+        return probe_set_error(PROBE_ENOTFOUND, "%s: %s: stats-only record without a valid "
+                               "probe.tree_hash (its writer stored only the XXH64)",
+                               f->path, t->path);
+    probe_summary sum;
+    return tree_of_tensor(f, i, &sum, out);
+}
+
+probe_status probe_file_hash_match(probe_file *rf, size_t ri, probe_file *cf, size_t ci,
+                                   int *same)
+{
+    if (rf == NULL || cf == NULL || same == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_file_hash_match: NULL argument");
+    *same = 0;
+    if (ri >= rf->n || ci >= cf->n)
+        return probe_set_error(PROBE_EINVAL, "probe_file_hash_match: tensor index out of range");
+    const probe_tensor_info *a = &rf->t[ri], *b = &cf->t[ci];
+    uint64_t ha = 0, hb = 0;
+    probe_status s = PROBE_OK;
+    *same = 0;
+    if ((a->hash[0] || !a->stats_only) && (b->hash[0] || !b->stats_only)) {
+        if ((s = probe_file_hash(rf, ri, &ha)) == PROBE_OK &&
+            (s = probe_file_hash(cf, ci, &hb)) == PROBE_OK)
+            *same = ha == hb;
+    } else if ((a->tree_hash[0] || !a->stats_only) && (b->tree_hash[0] || !b->stats_only)) {
+        if ((s = probe_file_tree_hash(rf, ri, &ha)) == PROBE_OK &&
+            (s = probe_file_tree_hash(cf, ci, &hb)) == PROBE_OK)
+            *same = ha == hb;
+    }
+    return s;
+}
+
 probe_status probe_file_hash(probe_file *f, size_t i, uint64_t *out)
 {
     if (f == NULL || out == NULL)
@@ -1828,8 +1879,9 @@ probe_status probe_file_hash(probe_file *f, size_t i, uint64_t *out)
         return PROBE_OK;
     }
     if (t->stats_only)
-        return probe_set_error(PROBE_EFORMAT, "%s: %s: stats-only record without a valid probe.hash",
-                               f->path, t->path);
+        return probe_set_error(t->tree_hash[0] ? PROBE_ENOTFOUND : PROBE_EFORMAT,
+                               "%s: %s: stats-only record without a valid probe.hash%s", f->path,
+                               t->path, t->tree_hash[0] ? " (it has a tree hash: probe_file_tree_hash)" : "");
     size_t esize = probe_dtype_size(t->dtype);
     size_t chunk = t->n < SUMMARY_CHUNK ? (size_t)t->n : SUMMARY_CHUNK;
     unsigned char *buf = malloc(chunk ? chunk * esize : 1);

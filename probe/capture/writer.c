@@ -620,8 +620,11 @@ static probe_status open_append(probe_writer *w, unsigned flags)
             .class_name = t->class_name[0] ? t->class_name : NULL,
             .module = t->module[0] ? t->module : NULL};
         if (t->stats_only) { /* one that cannot be read is kept by HDF5 only */
-            if (!nosum[i])
-                s = probe_journal_summary(w->journal, &rec, &sums[i], hashes[i]);
+            uint64_t tree = t->tree_hash[0] ? strtoull(t->tree_hash, NULL, 16) : 0;
+            if (!nosum[i] && (t->hash[0] || t->tree_hash[0]))
+                s = probe_journal_summary_ex(w->journal, &rec, &sums[i],
+                                             t->hash[0] ? &hashes[i] : NULL,
+                                             t->tree_hash[0] ? &tree : NULL);
             continue;
         }
         if (off == HADDR_UNDEF && nbytes > 0)
@@ -897,7 +900,7 @@ static probe_status check_free(probe_writer *w, const char *path)
     return s;
 }
 
-static herr_t write_attrs(hid_t d, const probe_record *rec, const char *hash)
+static herr_t write_attrs(hid_t d, const probe_record *rec, const char *hash, const char *tree)
 {
     herr_t r = attr_write_str(d, "probe.dtype", probe_dtype_name(rec->dtype));
     if (r >= 0)
@@ -920,8 +923,10 @@ static herr_t write_attrs(hid_t d, const probe_record *rec, const char *hash)
         r = attr_write_str(d, "probe.device", rec->device);
     if (r >= 0)
         r = attr_write_scalar(d, "probe.seq", H5T_STD_U64LE, H5T_NATIVE_UINT64, &rec->seq);
-    if (r >= 0)
+    if (r >= 0 && hash != NULL)
         r = attr_write_str(d, "probe.hash", hash);
+    if (r >= 0 && tree != NULL)
+        r = attr_write_str(d, "probe.tree_hash", tree);
     if (r >= 0 && rec->op != NULL)
         r = attr_write_str(d, "probe.op", rec->op);
     if (r >= 0 && rec->parent != NULL && rec->parent[0] != '\0') {
@@ -968,11 +973,12 @@ static probe_status journal_put(probe_writer *w, const probe_record *rec, uint64
 /* The SUMMARY record of a stats-only record that was written; a failed
  * append is a failed write, as in journal_put. */
 static probe_status journal_summary(probe_writer *w, const probe_record *rec,
-                                    const probe_summary *sum, uint64_t hash)
+                                    const probe_summary *sum, const uint64_t *hash,
+                                    const uint64_t *tree_hash)
 {
     if (w->journal == NULL)
         return PROBE_OK;
-    probe_status s = probe_journal_summary(w->journal, rec, sum, hash);
+    probe_status s = probe_journal_summary_ex(w->journal, rec, sum, hash, tree_hash);
     return s != PROBE_OK ? journal_failed(w, s) : PROBE_OK;
 }
 
@@ -983,8 +989,8 @@ static probe_status journal_summary(probe_writer *w, const probe_record *rec,
  * written, *offset is the raw data's file address (contiguous: fixed from
  * then on). Call inside H5E_BEGIN_TRY. */
 static probe_status write_dataset(probe_writer *w, const probe_record *rec, hid_t ftype, hid_t mtype,
-                                  hid_t space, const void *data, const char *hash, int stats_only,
-                                  uint64_t *offset)
+                                  hid_t space, const void *data, const char *hash,
+                                  const char *tree, int stats_only, uint64_t *offset)
 {
     static const int32_t one = 1;
     probe_status s = PROBE_OK;
@@ -1005,7 +1011,7 @@ static probe_status write_dataset(probe_writer *w, const probe_record *rec, hid_
         else
             *offset = (uint64_t)a;
     }
-    if (s == PROBE_OK && (write_attrs(d, rec, hash) < 0 ||
+    if (s == PROBE_OK && (write_attrs(d, rec, hash, tree) < 0 ||
                           (stats_only && attr_write_scalar(d, "probe.stats_only", H5T_STD_I32LE,
                                                            H5T_NATIVE_INT32, &one) < 0)))
         s = h5_fail(w, "cannot write attributes", rec->path);
@@ -1309,7 +1315,8 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
         if (type < 0 || space < 0)
             s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
         else
-            s = write_dataset(w, rec, type, type, space, nbytes > 0 ? data : NULL, hash, 0, &offset);
+            s = write_dataset(w, rec, type, type, space, nbytes > 0 ? data : NULL, hash, NULL, 0,
+                              &offset);
         if (type >= 0)
             H5Tclose(type);
         if (space >= 0)
@@ -1357,12 +1364,23 @@ static hid_t summary_type(int file)
 probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
                                       const probe_summary *sum, uint64_t hash)
 {
+    return probe_writer_put_summary_ex(w, rec, sum, &hash, NULL);
+}
+
+probe_status probe_writer_put_summary_ex(probe_writer *w, const probe_record *rec,
+                                         const probe_summary *sum, const uint64_t *hash,
+                                         const uint64_t *tree_hash)
+{
     if (w == NULL || rec == NULL || rec->path == NULL || sum == NULL)
         return probe_set_error(PROBE_EINVAL, "probe_writer_put_summary: %s is NULL",
                                w == NULL     ? "writer"
                                : rec == NULL ? "record"
                                : sum == NULL ? "summary"
                                              : "record path");
+    if (hash == NULL && tree_hash == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: a stats-only record needs its XXH64 or its "
+                                             "tree hash (both are NULL)",
+                               w->path, rec->path);
     hsize_t dims[PROBE_MAX_RANK + 1];
     size_t esize = probe_dtype_size(rec->dtype), nbytes;
     if (esize == 0)
@@ -1386,8 +1404,9 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
                                (unsigned long long)sum->n);
     if ((s = admit(w, rec, sizeof *sum)) != PROBE_OK)
         return s;
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    char hex[17], thex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)(hash ? *hash : 0));
+    snprintf(thex, sizeof thex, "%016llx", (unsigned long long)(tree_hash ? *tree_hash : 0));
     /* BEGIN before HDF5 touches the file, as for a full put */
     if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK)
         return journal_failed(w, s);
@@ -1400,7 +1419,8 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
         if (ft < 0 || mt < 0 || space < 0)
             s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
         else
-            s = write_dataset(w, rec, ft, mt, space, sum, hex, 1, NULL);
+            s = write_dataset(w, rec, ft, mt, space, sum, hash ? hex : NULL,
+                              tree_hash ? thex : NULL, 1, NULL);
         if (ft >= 0)
             H5Tclose(ft);
         if (mt >= 0)
@@ -1412,7 +1432,7 @@ probe_status probe_writer_put_summary(probe_writer *w, const probe_record *rec,
         return mark_failed(w, s);
     if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
         return s;
-    return journal_summary(w, rec, sum, hash);
+    return journal_summary(w, rec, sum, hash, tree_hash);
 }
 
 /* --- skips, manifest, flush, close --- */

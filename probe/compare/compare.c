@@ -287,19 +287,19 @@ static probe_status compare_stats_only(probe_file *rf, size_t ri, probe_file *cf
 {
     const probe_tensor_info *ct = probe_file_tensor(cf, ci);
     probe_summary *sr = &t->summary_ref, *sc = &t->summary_cand;
-    uint64_t hr = 0, hc = 0;
     probe_status s;
     if ((s = probe_file_summary(rf, ri, sr)) != PROBE_OK ||
-        (s = probe_file_summary(cf, ci, sc)) != PROBE_OK ||
-        (s = probe_file_hash(rf, ri, &hr)) != PROBE_OK ||
-        (s = probe_file_hash(cf, ci, &hc)) != PROBE_OK)
+        (s = probe_file_summary(cf, ci, sc)) != PROBE_OK)
+        return s;
+    int same_hash;
+    if ((s = probe_file_hash_match(rf, ri, cf, ci, &same_hash)) != PROBE_OK)
         return s;
     t->stats_only = 1;
     t->rel_l2_lower_bound = probe_summary_rel_l2_lower_bound(sr, sc);
     t->mean_shift = sr->n_finite && sc->n_finite
                         ? sc->sum / (double)sc->n_finite - sr->sum / (double)sr->n_finite
                         : NAN;
-    if (t->ref.dtype == ct->dtype && hr == hc) {
+    if (t->ref.dtype == ct->dtype && same_hash) {
         /* Same bytes: every metric of identical tensors is exact. */
         probe_metrics *m = &t->m;
         memset(m, 0, sizeof *m);

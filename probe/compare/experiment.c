@@ -62,13 +62,18 @@ static void shape_text(char *buf, size_t cap, int rank, const int64_t *shape)
 }
 
 /* Equal bytes of two tensors of equal dtype and shape: by probe.hash when
- * both sides carry one (xxh64 of the stored bytes, writer.c), else by
+ * both sides carry one (xxh64 of the stored bytes, writer.c), by a hash both
+ * can give when one is a stats-only record (probe_file_hash_match), else by
  * reading and comparing the bytes. 1 equal, 0 differ, -1 read error. */
 static int same_bytes(probe_file *rf, size_t ri, probe_file *cf, size_t ci)
 {
     const probe_tensor_info *a = probe_file_tensor(rf, ri), *b = probe_file_tensor(cf, ci);
     if (a->hash[0] && b->hash[0])
         return strcmp(a->hash, b->hash) == 0;
+    if (a->stats_only || b->stats_only) { /* no bytes to read on that side */
+        int same;
+        return probe_file_hash_match(rf, ri, cf, ci, &same) == PROBE_OK ? same : -1;
+    }
     size_t nbytes = (size_t)a->n * probe_dtype_size(a->dtype);
     if (nbytes == 0)
         return 1;

@@ -76,12 +76,14 @@ static int copy_all(probe_file *f, const char *out)
             s = probe_set_error(PROBE_ENOMEM, "%s: out of memory (%zu bytes)", t->path, nb);
             break;
         }
-        probe_summary sum; /* a stats-only record: its summary and hash, no bytes */
-        uint64_t hash = 0;
+        probe_summary sum; /* a stats-only record: its summary and hashes, no bytes */
+        uint64_t hash = 0, tree = 0;
         if (t->stats_only) {
             s = probe_file_summary(f, i, &sum);
-            if (s == PROBE_OK)
+            if (s == PROBE_OK && t->hash[0])
                 s = probe_file_hash(f, i, &hash);
+            if (s == PROBE_OK && t->tree_hash[0])
+                s = probe_file_tree_hash(f, i, &tree);
         } else {
             s = probe_file_read_raw(f, i, buf, nb);
         }
@@ -96,7 +98,8 @@ static int copy_all(probe_file *f, const char *out)
                             .parent = t->parent, .block = t->block, .class_name = t->class_name,
                             .module = t->module};
         if (s == PROBE_OK)
-            s = t->stats_only ? probe_writer_put_summary(w, &rec, &sum, hash)
+            s = t->stats_only ? probe_writer_put_summary_ex(w, &rec, &sum, t->hash[0] ? &hash : NULL,
+                                                            t->tree_hash[0] ? &tree : NULL)
                               : probe_writer_put(w, &rec, buf, nb);
         free(op);
         free(buf);

@@ -15,8 +15,9 @@ bound with numpy / math.fsum from full captures of the same runs.
      manifest capture_error
  (c) --stats-only: the same paths as a full capture, each a compound record
      whose fields equal numpy's summary of the full capture's tensor, with
-     the full capture's probe.dtype, probe.shape and probe.hash; manifest
-     stats_only; the file is a small fraction of the full one
+     the full capture's probe.dtype, probe.shape and probe.hash, and a
+     probe.tree_hash equal to the reader's tree hash of the full capture's
+     bytes; manifest stats_only; the file is a small fraction of the full one
  (d) probe-compare stats-only vs stats-only of the same run: all identical,
      pass, exact metrics; full vs stats-only of the same run: identical
  (e) full reference vs stats-only perturbed candidate: exit 1, first failure
@@ -206,6 +207,26 @@ def close(a, b, rtol=1e-12):
     return a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= rtol * max(abs(a), abs(b))
 
 
+def tree_hashes(path, paths):
+    """{path: probe_file_tree_hash as 16 hex digits} of a capture, through libprobe."""
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(BUILD, "lib", "libprobe.so"))
+    lib.probe_file_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.probe_file_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.probe_file_tree_hash.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
+    lib.probe_file_close.argtypes = [ctypes.c_void_p]
+    f, out = ctypes.c_void_p(), {}
+    if lib.probe_file_open(path.encode(), ctypes.byref(f)) != 0:
+        return {p: "(cannot open)" for p in paths}
+    for p in paths:
+        i, h = ctypes.c_size_t(), ctypes.c_uint64()
+        ok = lib.probe_file_find(f, p.encode(), ctypes.byref(i)) == 0 and \
+            lib.probe_file_tree_hash(f, i, ctypes.byref(h)) == 0
+        out[p] = "%016x" % h.value if ok else "(error)"
+    lib.probe_file_close(f)
+    return out
+
+
 def stats_only_tests(tmp):
     full, so, so2 = (os.path.join(tmp, n) for n in ("full.h5", "so.h5", "so2.h5"))
     pfull, pso = os.path.join(tmp, "pfull.h5"), os.path.join(tmp, "pso.h5")
@@ -247,8 +268,15 @@ def stats_only_tests(tmp):
                     or int(b["probe.stats_only"]) != 1):
                 bad.append(f"{p}: probe.dtype/shape/hash/stats_only differ from the full capture")
         mf = json.loads(S.attrs["probe.manifest"])
+        # the tree hash the shim stored with each record, against the reader's
+        # tree hash of the full capture's stored bytes (probe_file_tree_hash)
+        trees = tree_hashes(full, paths)
+        for p in paths:
+            got = attr_str(S[p].attrs.get("probe.tree_hash", ""))
+            if got != trees[p]:
+                bad.append(f"{p}: probe.tree_hash {got!r} != {trees[p]!r} of the full capture's bytes")
     check(not bad, f"(c) every record equals numpy's summary of the full tensor, same dtype, "
-          f"shape, hash: {bad[:4]}")
+          f"shape, hash, tree hash: {bad[:4]}")
     check(mf.get("stats_only") is True, "(c) manifest stats_only: true")
     check("stats_only" not in manifest(full), "(c) a full capture's manifest has no stats_only")
     sf, ss = os.path.getsize(full), os.path.getsize(so)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "probe/capture.h"
@@ -438,4 +439,208 @@ Test(stats_only, foreign_compounds)
     cr_assert_eq(probe_file_summary(pf, 0, &s), PROBE_OK, "%s", probe_last_error());
     cr_assert(s.n == 6 && s.n_finite == 6);
     probe_file_close(pf);
+}
+
+/* A stats-only record as a GPU makes it: the summary and only the tree
+ * hash (probe_writer_put_summary_ex, hash NULL); or only the XXH64. */
+static void write_tree_file(const char *file, const char *path, const float *x, int with_xxh,
+                            int with_tree)
+{
+    probe_writer *w = NULL;
+    cr_assert_eq(probe_writer_open(file, NULL, &w), PROBE_OK, "%s", probe_last_error());
+    probe_summary s;
+    uint64_t tree = 0, xxh = probe_capture_hash(x, 6 * sizeof(float));
+    cr_assert_eq(probe_summary_tree(PROBE_DTYPE_FLOAT32, x, 6, &s, &tree), PROBE_OK);
+    probe_record r = rec_of(path, PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+    cr_assert_eq(probe_writer_put_summary_ex(w, &r, &s, with_xxh ? &xxh : NULL,
+                                             with_tree ? &tree : NULL),
+                 PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+}
+
+/* the string attribute as the raw HDF5 C API reads it (in its own type),
+ * "" when absent */
+static void raw_attr(const char *file, const char *path, const char *name, char *out, size_t cap)
+{
+    out[0] = '\0';
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (H5Aexists(d, name) > 0) {
+        hid_t a = H5Aopen(d, name, H5P_DEFAULT), t = H5Aget_type(a);
+        if (H5Tis_variable_str(t) > 0) {
+            char *v = NULL;
+            if (H5Aread(a, t, &v) >= 0 && v)
+                snprintf(out, cap, "%s", v);
+            H5free_memory(v);
+        } else {
+            char buf[64] = "";
+            size_t n = H5Tget_size(t);
+            if (n < sizeof buf && H5Aread(a, t, buf) >= 0)
+                snprintf(out, cap, "%.*s", (int)n, buf);
+        }
+        H5Tclose(t);
+        H5Aclose(a);
+    }
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+Test(stats_only, tree_hash_only_record)
+{
+    static const float Y[6] = {1.0f, -2.0f, 3.5f, 0.0f, 0.5f, 2.0f};
+    const char *so = tmp("tree.h5"), *full = tmp("full.h5");
+    write_tree_file(so, "/x/0000/out", Y, 0, 1);
+    write_full_file(full, "/x/0000/out", Y);
+    uint64_t want = probe_tree_hash(Y, sizeof Y);
+    char hex[17], got[64];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)want);
+    raw_attr(so, "/x/0000/out", "probe.tree_hash", got, sizeof got);
+    cr_assert_str_eq(got, hex);
+    raw_attr(so, "/x/0000/out", "probe.hash", got, sizeof got);
+    cr_assert_str_eq(got, "", "no XXH64 was given: no probe.hash");
+
+    probe_file *f = NULL;
+    cr_assert_eq(probe_file_open(so, &f), PROBE_OK, "%s", probe_last_error());
+    const probe_tensor_info *t = probe_file_tensor(f, 0);
+    cr_assert_eq(t->stats_only, 1);
+    cr_assert_str_eq(t->hash, "");
+    cr_assert_str_eq(t->tree_hash, hex);
+    uint64_t h = 0;
+    cr_assert_eq(probe_file_tree_hash(f, 0, &h), PROBE_OK);
+    cr_assert_eq(h, want);
+    cr_assert_eq(probe_file_hash(f, 0, &h), PROBE_ENOTFOUND);
+    cr_assert(strstr(probe_last_error(), "tree hash") != NULL, "%s", probe_last_error());
+    probe_file_close(f);
+
+    /* the full capture's tree hash, computed from its bytes */
+    cr_assert_eq(probe_file_open(full, &f), PROBE_OK);
+    cr_assert_eq(probe_file_tree_hash(f, 0, &h), PROBE_OK);
+    cr_assert_eq(h, want);
+    cr_assert_str_eq(probe_file_tensor(f, 0)->tree_hash, "");
+    probe_file_close(f);
+
+    /* identical by the tree hash, both ways */
+    const char *pairs[2][2] = {{full, so}, {so, full}};
+    for (int k = 0; k < 2; k++) {
+        probe_compare_result *r = compare(pairs[k][0], pairs[k][1]);
+        cr_assert_eq(r->ntensors, 1);
+        cr_assert_eq(r->tensors[0].compared, 1);
+        cr_assert_eq(r->tensors[0].m.identical, 1);
+        cr_assert_eq(r->tensors[0].verdict.pass, 1);
+        probe_compare_result_free(r);
+    }
+    /* one element changed: not identical, and the summaries show it */
+    static const float Z[6] = {1.0f, -2.0f, 3.5f, 0.0f, 0.5f, 2.5f};
+    const char *full2 = tmp("full2.h5");
+    write_full_file(full2, "/x/0000/out", Z);
+    probe_compare_result *r = compare(full2, so);
+    cr_assert_eq(r->tensors[0].m.identical, 0);
+    cr_assert_eq(r->tensors[0].verdict.pass, 0);
+    probe_compare_result_free(r);
+}
+
+Test(stats_only, records_that_share_no_hash)
+{
+    /* one record with only the XXH64, one with only the tree hash: equal
+     * bytes cannot be proven, so the pair is not identical (and no error) */
+    static const float Y[6] = {1.0f, -2.0f, 3.5f, 0.0f, 0.5f, 2.0f};
+    const char *a = tmp("xxh.h5"), *b = tmp("tree.h5"), *c = tmp("both.h5");
+    write_tree_file(a, "/x/0000/out", Y, 1, 0);
+    write_tree_file(b, "/x/0000/out", Y, 0, 1);
+    write_tree_file(c, "/x/0000/out", Y, 1, 1);
+    probe_file *fa = NULL, *fb = NULL, *fc = NULL;
+    cr_assert_eq(probe_file_open(a, &fa), PROBE_OK);
+    cr_assert_eq(probe_file_open(b, &fb), PROBE_OK);
+    cr_assert_eq(probe_file_open(c, &fc), PROBE_OK);
+    int same = -1;
+    cr_assert_eq(probe_file_hash_match(fa, 0, fb, 0, &same), PROBE_OK);
+    cr_assert_eq(same, 0);
+    cr_assert_eq(probe_file_hash_match(fa, 0, fc, 0, &same), PROBE_OK); /* by XXH64 */
+    cr_assert_eq(same, 1);
+    cr_assert_eq(probe_file_hash_match(fb, 0, fc, 0, &same), PROBE_OK); /* by tree hash */
+    cr_assert_eq(same, 1);
+    cr_assert_eq(probe_file_hash_match(fa, 1, fc, 0, &same), PROBE_EINVAL);
+    uint64_t h;
+    cr_assert_eq(probe_file_tree_hash(fa, 0, &h), PROBE_ENOTFOUND);
+    probe_file_close(fa);
+    probe_file_close(fb);
+    probe_file_close(fc);
+    probe_compare_result *r = compare(a, b);
+    cr_assert_eq(r->tensors[0].m.identical, 0);
+    probe_compare_result_free(r);
+
+    /* neither hash: refused, nothing written */
+    probe_writer *w = NULL;
+    cr_assert_eq(probe_writer_open(tmp("none.h5"), NULL, &w), PROBE_OK);
+    probe_summary s;
+    cr_assert_eq(probe_summary_tree(PROBE_DTYPE_FLOAT32, Y, 6, &s, NULL), PROBE_OK);
+    probe_record rr = rec_of("/x/0000/out", PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+    cr_assert_eq(probe_writer_put_summary_ex(w, &rr, &s, NULL, NULL), PROBE_EINVAL);
+    cr_assert(strstr(probe_last_error(), "XXH64 or its tree hash") != NULL, "%s",
+              probe_last_error());
+    cr_assert_eq(probe_writer_close(w), PROBE_OK);
+    probe_file *fn = NULL;
+    cr_assert_eq(probe_file_open(tmp("none.h5"), &fn), PROBE_OK);
+    cr_assert_eq(probe_file_count(fn), 0);
+    probe_file_close(fn);
+}
+
+/* A killed writer's tree-hash-only record: the journal keeps that it has no
+ * XXH64 and its tree hash, in journal mode and after probe-recover's rewrite
+ * (the same records through probe_file_open of the recovered file). */
+Test(stats_only, tree_hash_survives_the_journal)
+{
+    static const float Y[6] = {1.0f, -2.0f, 3.5f, 0.0f, 0.5f, 2.0f};
+    const char *f = tmp("killed.h5");
+    uint64_t want = probe_tree_hash(Y, sizeof Y);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        probe_writer *w = NULL;
+        probe_summary s;
+        uint64_t tree = want;
+        probe_record r = rec_of("/x/0000/out", PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+        probe_record r2 = rec_of("/x/0001/out", PROBE_DTYPE_FLOAT32, 2, SHAPE23);
+        uint64_t xxh = probe_capture_hash(Y, sizeof Y);
+        if (probe_writer_open(f, NULL, &w) != PROBE_OK ||
+            probe_summary_tree(PROBE_DTYPE_FLOAT32, Y, 6, &s, NULL) != PROBE_OK ||
+            probe_writer_put_summary_ex(w, &r, &s, NULL, &tree) != PROBE_OK ||
+            probe_writer_put_summary(w, &r2, &s, xxh) != PROBE_OK)
+            _exit(2);
+        _exit(0); /* killed: never closed */
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char jpath[1100];
+    snprintf(jpath, sizeof jpath, "%s.journal", f);
+    cr_assert_eq(access(jpath, F_OK), 0, "the journal is left");
+    probe_file *pf = NULL;
+    cr_assert_eq(probe_file_open(f, &pf), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_count(pf), 2);
+    size_t i0, i1;
+    cr_assert_eq(probe_file_find(pf, "/x/0000/out", &i0), PROBE_OK);
+    cr_assert_eq(probe_file_find(pf, "/x/0001/out", &i1), PROBE_OK);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)want);
+    cr_assert_str_eq(probe_file_tensor(pf, i0)->hash, "");
+    cr_assert_str_eq(probe_file_tensor(pf, i0)->tree_hash, hex);
+    cr_assert_neq(probe_file_tensor(pf, i1)->hash[0], '\0', "the old record keeps its XXH64");
+    cr_assert_str_eq(probe_file_tensor(pf, i1)->tree_hash, "");
+    probe_file_close(pf);
+
+    /* probe-recover rewrites both records with the hashes they had */
+    char cmd[2400], out[1100];
+    snprintf(out, sizeof out, "%s/recovered.h5", g_dir);
+    snprintf(cmd, sizeof cmd, "'%s/bin/probe-recover' '%s' -o '%s' >/dev/null 2>&1",
+             getenv("PROBE_BUILD_DIR") ? getenv("PROBE_BUILD_DIR") : "build", f, out);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(probe_file_open(out, &pf), PROBE_OK, "%s", probe_last_error());
+    cr_assert_eq(probe_file_find(pf, "/x/0000/out", &i0), PROBE_OK);
+    cr_assert_str_eq(probe_file_tensor(pf, i0)->hash, "");
+    cr_assert_str_eq(probe_file_tensor(pf, i0)->tree_hash, hex);
+    probe_file_close(pf);
+    char got[64];
+    raw_attr(out, "/x/0000/out", "probe.tree_hash", got, sizeof got);
+    cr_assert_str_eq(got, hex);
 }
