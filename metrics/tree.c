@@ -19,7 +19,6 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "probe/capture.h"
 #include "probe/dtype.h"
 
 static int before_min(double x, double m)

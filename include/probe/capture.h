@@ -141,15 +141,7 @@ probe_status probe_writer_close(probe_writer *w);
 /* xxh64 (seed 0) of n bytes, the content hash stored in probe.hash. */
 uint64_t probe_capture_hash(const void *data, size_t n);
 
-/* The tree hash of nbytes bytes (docs/file-format.md "Tree order"): XXH64
- * (seed 0) of each 256-byte piece; then, level by level, XXH64 (seed = the
- * new level, 1, 2, ...) of up to 32 consecutive child hashes as little-endian
- * uint64, until one is left; the result is XXH64 (seed 0) of that root hash
- * and nbytes, 16 bytes little-endian. Unlike probe_capture_hash it can be
- * computed in parallel (probe_cuda_summary_tree computes it on a GPU): a
- * stats-only record made on the device carries it (probe.tree_hash). data
- * may be NULL when nbytes is 0. */
-uint64_t probe_tree_hash(const void *data, size_t nbytes);
+/* probe_tree_hash, the tree hash of a tensor's bytes: probe/metrics.h. */
 
 /* --- how the run ended (probe/capture/run_end.c; docs/file-format.md "run_end") --- */
 

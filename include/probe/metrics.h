@@ -202,11 +202,21 @@ probe_status probe_summary_compute(probe_dtype dtype, const void *x, size_t n, p
 #define PROBE_TREE_FANOUT 32
 
 /* probe_summary_compute, and, when tree_hash is not NULL, the tensor's tree
- * hash (probe_tree_hash, probe/capture.h, of its bytes, bool as 0/1 bytes),
+ * hash (probe_tree_hash below, of its bytes, bool as 0/1 bytes),
  * in the same pass. Errors as probe_summary_compute (*tree_hash 0), and
  * PROBE_ENOMEM. */
 probe_status probe_summary_tree(probe_dtype dtype, const void *x, size_t n, probe_summary *out,
                                 uint64_t *tree_hash);
+
+/* The tree hash of nbytes bytes (docs/file-format.md "Tree order"): XXH64
+ * (seed 0) of each 256-byte piece; then, level by level, XXH64 (seed = the
+ * new level, 1, 2, ...) of up to 32 consecutive child hashes as little-endian
+ * uint64, until one is left; the result is XXH64 (seed 0) of that root hash
+ * and nbytes, 16 bytes little-endian. Unlike probe_capture_hash it can be
+ * computed in parallel (probe_cuda_summary_tree computes it on a GPU): a
+ * stats-only record made on the device carries it (probe.tree_hash). data
+ * may be NULL when nbytes is 0. */
+uint64_t probe_tree_hash(const void *data, size_t nbytes);
 
 #ifdef __cplusplus
 }
