@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/libprobe.h"
+#include "base/libprobe_cuda.h"
 #include "base/manifest.h"
 #include "base/shim.h"
 #include "capture/cuda.h"
@@ -310,6 +311,7 @@ static void shim_init_config(void)
     shim_select_config(shim_cfg.capture_spec ? shim_cfg.capture_spec : "*");
     shim_stats_config();
     shim_pack_config();
+    shim_libprobe_cuda_config();
     shim_select_stats_for_config(getenv("PROBE_STATS_ONLY_FOR"));
     shim_scope_config();
     const char *lp = getenv("PROBE_LIBPROBE");

@@ -215,12 +215,15 @@ probe_status shim_libprobe_put(probe_writer *w, const probe_record *rec, const v
 
 /* Stats-only record (probe_writer_put_summary), under the same lock. */
 probe_status shim_libprobe_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
-                                uint64_t hash, const uint64_t *tree_hash)
+                                const uint64_t *hash, const uint64_t *tree_hash)
 {
+    if (!hash && !(tree_hash && shim_libprobe_api.writer_put_summary_ex))
+        return probe_set_error(PROBE_EINVAL, "a tree-hash-only record needs "
+                                             "probe_writer_put_summary_ex, which libprobe.so lacks");
     pthread_mutex_lock(&hdf5_lock);
     probe_status st = tree_hash && shim_libprobe_api.writer_put_summary_ex
-                          ? shim_libprobe_api.writer_put_summary_ex(w, rec, sum, &hash, tree_hash)
-                          : shim_libprobe_api.writer_put_summary(w, rec, sum, hash);
+                          ? shim_libprobe_api.writer_put_summary_ex(w, rec, sum, hash, tree_hash)
+                          : shim_libprobe_api.writer_put_summary(w, rec, sum, *hash);
     pthread_mutex_unlock(&hdf5_lock);
     return st;
 }

@@ -55,11 +55,13 @@ probe_status shim_libprobe_open(const char *path, const char *manifest, int appe
                                 probe_writer **out);
 probe_status shim_libprobe_put(probe_writer *w, const probe_record *rec, const void *data, size_t nbytes);
 probe_status shim_libprobe_skip(probe_writer *w, const probe_record *rec, const char *reason);
-/* needs shim_libprobe_api.writer_put_summary (check it first); tree_hash
+/* needs shim_libprobe_api.writer_put_summary (check it first). hash: the
+ * XXH64, or NULL for a record with only the tree hash (then
+ * writer_put_summary_ex is required: PROBE_EINVAL without it); tree_hash
  * NULL, or the tree hash too when shim_libprobe_api.writer_put_summary_ex
  * is there (else it is dropped) */
 probe_status shim_libprobe_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
-                                uint64_t hash, const uint64_t *tree_hash);
+                                const uint64_t *hash, const uint64_t *tree_hash);
 probe_status shim_libprobe_set_manifest(probe_writer *w, const char *manifest);
 probe_status shim_libprobe_flush(probe_writer *w);
 probe_status shim_libprobe_close(probe_writer *w);

@@ -18,6 +18,7 @@ extern char **environ;
 
 struct shim_config shim_cfg;
 struct shim_counts shim_counts;
+__thread int shim_own_gpu_work;
 
 static atomic_int disabled;     /* an I/O error disabled capture */
 static atomic_int forked_child; /* set by the atfork child handler */

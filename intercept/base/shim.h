@@ -103,6 +103,10 @@ struct shim_counts {
 };
 extern struct shim_counts shim_counts;
 
+/* Nonzero on a thread while it launches probe's own GPU work (the device
+ * summaries of capture/cuda.c): the kernel log does not count those launches. */
+extern __thread int shim_own_gpu_work;
+
 /* ---- process flags --------------------------------------------------------- */
 
 /* The claim of the capture file: none yet, this process owns it, another does. */

@@ -30,6 +30,8 @@
 #include "base/cudart.h"
 #include "base/gather.h"
 #include "base/json.h"
+#include "base/libprobe.h"
+#include "base/libprobe_cuda.h"
 #include "base/resolve.h"
 #include "base/ring.h"
 #include "base/shim.h"
@@ -268,6 +270,11 @@ static size_t ring_asked;
  * ring claims are taken in the order the writer consumes them. */
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong chunked_tensors, device_tensors;
+/* Device summaries made, stats-only device tensors that took the staging copy. */
+static atomic_ullong device_summaries, device_summary_fallbacks;
+static atomic_int device_summary_broken; /* an enqueue failed: the host path from then on */
+static char device_summary_error[SHIM_REASON_MAX];
+static atomic_int device_summary_error_set; /* device_summary_error is written (release) */
 
 /* 1 when the pool is set up (any thread). */
 static int ring_ready(void)
@@ -416,8 +423,26 @@ void shim_cuda_close_staging(void)
         shim_ring_close(&ring);
 }
 
+/* ,"device_summary":{...} when a stats-only device tensor was seen. */
+static void device_summary_json(struct shim_json *b)
+{
+    unsigned long long made = atomic_load(&device_summaries),
+                       fell = atomic_load(&device_summary_fallbacks);
+    int failed = atomic_load_explicit(&device_summary_error_set, memory_order_acquire);
+    const char *why = failed ? device_summary_error : shim_libprobe_cuda_why();
+    if (made == 0 && fell == 0 && !failed)
+        return;
+    shim_json_printf(b, ",\"device_summary\":{\"tensors\":%llu,\"host_fallbacks\":%llu", made, fell);
+    if (why && *why) {
+        shim_json_raw(b, ",\"why_host\":");
+        shim_json_string(b, why);
+    }
+    shim_json_raw(b, "}");
+}
+
 void shim_cuda_staging_json(struct shim_json *b)
 {
+    device_summary_json(b);
     int state = atomic_load_explicit(&ring_state, memory_order_acquire);
     if (state == 0)
         return;
@@ -677,6 +702,145 @@ restore:
     return st;
 }
 
+/* ---- device summaries (tapping thread) ------------------------------------ */
+
+/* Pinned slots of SLOT_BYTES for the tree's root, carved from slabs of
+ * SLAB_SLOTS (one cudaHostAlloc each, never freed); at most MAX_SLABS. */
+#define SLOT_BYTES 128
+#define SLAB_SLOTS 512
+#define MAX_SLABS 64
+_Static_assert(SHIM_DEVICE_SUMMARY_BYTES <= SLOT_BYTES, "a root node fits a slot");
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *free_slots[SLAB_SLOTS * MAX_SLABS];
+static size_t nfree_slots, nslabs;
+
+/* A free slot (device made current by the caller), NULL when none is left
+ * and no slab can be added. */
+static void *slot_get(void)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&slot_lock);
+    if (nfree_slots == 0 && nslabs < MAX_SLABS) {
+        unsigned char *slab = NULL;
+        if (rt.HostAlloc((void **)&slab, (size_t)SLOT_BYTES * SLAB_SLOTS, cudaHostAllocPortable) ==
+                cudaSuccess && slab) {
+            for (size_t k = 0; k < SLAB_SLOTS; ++k)
+                free_slots[nfree_slots++] = slab + k * SLOT_BYTES;
+            ++nslabs;
+            atomic_fetch_add(&shim_counts.pinned_bytes, (size_t)SLOT_BYTES * SLAB_SLOTS);
+        }
+    }
+    if (nfree_slots)
+        p = free_slots[--nfree_slots];
+    pthread_mutex_unlock(&slot_lock);
+    return p;
+}
+
+static void slot_put(void *p)
+{
+    pthread_mutex_lock(&slot_lock);
+    free_slots[nfree_slots++] = p;
+    pthread_mutex_unlock(&slot_lock);
+}
+
+/* The enqueue failed: keep the first reason, stop asking the GPU. */
+static void device_summary_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void device_summary_fail(const char *fmt, ...)
+{
+    if (atomic_exchange(&device_summary_broken, 1))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(device_summary_error, sizeof device_summary_error, fmt, ap);
+    va_end(ap);
+    atomic_store_explicit(&device_summary_error_set, 1, memory_order_release);
+    shim_warn("device summaries are off for the rest of the run (stats-only records of device "
+              "tensors are made on the host, from the staging copy): %s", device_summary_error);
+}
+
+probe_status shim_cuda_summarize(struct shim_job *j, const void *data, uint64_t n, int device,
+                                 void *stream, int *handled, int *queued)
+{
+    *handled = *queued = 0;
+    const struct shim_libprobe_cuda *lc = shim_libprobe_cuda();
+    if (!lc || atomic_load(&device_summary_broken)) {
+        atomic_fetch_add(&device_summary_fallbacks, 1);
+        return PROBE_OK;
+    }
+    struct stream_entry se;
+    if (enter_stream(device, stream, &se) != PROBE_OK) {
+        /* what shim_cuda_capture would record: a skip with its reason */
+        j->kind = SHIM_JOB_SKIP;
+        snprintf(j->reason, sizeof j->reason, "%s", probe_last_error());
+        if (se.capturing && graph_skip_hook)
+            graph_skip_hook(stream, j->path);
+        *handled = 1;
+        return PROBE_OK;
+    }
+    probe_status st = PROBE_OK;
+    cudaError_t e;
+    cudaEvent_t ready = NULL, done = NULL;
+    void *slot = NULL;
+    cudaStream_t ps = private_stream(device, &e);
+    if (!ps || !(slot = slot_get()) || !(ready = event_get(device, &e)))
+        goto fallback;
+    if (rt.EventRecord(ready, stream) != cudaSuccess) {
+        event_put(device, ready);
+        goto fallback;
+    }
+    if (rt.StreamWaitEvent(ps, ready, 0) != cudaSuccess)
+        goto fallback; /* ready may still be pending on the producer: abandoned */
+    event_put(device, ready);
+    if (!(done = event_get(device, &e)))
+        goto fallback; /* ps waits for the producer and does nothing more: harmless */
+    ++shim_own_gpu_work;
+    probe_status es = lc->summary_enqueue(j->dtype, data, n, ps, slot);
+    --shim_own_gpu_work;
+    if (es != PROBE_OK) {
+        device_summary_fail("probe_cuda_summary_tree_enqueue: %s", shim_libprobe_error());
+        event_put(device, done);
+        slot = NULL; /* a kernel may be in flight: the slot is abandoned, never reused */
+        goto fallback;
+    }
+    if ((e = rt.EventRecord(done, ps)) != cudaSuccess) {
+        j->kind = SHIM_JOB_SKIP; /* the summary runs on, unobserved: slot and event abandoned */
+        snprintf(j->reason, sizeof j->reason,
+                 "cudaEventRecord after the device summary failed: %s", errstr(e));
+        *handled = 1;
+        goto out;
+    }
+    if ((e = rt.StreamWaitEvent(stream, done, 0)) != cudaSuccess) {
+        /* ordering lost: later work on the stream could change the bytes
+         * before the summary reads them */
+        j->kind = SHIM_JOB_SKIP;
+        snprintf(j->reason, sizeof j->reason,
+                 "cudaStreamWaitEvent on the producer stream failed: %s", errstr(e));
+        *handled = 1;
+        goto out;
+    }
+    j->kind = SHIM_JOB_DEVICE_SUMMARY;
+    j->dev.device = device;
+    j->dev.summary = slot;
+    j->dev.done.event = done;
+    j->dev.done.state = 1;
+    *handled = 1;
+    if ((st = shim_queue_push(&j->work)) != PROBE_OK) {
+        j->kind = SHIM_JOB_SKIP; /* closed under us: the summary is in flight; abandoned */
+        j->dev.summary = NULL;
+        goto out;
+    }
+    *queued = 1;
+    atomic_fetch_add(&device_summaries, 1);
+    goto out;
+fallback:
+    if (slot)
+        slot_put(slot);
+    atomic_fetch_add(&device_summary_fallbacks, 1);
+out:
+    leave_stream(&se);
+    return st;
+}
+
 /* ---- injection (tapping thread) ----------------------------------------- */
 
 /* Pinned buffers of injections whose host-to-device copy may still run: each
@@ -883,6 +1047,36 @@ probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reas
     }
     *data = span;
     return PROBE_OK;
+}
+
+probe_status shim_cuda_summary_collect(struct shim_job *j, probe_summary *sum, uint64_t *tree,
+                                       char *reason, size_t rlen)
+{
+    if (piece_wait(&j->dev.done, reason, rlen) != 0)
+        return PROBE_EIO;
+    size_t esize = probe_dtype_size(j->dtype);
+    uint64_t n = esize ? j->nbytes / esize : 0;
+    const struct shim_libprobe_cuda *lc = shim_libprobe_cuda();
+    if (!lc || lc->summary_result(j->dtype, n, j->dev.summary, sum, tree) != PROBE_OK) {
+        snprintf(reason, rlen, "device summary unusable: %s",
+                 lc ? shim_libprobe_error() : shim_libprobe_cuda_why());
+        return PROBE_EIO;
+    }
+    return PROBE_OK;
+}
+
+void shim_cuda_summary_finish(struct shim_job *j)
+{
+    char ignored[SHIM_REASON_MAX];
+    if (j->dev.done.state == 1 && piece_wait(&j->dev.done, ignored, sizeof ignored) != 0)
+        return; /* still in flight when CUDA went away: abandoned, never reused */
+    if (j->dev.done.state == 2) {
+        slot_put(j->dev.summary);
+        event_put(j->dev.device, j->dev.done.event);
+    }
+    j->dev.summary = NULL;
+    j->dev.done.event = NULL;
+    j->dev.done.state = 3;
 }
 
 void shim_cuda_finish(struct shim_job *j)

@@ -3,6 +3,7 @@
 #define PROBE_INTERCEPT_CAPTURE_CUDA_H
 
 #include <stddef.h>
+#include "probe/metrics.h"
 #include "probe/status.h"
 #include "capture/job.h"
 
@@ -34,6 +35,33 @@ probe_status shim_cuda_capture(struct shim_job *j, const void *data, size_t span
  * assembled/gathered in host memory), valid until shim_cuda_finish. PROBE_OK,
  * or PROBE_EIO with why in reason. */
 probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reason, size_t rlen);
+
+/* A stats-only record of a contiguous device tensor (n elements of
+ * j->dtype at data, on `device`, produced on `stream`), summarized on the GPU
+ * (libprobe_cuda.so: probe_cuda_summary_tree_enqueue). Makes `device`
+ * current (the caller's is restored). An event on `stream`; probe's private
+ * stream waits on it, runs the tree's kernels and copies the root into a
+ * pinned slot; an event after that; `stream` waits on it, so later work
+ * cannot change the bytes before the summary reads them. Only the root
+ * crosses to the host; nothing synchronizes. *handled = 0: not done
+ * (libprobe_cuda.so not loaded, PROBE_DEVICE_SUMMARY=0, an earlier enqueue
+ * failed, no pinned slot or event): the caller takes the staging copy
+ * (shim_cuda_capture) and the host summary. *handled = 1: j was queued as
+ * SHIM_JOB_DEVICE_SUMMARY (*queued = 1), or j->kind is SHIM_JOB_SKIP with
+ * j->reason (the stream is capturing a CUDA graph, a failed event), for the
+ * caller to queue. PROBE_OK, or PROBE_ESTATE when the queue is closed. */
+probe_status shim_cuda_summarize(struct shim_job *j, const void *data, uint64_t n, int device,
+                                 void *stream, int *handled, int *queued);
+
+/* Writer thread: wait for j's device summary (as a piece's copy) and decode
+ * the root into *sum and *tree (the tree hash). PROBE_OK, or PROBE_EIO with
+ * why in reason. */
+probe_status shim_cuda_summary_collect(struct shim_job *j, probe_summary *sum, uint64_t *tree,
+                                       char *reason, size_t rlen);
+
+/* Writer thread, after summary_collect: return the slot and the event (or
+ * abandon them when the summary is still in flight as CUDA goes away). */
+void shim_cuda_summary_finish(struct shim_job *j);
 
 /* Writer thread, after collect (whatever it returned): wait for copies
  * still in flight (or abandon their ring space and events when CUDA is gone

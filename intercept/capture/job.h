@@ -11,7 +11,10 @@
 #include "probe/capture.h"
 #include "probe/dtype.h"
 
-enum shim_job_kind { SHIM_JOB_HOST, SHIM_JOB_DEVICE, SHIM_JOB_SKIP };
+/* HOST: bytes in host memory; DEVICE: a device copy in pieces; DEVICE_SUMMARY:
+ * a stats-only record whose summary the GPU computes (capture/cuda.c);
+ * SKIP: a reason. */
+enum shim_job_kind { SHIM_JOB_HOST, SHIM_JOB_DEVICE, SHIM_JOB_SKIP, SHIM_JOB_DEVICE_SUMMARY };
 
 /* One piece of a device copy: bytes [i * ring.piece, + len) of the span,
  * copied into the staging ring at ring_off; event recorded after the copy. */
@@ -32,6 +35,11 @@ struct shim_device_copy {
     int64_t strides[PROBE_MAX_RANK];
     int has_strides;
     int device;
+    /* SHIM_JOB_DEVICE_SUMMARY: the pinned slot the tree's root is copied to
+     * (SHIM_DEVICE_SUMMARY_BYTES), and the event after that copy on probe's
+     * stream (done.event, done.state as a piece's) */
+    void *summary;
+    struct shim_piece done;
 };
 
 /* A tensor job: work.run is shim_write_run (capture/write.c) for a tensor,

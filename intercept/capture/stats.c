@@ -5,10 +5,13 @@
  * their tree hash instead of the bytes (docs/file-format.md "Stats-only
  * records", "Tree order").
  *
- * Device tensors still travel through the staging copy (cuda.c): the
- * summary and hash are computed on the host, on the writer thread, from the
- * same contiguous bytes a full capture would store; no GPU code runs here.
- * Both functions come from libprobe.so (dlopen'ed, libprobe.c). */
+ * A contiguous device tensor is summarized on the GPU (capture/cuda.c,
+ * shim_cuda_summarize, with libprobe_cuda.so): its record has the tree hash
+ * only. Other device tensors (strided, PROBE_DEVICE_SUMMARY=0, no
+ * libprobe_cuda.so) travel through the staging copy and are summarized on
+ * the host, on the writer thread, from the same contiguous bytes a full
+ * capture would store. The writer functions come from libprobe.so
+ * (dlopen'ed, libprobe.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,12 +38,27 @@ void shim_stats_config(void)
     shim_cfg.stats_only = 1;
 }
 
+int shim_stats_selected(const char *path, int64_t step, int32_t cfg_branch, int64_t block)
+{
+    return shim_cfg.stats_only || shim_select_stats_for(path, step, cfg_branch, block);
+}
+
+int shim_stats_on_device(void)
+{
+    return shim_libprobe_api.writer_put_summary && shim_libprobe_api.writer_put_summary_ex;
+}
+
+probe_status shim_stats_put_device(probe_writer *w, const probe_record *rec,
+                                   const probe_summary *sum, uint64_t tree_hash)
+{
+    return shim_libprobe_put_summary(w, rec, sum, NULL, &tree_hash);
+}
+
 probe_status shim_stats_put(probe_writer *w, const probe_record *rec, const void *data,
                             size_t nbytes)
 {
-    if (!shim_cfg.stats_only &&
-        !shim_select_stats_for(rec->path, rec->step, rec->cfg_branch,
-                                 rec->parent && rec->parent[0] ? rec->block : -1))
+    if (!shim_stats_selected(rec->path, rec->step, rec->cfg_branch,
+                             rec->parent && rec->parent[0] ? rec->block : -1))
         return shim_libprobe_put(w, rec, data, nbytes);
     if (!shim_libprobe_api.writer_put_summary || !shim_libprobe_api.summary_compute || !shim_libprobe_api.capture_hash) {
         if (atomic_exchange(&warned_old_libprobe, 1) == 0)
@@ -68,9 +86,9 @@ probe_status shim_stats_put(probe_writer *w, const probe_record *rec, const void
     int have_tree = shim_libprobe_api.summary_tree && shim_libprobe_api.writer_put_summary_ex;
     probe_status st = have_tree ? shim_libprobe_api.summary_tree(rec->dtype, data, n, &sum, &tree)
                                 : shim_libprobe_api.summary_compute(rec->dtype, data, n, &sum);
+    uint64_t hash = shim_libprobe_api.capture_hash(data, nbytes);
     if (st == PROBE_OK)
-        st = shim_libprobe_put_summary(w, rec, &sum, shim_libprobe_api.capture_hash(data, nbytes),
-                                       have_tree ? &tree : NULL);
+        st = shim_libprobe_put_summary(w, rec, &sum, &hash, have_tree ? &tree : NULL);
     free(norm);
     return st;
 }

@@ -22,6 +22,7 @@
 #include "capture/queue.h"
 #include "capture/scope.h"
 #include "capture/select.h"
+#include "capture/stats.h"
 #include "capture/taps.h"
 #include "capture/weights.h"
 #include "capture/write.h"
@@ -250,9 +251,16 @@ probe_status shim_tap_capture(const probe_tap_tensor_v1 *t, const char *op_json,
             shim_cuda_info_refresh();
             shim_exit_after_cuda();
         }
-        /* Queues the job itself once its first piece is enqueued (after
-         * that, j belongs to the writer thread). */
-        st = shim_cuda_capture(j, t->data, ext.span_bytes, t->device, t->stream, &queued);
+        /* A contiguous stats-only tensor is summarized on the GPU; other
+         * tensors (and that one when it cannot be) take the staging copy.
+         * Each queues the job itself (after that, j belongs to the writer
+         * thread). */
+        int handled = 0;
+        if (!j->dev.has_strides && shim_stats_on_device() &&
+            shim_stats_selected(path, j->step, j->cfg_branch, j->parent[0] ? j->block : -1))
+            st = shim_cuda_summarize(j, t->data, ext.n, t->device, t->stream, &handled, &queued);
+        if (!handled)
+            st = shim_cuda_capture(j, t->data, ext.span_bytes, t->device, t->stream, &queued);
         if (queued) {
             atomic_fetch_add(&shim_counts.accepted, 1);
             return PROBE_OK;

@@ -83,11 +83,9 @@ static void skip_record(probe_writer *w, const struct shim_job *j, const char *r
     }
 }
 
-static void put_record(probe_writer *w, const struct shim_job *j, const void *data, size_t nbytes)
+/* What put_record and put_summary do with the writer's status. */
+static void put_done(probe_writer *w, const struct shim_job *j, probe_status st)
 {
-    probe_record rec;
-    shim_job_record(j, &rec);
-    probe_status st = shim_stats_put(w, &rec, data, nbytes); /* the bytes, or (stats-only) a summary */
     if (st == PROBE_OK)
         return;
     if (st == PROBE_EIO) {
@@ -101,6 +99,21 @@ static void put_record(probe_writer *w, const struct shim_job *j, const void *da
     char reason[SHIM_REASON_MAX];
     snprintf(reason, sizeof reason, "writer rejected the tensor: %s", shim_libprobe_error());
     skip_record(w, j, reason);
+}
+
+static void put_record(probe_writer *w, const struct shim_job *j, const void *data, size_t nbytes)
+{
+    probe_record rec;
+    shim_job_record(j, &rec);
+    put_done(w, j, shim_stats_put(w, &rec, data, nbytes)); /* the bytes, or (stats-only) a summary */
+}
+
+static void put_summary(probe_writer *w, const struct shim_job *j, const probe_summary *sum,
+                        uint64_t tree)
+{
+    probe_record rec;
+    shim_job_record(j, &rec);
+    put_done(w, j, shim_stats_put_device(w, &rec, sum, tree));
 }
 
 void shim_write_run(struct shim_work *work)
@@ -132,6 +145,24 @@ void shim_write_run(struct shim_work *work)
             shim_write_lost_note(j->path, 0);
         }
         shim_cuda_finish(j);
+        break;
+    }
+    case SHIM_JOB_DEVICE_SUMMARY: {
+        char reason[SHIM_REASON_MAX] = "";
+        probe_summary sum;
+        uint64_t tree = 0;
+        if (shim_cuda_summary_collect(j, &sum, &tree, reason, sizeof reason) == PROBE_OK) {
+            if (live)
+                put_summary(w, j, &sum, tree);
+            else
+                shim_write_lost_note(j->path, 0);
+        } else if (live) {
+            atomic_fetch_add(&shim_counts.skipped, 1);
+            skip_record(w, j, reason);
+        } else {
+            shim_write_lost_note(j->path, 0);
+        }
+        shim_cuda_summary_finish(j);
         break;
     }
     case SHIM_JOB_SKIP:

@@ -358,7 +358,7 @@ static void count_launch(int route, const void *func)
  * logging on); the caller then calls leave(). */
 static void enter(int route, const void *func)
 {
-    if (in_launch++ == 0 && counting())
+    if (in_launch++ == 0 && !shim_own_gpu_work && counting())
         count_launch(route, func);
 }
 

@@ -797,12 +797,24 @@ static void check_summary_enqueue(probe_dtype t, const void *x, size_t n)
     uint64_t ha = 0, hb = 1;
     probe_status s2 = probe_cuda_summary_tree_result(t, n, slot, &a, &ha);
     probe_status s3 = probe_cuda_summary_tree(t, d, n, st, &b, &hb);
-    probe_status s4 = probe_cuda_summary_tree_result(t, n + 1, slot, &b, &hb);
+    probe_summary h, e;
+    uint64_t hh = 2, he = 3;
+    probe_status s4 = probe_cuda_summary_tree_result(t, n + 1, slot, &e, &he);
+    probe_status s5 = probe_summary_tree(t, x, n, &h, &hh);
+    int same_a = memcmp(&a, &h, sizeof a) == 0 && ha == hh;
+    int same_b = memcmp(&b, &h, sizeof b) == 0 && hb == hh;
     int ok = s == PROBE_OK && held && took < 1.0 && s2 == PROBE_OK && s3 == PROBE_OK &&
-             memcmp(&a, &b, sizeof a) == 0 && ha == hb && s4 == PROBE_EINVAL;
-    char detail[256];
-    snprintf(detail, sizeof detail, "enqueue %.3f ms while held %d; result %d, same bits %d, n+1 refused %d",
-             took * 1e3, held, (int)s2, memcmp(&a, &b, sizeof a) == 0 && ha == hb, s4 == PROBE_EINVAL);
+             s5 == PROBE_OK && same_a && same_b && s4 == PROBE_EINVAL;
+    char detail[512];
+    snprintf(detail, sizeof detail,
+             "enqueue %.3f ms while held %d; result %d, equal to the host's: enqueued %d, "
+             "synchronous %d; n+1 refused %d; finite %llu/%llu/%llu sum %a/%a/%a sq %a/%a/%a "
+             "min %a/%a/%a max %a/%a/%a hash %016llx/%016llx/%016llx",
+             took * 1e3, held, (int)s2, same_a, same_b, s4 == PROBE_EINVAL,
+             (unsigned long long)a.n_finite, (unsigned long long)b.n_finite,
+             (unsigned long long)h.n_finite, a.sum, b.sum, h.sum, a.sum_sq, b.sum_sq, h.sum_sq,
+             a.min, b.min, h.min, a.max, b.max, h.max, (unsigned long long)ha,
+             (unsigned long long)hb, (unsigned long long)hh);
     report(ok, "summary.tree.enqueue", detail);
     cudaStreamDestroy(st);
     cudaFreeHost(slot);
