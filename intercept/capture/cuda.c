@@ -272,9 +272,10 @@ static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong chunked_tensors, device_tensors;
 /* Device summaries made, stats-only device tensors that took the staging copy. */
 static atomic_ullong device_summaries, device_summary_fallbacks;
-static atomic_int device_summary_broken; /* an enqueue failed: the host path from then on */
+/* 0, or an enqueue failed and the host path is taken from then on: 1 while
+ * device_summary_error is being written, 2 once it is (release). */
+static atomic_int device_summary_broken;
 static char device_summary_error[SHIM_REASON_MAX];
-static atomic_int device_summary_error_set; /* device_summary_error is written (release) */
 
 /* 1 when the pool is set up (any thread). */
 static int ring_ready(void)
@@ -428,7 +429,7 @@ static void device_summary_json(struct shim_json *b)
 {
     unsigned long long made = atomic_load(&device_summaries),
                        fell = atomic_load(&device_summary_fallbacks);
-    int failed = atomic_load_explicit(&device_summary_error_set, memory_order_acquire);
+    int failed = atomic_load_explicit(&device_summary_broken, memory_order_acquire) == 2;
     const char *why = failed ? device_summary_error : shim_libprobe_cuda_why();
     if (made == 0 && fell == 0 && !failed)
         return;
@@ -753,7 +754,7 @@ static void device_summary_fail(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(device_summary_error, sizeof device_summary_error, fmt, ap);
     va_end(ap);
-    atomic_store_explicit(&device_summary_error_set, 1, memory_order_release);
+    atomic_store_explicit(&device_summary_broken, 2, memory_order_release);
     shim_warn("device summaries are off for the rest of the run (stats-only records of device "
               "tensors are made on the host, from the staging copy): %s", device_summary_error);
 }

@@ -116,6 +116,19 @@ static void put_summary(probe_writer *w, const struct shim_job *j, const probe_s
     put_done(w, j, shim_stats_put_device(w, &rec, sum, tree));
 }
 
+/* A device job that is not put: lost when the writer is gone (live 0), else,
+ * when its bytes or summary could not be collected, a skip with why. */
+static void not_put(probe_writer *w, const struct shim_job *j, int live, int collected,
+                    const char *reason)
+{
+    if (!live) {
+        shim_write_lost_note(j->path, 0);
+    } else if (!collected) {
+        atomic_fetch_add(&shim_counts.skipped, 1);
+        skip_record(w, j, reason);
+    }
+}
+
 void shim_write_run(struct shim_work *work)
 {
     struct shim_job *j = (struct shim_job *)work;
@@ -133,17 +146,11 @@ void shim_write_run(struct shim_work *work)
     case SHIM_JOB_DEVICE: {
         char reason[SHIM_REASON_MAX] = "";
         const void *src = NULL;
-        if (shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK) {
-            if (live)
-                put_record(w, j, src, j->nbytes);
-            else
-                shim_write_lost_note(j->path, 0);
-        } else if (live) {
-            atomic_fetch_add(&shim_counts.skipped, 1);
-            skip_record(w, j, reason);
-        } else {
-            shim_write_lost_note(j->path, 0);
-        }
+        int ok = shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK;
+        if (ok && live)
+            put_record(w, j, src, j->nbytes);
+        else
+            not_put(w, j, live, ok, reason);
         shim_cuda_finish(j);
         break;
     }
@@ -151,17 +158,11 @@ void shim_write_run(struct shim_work *work)
         char reason[SHIM_REASON_MAX] = "";
         probe_summary sum;
         uint64_t tree = 0;
-        if (shim_cuda_summary_collect(j, &sum, &tree, reason, sizeof reason) == PROBE_OK) {
-            if (live)
-                put_summary(w, j, &sum, tree);
-            else
-                shim_write_lost_note(j->path, 0);
-        } else if (live) {
-            atomic_fetch_add(&shim_counts.skipped, 1);
-            skip_record(w, j, reason);
-        } else {
-            shim_write_lost_note(j->path, 0);
-        }
+        int ok = shim_cuda_summary_collect(j, &sum, &tree, reason, sizeof reason) == PROBE_OK;
+        if (ok && live)
+            put_summary(w, j, &sum, tree);
+        else
+            not_put(w, j, live, ok, reason);
         shim_cuda_summary_finish(j);
         break;
     }
