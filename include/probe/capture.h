@@ -111,6 +111,34 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
 probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
                               size_t nbytes);
 
+/* A streamed put: one tensor written in parts as its bytes arrive (e.g.
+ * piece by piece out of a staging buffer), never assembled in memory.
+ * probe_writer_put_begin admits the record as probe_writer_put does (same
+ * checks and errors; rec and what it points to must stay valid until the
+ * put ends) and creates its dataset (contiguous, allocated at once);
+ * probe_writer_put_part writes the next len bytes (contiguous row-major,
+ * in order, straight to the file; bool bytes normalised to 0/1) and adds
+ * them to the XXH64; probe_writer_put_end, once exactly nbytes were
+ * written, writes the attributes (probe.hash as probe_writer_put's),
+ * journals the tensor and frees the put, whatever it returns. The file then
+ * holds what probe_writer_put of the same bytes writes. One streamed put may
+ * be open per writer (PROBE_ESTATE for a second); other writer calls may
+ * come between its parts. Errors: begin PROBE_EINVAL also for an empty
+ * tensor or one probe_writer_set_pack would pack (use probe_writer_put),
+ * PROBE_EUNSUPPORTED when the file's descriptor is unknown; part
+ * PROBE_EINVAL for bytes past nbytes (nothing written), PROBE_EIO on a
+ * failed write (the writer fails, as after a failed probe_writer_put: call
+ * _cancel); end PROBE_EINVAL when fewer than nbytes were written (the
+ * dataset is removed, the put freed). probe_writer_put_cancel removes the
+ * dataset and frees the put (NULL: nothing); probe_writer_close cancels one
+ * still open. */
+typedef struct probe_put probe_put;
+probe_status probe_writer_put_begin(probe_writer *w, const probe_record *rec, size_t nbytes,
+                                    probe_put **out);
+probe_status probe_writer_put_part(probe_put *p, const void *data, size_t len);
+probe_status probe_writer_put_end(probe_put *p);
+void probe_writer_put_cancel(probe_put *p);
+
 /* The packed layout (docs/file-format.md "Packed small tensors"): from now
  * on, each tensor of at most max_bytes bytes that probe_writer_put writes is
  * appended to a shared chunk /probe.pack/NNNN/{data,index} instead of getting

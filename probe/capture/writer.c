@@ -132,6 +132,7 @@ struct probe_writer {
     probe_journal *journal; /* <path>.journal: removed by a clean close */
     double last_flush;    /* CLOCK_MONOTONIC seconds of the last H5Fflush */
     int unflushed;        /* puts since the last H5Fflush */
+    probe_put *open_put;  /* the streamed put in progress (probe_writer_put_begin), or NULL */
     struct {              /* the packed layout (probe_writer_set_pack) */
         size_t max;       /* tensors of at most max bytes are packed; 0: none */
         unsigned next;    /* number of the next chunk (/probe.pack/NNNN) */
@@ -1330,6 +1331,201 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
     return journal_put(w, rec, offset, nbytes, hash64);
 }
 
+/* --- streamed put (probe_writer_put_begin) --- */
+
+struct probe_put {
+    probe_writer *w;
+    const probe_record *rec; /* the caller's, valid until _end or _cancel */
+    hid_t d;                 /* the dataset, open until _end or _cancel */
+    uint64_t addr;           /* its raw data's file address */
+    size_t nbytes, done;     /* its size, the bytes written so far */
+    XXH64_state_t *hash;     /* of the bytes written, in order */
+    unsigned char *norm;     /* bool: PUT_BOOL_BLOCK bytes where they are normalised to 0/1 */
+};
+
+#define PUT_BOOL_BLOCK ((size_t)64 << 10)
+
+static void put_free(probe_put *p)
+{
+    if (p->d >= 0) {
+        H5E_BEGIN_TRY { H5Dclose(p->d); } H5E_END_TRY;
+    }
+    XXH64_freeState(p->hash);
+    free(p->norm);
+    if (p->w->open_put == p)
+        p->w->open_put = NULL;
+    free(p);
+}
+
+/* The dataset of a put that did not end removed, as write_dataset does. */
+static void put_discard(probe_put *p)
+{
+    if (p->d >= 0) {
+        H5E_BEGIN_TRY {
+            H5Dclose(p->d);
+            H5Ldelete(p->w->file, p->rec->path, H5P_DEFAULT);
+        } H5E_END_TRY;
+        p->d = H5I_INVALID_HID;
+    }
+    put_free(p);
+}
+
+probe_status probe_writer_put_begin(probe_writer *w, const probe_record *rec, size_t nbytes,
+                                    probe_put **out)
+{
+    static const char fn[] = "probe_writer_put_begin";
+    if (out != NULL)
+        *out = NULL;
+    if (w == NULL || rec == NULL || rec->path == NULL || out == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: %s is NULL", fn,
+                               w == NULL ? "writer" : rec == NULL ? "record" : out == NULL ? "out" : "record path");
+    if (w->open_put != NULL)
+        return probe_set_error(PROBE_ESTATE, "%s: %s: the streamed put of %s is still open", fn,
+                               w->path, w->open_put->rec->path);
+    hsize_t dims[PROBE_MAX_RANK + 1];
+    static const unsigned char any = 0;
+    probe_status s = check_record(w, rec, &any, nbytes, dims);
+    if (s != PROBE_OK)
+        return s;
+    if (nbytes == 0 || (w->pack.max > 0 && nbytes <= w->pack.max))
+        return probe_set_error(PROBE_EINVAL, "%s: %s: %s: %zu bytes %s; use probe_writer_put", fn,
+                               w->path, rec->path, nbytes,
+                               nbytes == 0 ? "is an empty tensor" : "is a packed tensor");
+    if (w->fd < 0)
+        return probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: the file's descriptor is unknown; use "
+                               "probe_writer_put", fn, w->path);
+    if ((s = admit(w, rec, nbytes)) != PROBE_OK)
+        return s;
+    probe_put *p = calloc(1, sizeof *p);
+    if (p == NULL || (p->hash = XXH64_createState()) == NULL) {
+        free(p);
+        return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", w->path, rec->path);
+    }
+    XXH64_reset(p->hash, 0);
+    p->w = w;
+    p->rec = rec;
+    p->d = H5I_INVALID_HID;
+    p->nbytes = nbytes;
+    if (rec->dtype == PROBE_DTYPE_BOOL && (p->norm = malloc(PUT_BOOL_BLOCK)) == NULL) {
+        put_free(p);
+        return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", w->path, rec->path);
+    }
+    if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK) {
+        put_free(p);
+        return journal_failed(w, s);
+    }
+    H5E_BEGIN_TRY {
+        hid_t type = probe_h5_type_create(rec->dtype);
+        hid_t space = rec->rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rec->rank, dims, NULL);
+        hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        haddr_t a = HADDR_UNDEF;
+        if (type < 0 || space < 0 || lcpl < 0 || dcpl < 0 ||
+            H5Pset_create_intermediate_group(lcpl, 1) < 0 || H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0 ||
+            H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
+            H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)
+            s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
+        else if ((p->d = H5Dcreate2(w->file, rec->path, type, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
+            s = h5_fail(w, "cannot create dataset", rec->path);
+        else if ((a = H5Dget_offset(p->d)) == HADDR_UNDEF)
+            s = h5_fail(w, "cannot find the raw data's offset", rec->path);
+        p->addr = (uint64_t)a;
+        hid_t ids[] = {lcpl, dcpl};
+        for (size_t i = 0; i < 2; i++)
+            if (ids[i] >= 0)
+                H5Pclose(ids[i]);
+        if (type >= 0)
+            H5Tclose(type);
+        if (space >= 0)
+            H5Sclose(space);
+    } H5E_END_TRY;
+    if (s != PROBE_OK) {
+        put_discard(p);
+        return mark_failed(w, s);
+    }
+    w->open_put = p;
+    *out = p;
+    return PROBE_OK;
+}
+
+probe_status probe_writer_put_part(probe_put *p, const void *data, size_t len)
+{
+    if (p == NULL || (data == NULL && len > 0))
+        return probe_set_error(PROBE_EINVAL, "probe_writer_put_part: %s is NULL",
+                               p == NULL ? "put" : "data");
+    probe_writer *w = p->w;
+    if (len > p->nbytes - p->done)
+        return probe_set_error(PROBE_EINVAL,
+                               "probe_writer_put_part: %s: %s: %zu more bytes after %zu of %zu",
+                               w->path, p->rec->path, len, p->done, p->nbytes);
+    probe_status s = check_usable(w);
+    if (s != PROBE_OK)
+        return s;
+    const unsigned char *src = data;
+    for (size_t at = 0; at < len;) {
+        size_t k = len - at;
+        const unsigned char *b = src + at;
+        if (p->norm != NULL) {
+            k = k < PUT_BOOL_BLOCK ? k : PUT_BOOL_BLOCK;
+            for (size_t i = 0; i < k; i++)
+                p->norm[i] = b[i] != 0;
+            b = p->norm;
+        }
+        if (pwrite_full(w->fd, b, k, p->addr + p->done) != 0)
+            return mark_failed(w, probe_set_error(PROBE_EIO, "%s: %s: cannot write its bytes: %s",
+                                                  w->path, p->rec->path, strerror(errno)));
+        XXH64_update(p->hash, b, k);
+        p->done += k;
+        at += k;
+    }
+    return PROBE_OK;
+}
+
+probe_status probe_writer_put_end(probe_put *p)
+{
+    if (p == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_put_end: put is NULL");
+    probe_writer *w = p->w;
+    const probe_record *rec = p->rec;
+    if (p->done != p->nbytes) {
+        probe_status s = probe_set_error(PROBE_EINVAL,
+                                         "probe_writer_put_end: %s: %s: %zu of %zu bytes written; "
+                                         "nothing is kept",
+                                         w->path, rec->path, p->done, p->nbytes);
+        put_discard(p);
+        return s;
+    }
+    uint64_t hash64 = (uint64_t)XXH64_digest(p->hash);
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)hash64);
+    probe_status s = check_usable(w);
+    if (s == PROBE_OK) {
+        H5E_BEGIN_TRY {
+            if (write_attrs(p->d, rec, hash, NULL) < 0)
+                s = h5_fail(w, "cannot write attributes", rec->path);
+            else if (H5Dclose(p->d) < 0)
+                s = h5_fail(w, "cannot close dataset", rec->path);
+            else
+                p->d = H5I_INVALID_HID;
+        } H5E_END_TRY;
+    }
+    uint64_t addr = p->addr;
+    size_t nbytes = p->nbytes;
+    if (s != PROBE_OK) {
+        put_discard(p);
+        return w->failed == PROBE_OK ? mark_failed(w, s) : s;
+    }
+    put_free(p);
+    if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
+        return s;
+    return journal_put(w, rec, addr, nbytes, hash64);
+}
+
+void probe_writer_put_cancel(probe_put *p)
+{
+    if (p != NULL)
+        put_discard(p);
+}
+
 /* --- stats-only record --- */
 
 /* The compound type of a stats-only record: file type (little-endian,
@@ -1513,6 +1709,8 @@ probe_status probe_writer_close(probe_writer *w)
     if (w == NULL)
         return PROBE_OK;
     probe_status s = PROBE_OK;
+    if (w->open_put != NULL) /* a streamed put that did not end is not kept */
+        put_discard(w->open_put);
     int keep_journal = 0; /* records of packed tensors that no index in the file holds */
     if (w->file >= 0 && w->failed == PROBE_OK && w->pack.open) {
         H5E_BEGIN_TRY { s = pack_seal(w); } H5E_END_TRY;
