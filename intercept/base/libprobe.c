@@ -151,6 +151,18 @@ static probe_status load_locked(void)
             shim_resolve_handle(h, "probe_writer_put_summary_ex");
     shim_libprobe_api.writer_set_pack =
         (probe_status(*)(probe_writer *, size_t))shim_resolve_handle(h, "probe_writer_set_pack");
+    shim_libprobe_api.writer_put_begin =
+        (probe_status(*)(probe_writer *, const probe_record *, size_t, probe_put **))
+            shim_resolve_handle(h, "probe_writer_put_begin");
+    shim_libprobe_api.writer_put_part =
+        (probe_status(*)(probe_put *, const void *, size_t))shim_resolve_handle(h, "probe_writer_put_part");
+    shim_libprobe_api.writer_put_end =
+        (probe_status(*)(probe_put *))shim_resolve_handle(h, "probe_writer_put_end");
+    shim_libprobe_api.writer_put_cancel =
+        (void (*)(probe_put *))shim_resolve_handle(h, "probe_writer_put_cancel");
+    if (!shim_libprobe_api.writer_put_part || !shim_libprobe_api.writer_put_end ||
+        !shim_libprobe_api.writer_put_cancel)
+        shim_libprobe_api.writer_put_begin = NULL;
     return PROBE_OK; /* the handle stays open for the life of the process */
 }
 
@@ -226,6 +238,40 @@ probe_status shim_libprobe_put_summary(probe_writer *w, const probe_record *rec,
                           : shim_libprobe_api.writer_put_summary(w, rec, sum, *hash);
     pthread_mutex_unlock(&hdf5_lock);
     return st;
+}
+
+probe_status shim_libprobe_put_begin(probe_writer *w, const probe_record *rec, size_t nbytes,
+                                     probe_put **out)
+{
+    if (!shim_libprobe_api.writer_put_begin)
+        return PROBE_EUNSUPPORTED;
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_put_begin(w, rec, nbytes, out);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_libprobe_put_part(probe_put *p, const void *data, size_t len)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_put_part(p, data, len);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+probe_status shim_libprobe_put_end(probe_put *p)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    probe_status st = shim_libprobe_api.writer_put_end(p);
+    pthread_mutex_unlock(&hdf5_lock);
+    return st;
+}
+
+void shim_libprobe_put_cancel(probe_put *p)
+{
+    pthread_mutex_lock(&hdf5_lock);
+    shim_libprobe_api.writer_put_cancel(p);
+    pthread_mutex_unlock(&hdf5_lock);
 }
 
 probe_status shim_libprobe_skip(probe_writer *w, const probe_record *rec, const char *reason)

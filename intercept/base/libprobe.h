@@ -33,6 +33,11 @@ struct shim_libprobe {
     probe_status (*summary_tree)(probe_dtype, const void *, size_t, probe_summary *, uint64_t *);
     probe_status (*writer_put_summary_ex)(probe_writer *, const probe_record *,
                                           const probe_summary *, const uint64_t *, const uint64_t *);
+    /* the streamed put; NULL when libprobe.so predates it */
+    probe_status (*writer_put_begin)(probe_writer *, const probe_record *, size_t, probe_put **);
+    probe_status (*writer_put_part)(probe_put *, const void *, size_t);
+    probe_status (*writer_put_end)(probe_put *);
+    void (*writer_put_cancel)(probe_put *);
 };
 
 extern struct shim_libprobe shim_libprobe_api;
@@ -62,6 +67,13 @@ probe_status shim_libprobe_skip(probe_writer *w, const probe_record *rec, const 
  * is there (else it is dropped) */
 probe_status shim_libprobe_put_summary(probe_writer *w, const probe_record *rec, const probe_summary *sum,
                                 const uint64_t *hash, const uint64_t *tree_hash);
+/* The streamed put (probe_writer_put_begin/_part/_end/_cancel), each call
+ * under the lock; begin is PROBE_EUNSUPPORTED when libprobe.so lacks it. */
+probe_status shim_libprobe_put_begin(probe_writer *w, const probe_record *rec, size_t nbytes,
+                                     probe_put **out);
+probe_status shim_libprobe_put_part(probe_put *p, const void *data, size_t len);
+probe_status shim_libprobe_put_end(probe_put *p);
+void shim_libprobe_put_cancel(probe_put *p);
 probe_status shim_libprobe_set_manifest(probe_writer *w, const char *manifest);
 probe_status shim_libprobe_flush(probe_writer *w);
 probe_status shim_libprobe_close(probe_writer *w);

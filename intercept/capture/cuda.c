@@ -270,6 +270,8 @@ static size_t ring_asked;
  * ring claims are taken in the order the writer consumes them. */
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong chunked_tensors, device_tensors;
+/* device copies in pieces written as they arrived (the streamed put) */
+static atomic_ullong streamed_tensors;
 /* Device summaries made, stats-only device tensors that took the staging copy. */
 static atomic_ullong device_summaries, device_summary_fallbacks;
 /* 0, or an enqueue failed and the host path is taken from then on: 1 while
@@ -454,10 +456,12 @@ void shim_cuda_staging_json(struct shim_json *b)
                      ",\"staging\":{\"pool_bytes\":%zu,\"requested_bytes\":%zu,\"segment_bytes\":%zu,"
                      "\"piece_bytes\":%zu,"
                      "\"alloc_s\":%.6f,\"waits\":%llu,\"wait_s\":%.6f,\"peak_bytes\":%zu,"
-                     "\"copied_bytes\":%llu,\"tensors\":%llu,\"chunked_tensors\":%llu",
+                     "\"copied_bytes\":%llu,\"tensors\":%llu,\"chunked_tensors\":%llu,"
+                     "\"streamed_tensors\":%llu",
                      s.cap, ring_asked, s.seg, s.piece, ring_alloc_s, s.waits, (double)s.wait_ns * 1e-9,
                      s.peak, s.bytes, (unsigned long long)atomic_load(&device_tensors),
-                     (unsigned long long)atomic_load(&chunked_tensors));
+                     (unsigned long long)atomic_load(&chunked_tensors),
+                     (unsigned long long)atomic_load(&streamed_tensors));
     if (ring_error[0]) {
         shim_json_raw(b, ",\"error\":");
         shim_json_string(b, ring_error);
@@ -1047,6 +1051,36 @@ probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reas
         span = j->dev.gathered;
     }
     *data = span;
+    return PROBE_OK;
+}
+
+int shim_cuda_streams(const struct shim_job *j)
+{
+    return j->dev.npieces > 1 && !j->dev.has_strides;
+}
+
+probe_status shim_cuda_each_piece(struct shim_job *j, shim_piece_fn *fn, void *ctx, char *reason,
+                                  size_t rlen)
+{
+    for (size_t i = 0; i < j->dev.npieces; ++i) {
+        struct shim_piece *pc = &j->dev.pieces[i];
+        if (!piece_published(j, i) || atomic_load(&j->dev.aborted)) {
+            pthread_mutex_lock(&pub_lock);
+            snprintf(reason, rlen, "%s", j->reason);
+            pthread_mutex_unlock(&pub_lock);
+            return PROBE_EIO;
+        }
+        if (piece_wait(pc, reason, rlen) != 0)
+            return PROBE_EIO;
+        probe_status st = fn(ctx, ring_addr(pc->ring_off), pc->len);
+        if (st == PROBE_OK && i + 1 == j->dev.npieces)
+            atomic_fetch_add(&streamed_tensors, 1);
+        piece_return(j, pc);
+        if (atomic_load(&ring.waiting))
+            shim_cuda_grow_staging();
+        if (st != PROBE_OK)
+            return st;
+    }
     return PROBE_OK;
 }
 

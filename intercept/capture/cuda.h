@@ -36,6 +36,20 @@ probe_status shim_cuda_capture(struct shim_job *j, const void *data, size_t span
  * or PROBE_EIO with why in reason. */
 probe_status shim_cuda_collect(struct shim_job *j, const void **data, char *reason, size_t rlen);
 
+/* 1 when j's bytes may be written piece by piece as they arrive
+ * (shim_cuda_each_piece): more than one piece, row-major (no gather). */
+int shim_cuda_streams(const struct shim_job *j);
+
+/* Writer thread, instead of shim_cuda_collect for a job shim_cuda_streams
+ * accepts: for each piece in order, wait for its copy, call fn(ctx, its
+ * bytes in the ring, their length) and give its ring space back at once.
+ * PROBE_OK; fn's status when it is not PROBE_OK (the later pieces are left
+ * to shim_cuda_finish); PROBE_EIO with why in reason when a copy failed or
+ * the submitter stopped. shim_cuda_finish follows in every case. */
+typedef probe_status shim_piece_fn(void *ctx, const void *data, size_t len);
+probe_status shim_cuda_each_piece(struct shim_job *j, shim_piece_fn *fn, void *ctx, char *reason,
+                                  size_t rlen);
+
 /* A stats-only record of a contiguous device tensor (n elements of
  * j->dtype at data, on `device`, produced on `stream`), summarized on the GPU
  * (libprobe_cuda.so: probe_cuda_summary_tree_enqueue). Makes `device`

@@ -116,6 +116,53 @@ static void put_summary(probe_writer *w, const struct shim_job *j, const probe_s
     put_done(w, j, shim_stats_put_device(w, &rec, sum, tree));
 }
 
+/* A device copy in pieces written as they arrive (the streamed put), when
+ * the job is a full tensor larger than a packed one and libprobe.so has the
+ * streamed put; 0 when it was not tried (the caller collects and puts). */
+static void not_put(probe_writer *w, const struct shim_job *j, int live, int collected,
+                    const char *reason);
+
+struct stream_ctx {
+    probe_put *put;
+    probe_status writer; /* the writer's status of the last part */
+};
+
+static probe_status stream_part(void *ctx, const void *data, size_t len)
+{
+    struct stream_ctx *c = ctx;
+    c->writer = shim_libprobe_put_part(c->put, data, len);
+    return c->writer;
+}
+
+static int put_streamed(probe_writer *w, struct shim_job *j, char *reason, size_t rlen)
+{
+    probe_record rec;
+    shim_job_record(j, &rec);
+    if (!shim_cuda_streams(j) || j->nbytes <= shim_cfg.pack_small ||
+        shim_stats_selected(rec.path, rec.step, rec.cfg_branch,
+                            rec.parent && rec.parent[0] ? rec.block : -1))
+        return 0;
+    struct stream_ctx c = {NULL, PROBE_OK};
+    probe_status st = shim_libprobe_put_begin(w, &rec, j->nbytes, &c.put);
+    if (st == PROBE_EUNSUPPORTED)
+        return 0;
+    if (st != PROBE_OK) {
+        put_done(w, j, st);
+        return 1;
+    }
+    st = shim_cuda_each_piece(j, stream_part, &c, reason, rlen);
+    if (st == PROBE_OK) {
+        put_done(w, j, shim_libprobe_put_end(c.put));
+    } else {
+        shim_libprobe_put_cancel(c.put);
+        if (c.writer != PROBE_OK)
+            put_done(w, j, c.writer);
+        else
+            not_put(w, j, 1, 0, reason);
+    }
+    return 1;
+}
+
 /* A device job that is not put: lost when the writer is gone (live 0), else,
  * when its bytes or summary could not be collected, a skip with why. */
 static void not_put(probe_writer *w, const struct shim_job *j, int live, int collected,
@@ -145,6 +192,10 @@ void shim_write_run(struct shim_work *work)
         break;
     case SHIM_JOB_DEVICE: {
         char reason[SHIM_REASON_MAX] = "";
+        if (live && put_streamed(w, j, reason, sizeof reason)) {
+            shim_cuda_finish(j);
+            break;
+        }
         const void *src = NULL;
         int ok = shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK;
         if (ok && live)

@@ -44,8 +44,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_shim_common import (NAMES, SOURCE, attr_str, check, expected_bytes, finish, need_build,  # noqa: E402
                               preload_env, probe_lines, program, read_raw, run, tmpdir)
 
+import ctypes  # noqa: E402
+
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
+
+_xxhash = ctypes.CDLL("libxxhash.so.0")  # libxxhash itself, not probe's use of it
+_xxhash.XXH64.restype = ctypes.c_uint64
+_xxhash.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+
+
+def xxh64(data):
+    return _xxhash.XXH64(data, len(data), 0)
 
 
 def build_mock(d):
@@ -119,6 +129,12 @@ def main():
         # big/0000 (10 pieces), big/0001 (6), bigspin (5), 24 x two pieces
         check(stg.get("chunked_tensors") == 27 and stg.get("tensors") == 27,
               "chunked: 27 tensors, all in several pieces")
+        # every one but the transposed big/0001 (gathered after assembly)
+        # written piece by piece as the copies arrived (the streamed put)
+        check(stg.get("streamed_tensors") == 26, "chunked: 26 row-major tensors streamed, not assembled")
+        bad = [c["path"] for c in cases
+               if attr_str(f[c["path"]], "probe.hash") != "%016x" % xxh64(expected_bytes(c, dc))]
+        check(not bad, "chunked: probe.hash is the XXH64 of the expected bytes (bad: %s)" % bad[:5])
         check(stg.get("copied_bytes") == (40 + 24 + 20 + 24 * 6) << 20, "chunked: bytes copied")
         check(stg.get("waits", 0) >= 1 and stg.get("peak_bytes", 0) <= 16 << 20,
               "chunked: the 40 MiB tensor waited for pool space; peak within the pool")
@@ -143,6 +159,7 @@ def main():
         check((64 << 20) <= stg.get("pool_bytes", 0) <= (256 << 20) and stg.get("pool_bytes", 1) % (64 << 20) == 0,
               "grow: the pool holds whole segments, at most the requested size")
         check(stg.get("chunked_tensors") == 3, "grow: 40, 24 and 20 MiB tensors in several 16 MiB pieces")
+        check(stg.get("streamed_tensors") == 2, "grow: the 40 and 20 MiB row-major tensors streamed")
     shutil.rmtree(dc, ignore_errors=True)
 
     # CUDA graphs: the tap inside the capture is skipped; each of the 3
