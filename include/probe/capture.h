@@ -171,6 +171,46 @@ uint64_t probe_capture_hash(const void *data, size_t n);
 
 /* probe_tree_hash, the tree hash of a tensor's bytes: probe/metrics.h. */
 
+/* --- rounded-weight fingerprints (docs/gemm.md "Quantized from the same weights") ---
+ *
+ * Whether one tensor is another rounded to float8, told from two small
+ * fingerprints instead of the values: each rounding maps every element to its
+ * float8_e4m3fn code (one byte), and the fingerprint is the XXH64 (seed 0) of
+ * those codes in element order. A weight W and the weights a quantizing
+ * feature computes from it, Q (stored in float8 and cast back, or dequantized
+ * in the compute type), have the same codes; different weights have different
+ * codes except where they agree to float8 precision everywhere. */
+typedef enum probe_rounding {
+    /* "float8_e4m3fn": each element x cast to float8_e4m3fn as torch's
+     * Tensor.to(torch.float8_e4m3fn) casts it (c10 Float8_e4m3fn: x as float32,
+     * round to nearest even, subnormals kept, |x| >= 480 and NaN/inf -> NaN). */
+    PROBE_ROUNDING_E4M3FN = 0,
+    /* "float8_e4m3fn/amax": x / s cast as above, with one per-tensor scale
+     * s = amax / 448 (amax = max |x| as float32; float32 division, as torchao
+     * and TensorRT's per-tensor FP8 recipe compute it); s = 1 when amax is
+     * 0; not defined when amax is not finite. */
+    PROBE_ROUNDING_E4M3FN_AMAX = 1,
+    PROBE_ROUNDING_COUNT_
+} probe_rounding;
+
+/* "float8_e4m3fn", "float8_e4m3fn/amax"; NULL for other values. */
+const char *probe_rounding_name(probe_rounding r);
+
+typedef struct probe_rounded_fingerprint {
+    /* Distinct element bit patterns when at most 256 (a float8 rounding cast
+     * back has at most 256), else -1; 0 for an empty tensor. */
+    int levels;
+    unsigned valid;                        /* bit r set: xxh64[r] is defined */
+    uint64_t xxh64[PROBE_ROUNDING_COUNT_]; /* XXH64 of the codes of rounding r */
+} probe_rounded_fingerprint;
+
+/* The fingerprints of `count` elements of type `dtype` (bfloat16, float16 or
+ * float32, little-endian) at `data`. Errors: PROBE_EINVAL (other types, NULL
+ * with count > 0, NULL out), PROBE_ENOMEM. Cost: two reads of the tensor,
+ * about 1 ns per element for 16-bit types (tables), more for float32. */
+probe_status probe_rounded_fingerprint_compute(probe_dtype dtype, const void *data, size_t count,
+                                               probe_rounded_fingerprint *out);
+
 /* --- how the run ended (probe/capture/run_end.c; docs/file-format.md "run_end") --- */
 
 typedef struct probe_run_end {

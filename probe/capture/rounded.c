@@ -1,0 +1,257 @@
+/* rounded.c - rounded-weight fingerprints (include/probe/capture.h,
+ * docs/gemm.md "Quantized from the same weights").
+ *
+ * The float32 -> float8_e4m3fn cast is c10's fp8e4m3fn_from_fp32_value
+ * (PyTorch c10/util/Float8_e4m3fn.h), so a code here is the byte torch's
+ * Tensor.to(torch.float8_e4m3fn) stores. 16-bit inputs go through tables over
+ * all 65536 bit patterns; float32 inputs are converted element by element. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "probe/capture.h"
+
+#define BLOCK 4096
+#define SMALL 16384 /* below this many 16-bit elements, no tables */
+
+const char *probe_rounding_name(probe_rounding r)
+{
+    switch (r) {
+    case PROBE_ROUNDING_E4M3FN:
+        return "float8_e4m3fn";
+    case PROBE_ROUNDING_E4M3FN_AMAX:
+        return "float8_e4m3fn/amax";
+    default:
+        return NULL;
+    }
+}
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float float_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* float32 -> float8_e4m3fn, round to nearest even; |x| >= 480, inf and NaN
+ * -> NaN (0x7f with the sign), as c10's fp8e4m3fn_from_fp32_value. */
+static uint8_t e4m3fn_from_f32(float f)
+{
+    const uint32_t fp8_max = UINT32_C(1087) << 20;    /* 480.0f */
+    const uint32_t denorm_mask = UINT32_C(141) << 23; /* 2^14 */
+    uint32_t u = bits_of(f);
+    const uint32_t sign = u & UINT32_C(0x80000000);
+    uint8_t r;
+    u ^= sign;
+    if (u >= fp8_max) {
+        r = 0x7f;
+    } else if (u < (UINT32_C(121) << 23)) { /* below 2^-6, the smallest normal */
+        /* adding 2^14 rounds to a multiple of 2^-9 (the subnormal step) */
+        volatile float t = float_of(u) + float_of(denorm_mask);
+        r = (uint8_t)(bits_of(t) - denorm_mask);
+    } else {
+        uint32_t odd = (u >> 20) & 1u;
+        u += ((uint32_t)(7 - 127) << 23) + UINT32_C(0x7FFFF);
+        u += odd;
+        r = (uint8_t)(u >> 20);
+    }
+    return (uint8_t)(r | (uint8_t)(sign >> 24));
+}
+
+static float half_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f)
+        return float_of(sign | 0x7f800000u | (m << 13));
+    if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float32 */
+        float v = (float)m * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    return float_of(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+static float value_16(probe_dtype t, uint16_t b)
+{
+    return t == PROBE_DTYPE_BFLOAT16 ? float_of((uint32_t)b << 16) : half_to_f32(b);
+}
+
+static uint16_t load16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t load32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The scale of the amax rounding: 0 when not defined (amax not finite). */
+static float amax_scale(float amax)
+{
+    if (!isfinite(amax))
+        return 0.0f;
+    return amax == 0.0f ? 1.0f : amax / 448.0f;
+}
+
+struct hashes {
+    XXH64_state_t *h[PROBE_ROUNDING_COUNT_];
+    unsigned char buf[PROBE_ROUNDING_COUNT_][BLOCK];
+};
+
+static probe_status hashes_open(struct hashes *hs)
+{
+    for (int r = 0; r < PROBE_ROUNDING_COUNT_; ++r)
+        if ((hs->h[r] = XXH64_createState()) == NULL || XXH64_reset(hs->h[r], 0) != XXH_OK)
+            return probe_set_error(PROBE_ENOMEM, "rounded fingerprint: out of memory");
+    return PROBE_OK;
+}
+
+static void hashes_close(struct hashes *hs, probe_rounded_fingerprint *out)
+{
+    for (int r = 0; r < PROBE_ROUNDING_COUNT_; ++r) {
+        if (hs->h[r] && out)
+            out->xxh64[r] = (uint64_t)XXH64_digest(hs->h[r]);
+        XXH64_freeState(hs->h[r]);
+    }
+}
+
+static void hashes_update(struct hashes *hs, size_t m, int with_amax)
+{
+    XXH64_update(hs->h[0], hs->buf[0], m);
+    if (with_amax)
+        XXH64_update(hs->h[1], hs->buf[1], m);
+}
+
+/* 16-bit types: pass 1 marks the bit patterns present (levels, amax), pass 2
+ * maps each element through the code tables of the patterns. */
+static probe_status fingerprint_16(probe_dtype t, const unsigned char *p, size_t n,
+                                   probe_rounded_fingerprint *out, struct hashes *hs)
+{
+    uint64_t *seen = calloc(65536 / 64, sizeof *seen);
+    uint8_t *codes = malloc(2 * 65536);
+    if (!seen || !codes) {
+        free(seen);
+        free(codes);
+        return probe_set_error(PROBE_ENOMEM, "rounded fingerprint: out of memory");
+    }
+    for (size_t i = 0; i < n; ++i) {
+        uint16_t b = load16(p + 2 * i);
+        seen[b >> 6] |= UINT64_C(1) << (b & 63);
+    }
+    int levels = 0;
+    float amax = 0.0f;
+    for (unsigned b = 0; b < 65536; ++b)
+        if (seen[b >> 6] >> (b & 63) & 1) {
+            ++levels;
+            float a = fabsf(value_16(t, (uint16_t)b));
+            if (isnan(a) || isnan(amax))
+                amax = NAN;
+            else if (a > amax)
+                amax = a;
+        }
+    out->levels = levels <= 256 ? levels : -1;
+    float s = amax_scale(amax);
+    for (unsigned b = 0; b < 65536; ++b)
+        if (seen[b >> 6] >> (b & 63) & 1) {
+            float v = value_16(t, (uint16_t)b);
+            codes[b] = e4m3fn_from_f32(v);
+            codes[65536 + b] = s != 0.0f ? e4m3fn_from_f32(v / s) : 0;
+        }
+    for (size_t at = 0; at < n; at += BLOCK) {
+        size_t m = n - at < BLOCK ? n - at : BLOCK;
+        for (size_t i = 0; i < m; ++i) {
+            uint16_t b = load16(p + 2 * (at + i));
+            hs->buf[0][i] = codes[b];
+            hs->buf[1][i] = codes[65536 + b];
+        }
+        hashes_update(hs, m, s != 0.0f);
+    }
+    out->valid = 1u << PROBE_ROUNDING_E4M3FN | (s != 0.0f ? 1u << PROBE_ROUNDING_E4M3FN_AMAX : 0u);
+    free(seen);
+    free(codes);
+    return PROBE_OK;
+}
+
+/* Small 16-bit tensors and float32: element by element; levels counted in
+ * an open-addressing set of bit patterns that stops at 257. */
+static probe_status fingerprint_direct(probe_dtype t, const unsigned char *p, size_t n,
+                                       probe_rounded_fingerprint *out, struct hashes *hs)
+{
+    size_t es = t == PROBE_DTYPE_FLOAT32 ? 4 : 2;
+    enum { SET = 1024 };
+    uint32_t set[SET];
+    unsigned char used[SET];
+    memset(used, 0, sizeof used);
+    int levels = 0;
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t b = es == 4 ? load32(p + 4 * i) : load16(p + 2 * i);
+        float v = es == 4 ? float_of(b) : value_16(t, (uint16_t)b);
+        float a = fabsf(v);
+        if (isnan(a) || isnan(amax))
+            amax = NAN;
+        else if (a > amax)
+            amax = a;
+        if (levels > 256)
+            continue;
+        size_t k = (size_t)(b * UINT32_C(2654435761)) & (SET - 1);
+        while (used[k] && set[k] != b)
+            k = (k + 1) & (SET - 1);
+        if (!used[k]) {
+            used[k] = 1;
+            set[k] = b;
+            ++levels;
+        }
+    }
+    out->levels = levels <= 256 ? levels : -1;
+    float s = amax_scale(amax);
+    for (size_t at = 0; at < n; at += BLOCK) {
+        size_t m = n - at < BLOCK ? n - at : BLOCK;
+        for (size_t i = 0; i < m; ++i) {
+            const unsigned char *q = p + es * (at + i);
+            float v = es == 4 ? float_of(load32(q)) : value_16(t, load16(q));
+            hs->buf[0][i] = e4m3fn_from_f32(v);
+            hs->buf[1][i] = s != 0.0f ? e4m3fn_from_f32(v / s) : 0;
+        }
+        hashes_update(hs, m, s != 0.0f);
+    }
+    out->valid = 1u << PROBE_ROUNDING_E4M3FN | (s != 0.0f ? 1u << PROBE_ROUNDING_E4M3FN_AMAX : 0u);
+    return PROBE_OK;
+}
+
+probe_status probe_rounded_fingerprint_compute(probe_dtype dtype, const void *data, size_t count,
+                                               probe_rounded_fingerprint *out)
+{
+    if (!out)
+        return probe_set_error(PROBE_EINVAL, "rounded fingerprint: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (dtype != PROBE_DTYPE_BFLOAT16 && dtype != PROBE_DTYPE_FLOAT16 &&
+        dtype != PROBE_DTYPE_FLOAT32)
+        return probe_set_error(PROBE_EINVAL, "rounded fingerprint: %s is not bfloat16, float16 "
+                               "or float32", probe_dtype_name(dtype));
+    if (count > 0 && !data)
+        return probe_set_error(PROBE_EINVAL, "rounded fingerprint: data is NULL with %zu "
+                               "elements", count);
+    struct hashes *hs = calloc(1, sizeof *hs);
+    if (!hs)
+        return probe_set_error(PROBE_ENOMEM, "rounded fingerprint: out of memory");
+    probe_status s = hashes_open(hs);
+    if (s == PROBE_OK)
+        s = dtype != PROBE_DTYPE_FLOAT32 && count >= SMALL
+                ? fingerprint_16(dtype, data, count, out, hs)
+                : fingerprint_direct(dtype, data, count, out, hs);
+    hashes_close(hs, s == PROBE_OK ? out : NULL);
+    free(hs);
+    if (s != PROBE_OK)
+        memset(out, 0, sizeof *out);
+    return s;
+}
