@@ -180,21 +180,7 @@ uint64_t probe_capture_hash(const void *data, size_t n);
  * feature computes from it, Q (stored in float8 and cast back, or dequantized
  * in the compute type), have the same codes; different weights have different
  * codes except where they agree to float8 precision everywhere. */
-typedef enum probe_rounding {
-    /* "float8_e4m3fn": each element x cast to float8_e4m3fn as torch's
-     * Tensor.to(torch.float8_e4m3fn) casts it (c10 Float8_e4m3fn: x as float32,
-     * round to nearest even, subnormals kept, |x| >= 480 and NaN/inf -> NaN). */
-    PROBE_ROUNDING_E4M3FN = 0,
-    /* "float8_e4m3fn/amax": x / s cast as above, with one per-tensor scale
-     * s = amax / 448 (amax = max |x| as float32; float32 division, as torchao
-     * and TensorRT's per-tensor FP8 recipe compute it); s = 1 when amax is
-     * 0; not defined when amax is not finite. */
-    PROBE_ROUNDING_E4M3FN_AMAX = 1,
-    PROBE_ROUNDING_COUNT_
-} probe_rounding;
-
-/* "float8_e4m3fn", "float8_e4m3fn/amax"; NULL for other values. */
-const char *probe_rounding_name(probe_rounding r);
+/* probe_rounding and probe_rounding_name: probe/dtype.h. */
 
 typedef struct probe_rounded_fingerprint {
     /* Distinct element bit patterns when at most 256 (a float8 rounding cast

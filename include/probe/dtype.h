@@ -83,6 +83,26 @@ probe_status probe_dtype_to_f64(probe_dtype t, const void *src, double *dst, siz
 probe_status probe_dtype_convert(probe_dtype from, const void *src, probe_dtype to, void *dst,
                                  size_t n);
 
+/* --- float8 roundings of a wider tensor (probe/capture.h
+ * probe_rounded_fingerprint_compute; docs/gemm.md "Quantized from the same
+ * weights") --- */
+typedef enum probe_rounding {
+    /* "float8_e4m3fn": each element x cast to float8_e4m3fn as torch's
+     * Tensor.to(torch.float8_e4m3fn) casts it (c10 Float8_e4m3fn: x as float32,
+     * round to nearest even, subnormals kept, |x| >= 480 and NaN/inf -> NaN). */
+    PROBE_ROUNDING_E4M3FN = 0,
+    /* "float8_e4m3fn/amax": x / s cast as above, with one per-tensor scale
+     * s = amax / 448 (amax = max |x| as float32; float32 division, as torchao
+     * and TensorRT's per-tensor FP8 recipe compute it); s = 1 when amax is
+     * 0; not defined when amax is not finite. */
+    PROBE_ROUNDING_E4M3FN_AMAX = 1,
+    PROBE_ROUNDING_COUNT_
+} probe_rounding;
+
+/* "float8_e4m3fn", "float8_e4m3fn/amax"; NULL for other values. */
+const char *probe_rounding_name(probe_rounding r);
+
+
 #ifdef __cplusplus
 }
 #endif

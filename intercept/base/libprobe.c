@@ -160,6 +160,9 @@ static probe_status load_locked(void)
         (probe_status(*)(probe_put *))shim_resolve_handle(h, "probe_writer_put_end");
     shim_libprobe_api.writer_put_cancel =
         (void (*)(probe_put *))shim_resolve_handle(h, "probe_writer_put_cancel");
+    shim_libprobe_api.rounded_fingerprint =
+        (probe_status(*)(probe_dtype, const void *, size_t, probe_rounded_fingerprint *))
+            shim_resolve_handle(h, "probe_rounded_fingerprint_compute");
     if (!shim_libprobe_api.writer_put_part || !shim_libprobe_api.writer_put_end ||
         !shim_libprobe_api.writer_put_cancel)
         shim_libprobe_api.writer_put_begin = NULL;

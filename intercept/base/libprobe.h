@@ -38,6 +38,9 @@ struct shim_libprobe {
     probe_status (*writer_put_part)(probe_put *, const void *, size_t);
     probe_status (*writer_put_end)(probe_put *);
     void (*writer_put_cancel)(probe_put *);
+    /* rounded-weight fingerprints; NULL when libprobe.so predates them */
+    probe_status (*rounded_fingerprint)(probe_dtype, const void *, size_t,
+                                        probe_rounded_fingerprint *);
 };
 
 extern struct shim_libprobe shim_libprobe_api;

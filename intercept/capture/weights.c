@@ -31,6 +31,8 @@ struct wop {
     size_t nbytes;
     uint64_t hash;
     int state; /* 0 pending, 1 hashed, 2 failed */
+    int has_rounded;
+    probe_rounded_fingerprint rounded;
 };
 
 static struct wop *ops;
@@ -38,12 +40,19 @@ static size_t nops, capops;
 static unsigned long long overflow;
 static pthread_mutex_t wlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t wonce = PTHREAD_ONCE_INIT;
-static int enabled = 1;
+static int enabled = 1, rounded_enabled = 1;
 
 static void config(void)
 {
     const char *v = getenv("PROBE_WEIGHTS");
     enabled = !(v && strcmp(v, "0") == 0);
+    rounded_enabled = enabled && !(v && strcmp(v, "hash") == 0);
+}
+
+int shim_weights_rounded_enabled(void)
+{
+    pthread_once(&wonce, config);
+    return rounded_enabled;
 }
 
 int shim_weights_enabled(void)
@@ -92,6 +101,16 @@ void shim_weights_hashed(size_t slot, uint64_t hash, int ok)
     if (slot < nops) {
         ops[slot].hash = hash;
         ops[slot].state = ok ? 1 : 2;
+    }
+    pthread_mutex_unlock(&wlock);
+}
+
+void shim_weights_rounded(size_t slot, const probe_rounded_fingerprint *fp)
+{
+    pthread_mutex_lock(&wlock);
+    if (slot < nops && fp) {
+        ops[slot].rounded = *fp;
+        ops[slot].has_rounded = 1;
     }
     pthread_mutex_unlock(&wlock);
 }
@@ -196,9 +215,26 @@ void shim_weights_json(struct shim_json *b)
                 shim_json_printf(b, "%s%lld", d ? "," : "", (long long)w[x].shape[d]);
             shim_json_printf(b, "],\"dtype\":\"%s\",", probe_dtype_name(w[x].dtype));
             if (w[x].state == 1)
-                shim_json_printf(b, "\"xxh64\":\"%016llx\"}", (unsigned long long)w[x].hash);
+                shim_json_printf(b, "\"xxh64\":\"%016llx\"", (unsigned long long)w[x].hash);
             else
-                shim_json_raw(b, "\"xxh64\":null}");
+                shim_json_raw(b, "\"xxh64\":null");
+            if (w[x].state == 1 && w[x].has_rounded) {
+                const probe_rounded_fingerprint *f = &w[x].rounded;
+                if (f->levels >= 0)
+                    shim_json_printf(b, ",\"levels\":%d,\"rounded\":{", f->levels);
+                else
+                    shim_json_raw(b, ",\"levels\":null,\"rounded\":{");
+                int first = 1;
+                for (int r = 0; r < PROBE_ROUNDING_COUNT_; ++r)
+                    if (f->valid & (1u << r)) {
+                        shim_json_printf(b, "%s\"%s\":\"%016llx\"", first ? "" : ",",
+                                         probe_rounding_name((probe_rounding)r),
+                                         (unsigned long long)f->xxh64[r]);
+                        first = 0;
+                    }
+                shim_json_raw(b, "}");
+            }
+            shim_json_raw(b, "}");
         }
         shim_json_raw(b, "]}");
         i = j;
@@ -215,5 +251,12 @@ void shim_weights_run_hash(struct shim_work *work)
     int ok = shim_cuda_collect(j, &src, reason, sizeof reason) == PROBE_OK &&
              shim_libprobe_api.capture_hash;
     shim_weights_hashed(j->hash_slot, ok ? shim_libprobe_api.capture_hash(src, j->nbytes) : 0, ok);
+    probe_rounded_fingerprint fp;
+    if (ok && shim_weights_rounded_enabled() && shim_libprobe_api.rounded_fingerprint &&
+        (j->dtype == PROBE_DTYPE_BFLOAT16 || j->dtype == PROBE_DTYPE_FLOAT16 ||
+         j->dtype == PROBE_DTYPE_FLOAT32) &&
+        shim_libprobe_api.rounded_fingerprint(j->dtype, src, j->nbytes / probe_dtype_size(j->dtype),
+                                              &fp) == PROBE_OK)
+        shim_weights_rounded(j->hash_slot, &fp);
     shim_cuda_finish(j);
 }

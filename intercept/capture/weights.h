@@ -11,6 +11,8 @@ struct shim_work;
 
 /* 1 unless PROBE_WEIGHTS=0. */
 int shim_weights_enabled(void);
+/* 1 unless PROBE_WEIGHTS=0 or PROBE_WEIGHTS=hash: rounded fingerprints too. */
+int shim_weights_rounded_enabled(void);
 /* Register a weight operand about to be hashed; its slot, or SIZE_MAX when
  * the table is full (counted as overflow). */
 size_t shim_weights_register(const char *component, int64_t k, int rank, const int64_t *shape,
@@ -18,13 +20,19 @@ size_t shim_weights_register(const char *component, int64_t k, int rank, const i
 /* Writer thread: the XXH64 of the weight operand registered as slot (ok 0:
  * the copy failed or was skipped). */
 void shim_weights_hashed(size_t slot, uint64_t hash, int ok);
+/* Writer thread: the rounded fingerprints of the same operand (fp NULL: not
+ * computed, the manifest says null). */
+struct probe_rounded_fingerprint;
+void shim_weights_rounded(size_t slot, const struct probe_rounded_fingerprint *fp);
 /* The operand's hash will not come (the call failed, the copy was not queued). */
 void shim_weights_failed(size_t slot);
 /* Append ,"weights":{...} (weights.c) when any operand was registered. */
 void shim_weights_json(struct shim_json *b);
 
 /* The work callback of a weight-fingerprint job (capture/job.h, hash_only):
- * the XXH64 of the copied bytes handed to shim_weights_hashed. */
+ * the XXH64 of the copied bytes handed to shim_weights_hashed, and for a
+ * bfloat16/float16/float32 operand its rounded fingerprints
+ * (probe_rounded_fingerprint_compute) to shim_weights_rounded. */
 void shim_weights_run_hash(struct shim_work *w);
 
 #endif

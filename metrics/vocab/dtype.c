@@ -281,3 +281,15 @@ probe_status probe_dtype_convert(probe_dtype from, const void *src, probe_dtype 
     }
     return PROBE_OK;
 }
+
+const char *probe_rounding_name(probe_rounding r)
+{
+    switch (r) {
+    case PROBE_ROUNDING_E4M3FN:
+        return "float8_e4m3fn";
+    case PROBE_ROUNDING_E4M3FN_AMAX:
+        return "float8_e4m3fn/amax";
+    default:
+        return NULL;
+    }
+}

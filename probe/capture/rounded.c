@@ -16,18 +16,6 @@
 #define BLOCK 4096
 #define SMALL 16384 /* below this many 16-bit elements, no tables */
 
-const char *probe_rounding_name(probe_rounding r)
-{
-    switch (r) {
-    case PROBE_ROUNDING_E4M3FN:
-        return "float8_e4m3fn";
-    case PROBE_ROUNDING_E4M3FN_AMAX:
-        return "float8_e4m3fn/amax";
-    default:
-        return NULL;
-    }
-}
-
 static uint32_t bits_of(float f)
 {
     uint32_t u;

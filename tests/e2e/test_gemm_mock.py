@@ -34,7 +34,10 @@ Checked:
   (k 0: [6, 4], k 1: [5, 6], bfloat16, 108 bytes) whose XXH64 equal the
   probe.hash of the same tensors captured in full, whose combined hash is
   the XXH64 of the documented records, and which are identical across runs
-  with the same weights and differ when the weights differ; PROBE_WEIGHTS=0
+  with the same weights and differ when the weights differ; each operand's
+  "levels" and "rounded" fingerprints equal the XXH64 of torch's
+  float8_e4m3fn codes of its bytes (plain cast and amax scale);
+  PROBE_WEIGHTS=hash gives the same hashes without them; PROBE_WEIGHTS=0
   leaves "weights" out;
 - blocks nested in a dit.step scope (probe_scope_v1 with parent and block):
   '*gemm*@block=1-' captures exactly blocks 1 and 2's operands, each with
@@ -238,6 +241,17 @@ def main():
         check(manifest(out4)["gemm"]["total"] == 1, "fork: the parent counted one GEMM")
 
     # 5. scopes, step selection, weights
+    def rounded_oracle(raw):
+        """The rounded fingerprints of bfloat16 bytes by torch's casts (include/probe/dtype.h
+        probe_rounding): XXH64 of the float8_e4m3fn codes, plain and with the amax scale."""
+        import torch
+        t = torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).float()
+        amax = t.abs().amax()
+        codes = {"float8_e4m3fn": t.to(torch.float8_e4m3fn)}
+        if torch.isfinite(amax):
+            codes["float8_e4m3fn/amax"] = (t / (amax / 448.0 if amax > 0 else 1.0)).to(torch.float8_e4m3fn)
+        return {k: "%016x" % xxh64(v.view(torch.uint8).numpy().tobytes()) for k, v in codes.items()}
+
     def scope_run(name, capture=None, **env):
         out = os.path.join(d, name)
         extra = dict(env)
@@ -285,6 +299,10 @@ def main():
                 raw = read_raw(f["/dit.step/0000/gemm.%04d.a" % o["k"]]).tobytes()
                 check(h == o["xxh64"] == "%016x" % xxh64(raw),
                       "weights k %d: xxh64 equals the XXH64 of the captured bytes and their probe.hash" % o["k"])
+                check(o.get("rounded") == rounded_oracle(raw) and
+                      o.get("levels") == (lambda n: n if n <= 256 else None)(len(set(np.frombuffer(raw, "<u2")))),
+                      "weights k %d: levels and rounded fingerprints equal torch's float8_e4m3fn codes, "
+                      "hashed (%s)" % (o["k"], o.get("rounded")))
         check("%016x" % xxh64(rec) == ws["xxh64"], "combined hash = XXH64 of the (k, rank, shape, "
               "dtype, xxh64) records (%s)" % ws["xxh64"])
         same = manifest(scope_run("s2.h5"))["weights"]["components"]["dit.step"]
@@ -292,6 +310,10 @@ def main():
         other = manifest(scope_run("s3.h5", SHIM_GEMM_SEED="1"))["weights"]["components"]["dit.step"]
         check(other["xxh64"] != ws["xxh64"] and other["operands"][0]["xxh64"] != ops_[0]["xxh64"],
               "different weights: different hashes")
+        plain = manifest(scope_run("s5.h5", PROBE_WEIGHTS="hash"))["weights"]["components"]["dit.step"]
+        check(plain["xxh64"] == ws["xxh64"] and
+              all("rounded" not in o and "levels" not in o for o in plain["operands"]),
+              "PROBE_WEIGHTS=hash: the same hashes, no rounded fingerprints")
     off = manifest(scope_run("s4.h5", PROBE_WEIGHTS="0"))
     check("weights" not in off, "PROBE_WEIGHTS=0: no weights key")
 
