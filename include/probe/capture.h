@@ -186,6 +186,9 @@ typedef struct probe_rounded_fingerprint {
     /* Distinct element bit patterns when at most 256 (a float8 rounding cast
      * back has at most 256), else -1; 0 for an empty tensor. */
     int levels;
+    /* max |x| as float32 (0 for an empty tensor; NaN when an element is NaN,
+     * inf when one is infinite): the scale a rounding's codes carry. */
+    float amax;
     unsigned valid;                        /* bit r set: xxh64[r] is defined */
     uint64_t xxh64[PROBE_ROUNDING_COUNT_]; /* XXH64 of the codes of rounding r */
 } probe_rounded_fingerprint;

@@ -8,6 +8,7 @@
  * (GEMM index k, logical shape, dtype, XXH64) and a combined hash over
  * them, so probe-compare can tell whether two runs loaded the same weights.
  * PROBE_WEIGHTS=0 turns it off. Bounded: at most WEIGHTS_MAX operands. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,9 +222,13 @@ void shim_weights_json(struct shim_json *b)
             if (w[x].state == 1 && w[x].has_rounded) {
                 const probe_rounded_fingerprint *f = &w[x].rounded;
                 if (f->levels >= 0)
-                    shim_json_printf(b, ",\"levels\":%d,\"rounded\":{", f->levels);
+                    shim_json_printf(b, ",\"levels\":%d", f->levels);
                 else
-                    shim_json_raw(b, ",\"levels\":null,\"rounded\":{");
+                    shim_json_raw(b, ",\"levels\":null");
+                if (isfinite(f->amax))
+                    shim_json_printf(b, ",\"amax\":%.9g,\"rounded\":{", (double)f->amax);
+                else
+                    shim_json_raw(b, ",\"amax\":null,\"rounded\":{");
                 int first = 1;
                 for (int r = 0; r < PROBE_ROUNDING_COUNT_; ++r)
                     if (f->valid & (1u << r)) {

@@ -147,6 +147,7 @@ static probe_status fingerprint_16(probe_dtype t, const unsigned char *p, size_t
                 amax = a;
         }
     out->levels = levels <= 256 ? levels : -1;
+    out->amax = amax;
     float s = amax_scale(amax);
     for (unsigned b = 0; b < 65536; ++b)
         if (seen[b >> 6] >> (b & 63) & 1) {
@@ -201,6 +202,7 @@ static probe_status fingerprint_direct(probe_dtype t, const unsigned char *p, si
         }
     }
     out->levels = levels <= 256 ? levels : -1;
+    out->amax = amax;
     float s = amax_scale(amax);
     for (size_t at = 0; at < n; at += BLOCK) {
         size_t m = n - at < BLOCK ? n - at : BLOCK;

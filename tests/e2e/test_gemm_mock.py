@@ -299,6 +299,9 @@ def main():
                 raw = read_raw(f["/dit.step/0000/gemm.%04d.a" % o["k"]]).tobytes()
                 check(h == o["xxh64"] == "%016x" % xxh64(raw),
                       "weights k %d: xxh64 equals the XXH64 of the captured bytes and their probe.hash" % o["k"])
+                tw = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
+                check(o.get("amax") == float(np.abs(tw.view(np.float32)).max()),
+                      "weights k %d: amax %s = max |w|" % (o["k"], o.get("amax")))
                 check(o.get("rounded") == rounded_oracle(raw) and
                       o.get("levels") == (lambda n: n if n <= 256 else None)(len(set(np.frombuffer(raw, "<u2")))),
                       "weights k %d: levels and rounded fingerprints equal torch's float8_e4m3fn codes, "

@@ -19,7 +19,7 @@ Checked:
   -1 for W; different weights give different codes; the amax codes of 2W
   equal W's (the documented blind spot of a per-tensor scale);
 - levels: the number of distinct bit patterns (torch.unique), -1 above 256,
-  0 for an empty tensor;
+  0 for an empty tensor; amax = torch's abs().amax(), NaN/inf when present;
 - bad input: an integer type, NULL data with elements, NULL out -> PROBE_EINVAL
   with a message, out cleared.
 """
@@ -40,7 +40,7 @@ xxh.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
 
 
 class FP(ctypes.Structure):
-    _fields_ = [("levels", ctypes.c_int), ("valid", ctypes.c_uint),
+    _fields_ = [("levels", ctypes.c_int), ("amax", ctypes.c_float), ("valid", ctypes.c_uint),
                 ("xxh64", ctypes.c_uint64 * 2)]
 
 
@@ -147,16 +147,22 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
               fp.xxh64[0] == codes_hash(cast_codes(w)),
               "amax and cast codes of %d random %s equal torch's" % (n, dtype))
         check(fp.levels == levels(w), "levels of %d random %s: %d" % (n, dtype, fp.levels))
+        check(fp.amax == w.float().abs().amax().item(), "amax of %d random %s" % (n, dtype))
 z = torch.zeros(70000, dtype=torch.bfloat16)
 fz = fingerprint(z)
 check(fz.valid == 3 and fz.xxh64[1] == fz.xxh64[0] == codes_hash(cast_codes(z)) and fz.levels == 1,
       "all zeros: amax fingerprint is the cast's, 1 level")
 nan = torch.full((20000,), 0.5, dtype=torch.bfloat16)
 nan[123] = float("nan")
-check(fingerprint(nan).valid == 1, "a NaN: no amax fingerprint")
+fnan = fingerprint(nan)
+check(fnan.valid == 1 and fnan.amax != fnan.amax, "a NaN: no amax fingerprint, amax NaN")
+inf = torch.full((300,), 0.5, dtype=torch.float16)
+inf[7] = float("-inf")
+finf = fingerprint(inf)
+check(finf.valid == 1 and finf.amax == float("inf"), "an infinity: no amax fingerprint, amax inf")
 fe = FP()
 check(lib.probe_rounded_fingerprint_compute(11, None, 0, ctypes.byref(fe)) == 0 and
-      fe.levels == 0 and fe.xxh64[0] == xxh.XXH64(b"", 0, 0), "empty tensor: 0 levels, XXH64 of nothing")
+      fe.levels == 0 and fe.amax == 0 and fe.xxh64[0] == xxh.XXH64(b"", 0, 0), "empty tensor: 0 levels, XXH64 of nothing")
 
 # --- what the comparison relies on ---
 W = (torch.randn(1536, 1536, generator=gen) * 0.02).to(torch.bfloat16)
@@ -180,7 +186,7 @@ check(f2.xxh64[1] == fw.xxh64[1] and f2.xxh64[0] != fw.xxh64[0],
       "the amax codes do not see a power-of-two scale of the whole tensor; the cast codes do")
 
 # --- bad input ---
-fb = FP(5, 3, (ctypes.c_uint64 * 2)(1, 2))
+fb = FP(5, 1.0, 3, (ctypes.c_uint64 * 2)(1, 2))
 buf = ctypes.create_string_buffer(8)
 st = lib.probe_rounded_fingerprint_compute(6, buf, 2, ctypes.byref(fb))  # int32
 check(st != 0 and b"not bfloat16, float16 or float32" in lib.probe_last_error() and fb.valid == 0,
