@@ -2,6 +2,7 @@
  * docs/calibration.md). JSON read with jansson.
  */
 #include "probe/calibration_file.h"
+#include "probe/dtype.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -34,11 +35,12 @@ static const char *const key_names[NKEYS] = {
 #define BY_CHANNEL_KEY "channel_z_max_by_channel"
 
 static const char *const top_keys[] = {
-    "format", "version", "feature", "headroom", "weights", "components", "tensors", "structure",
-    "evidence", NULL,
+    "format", "version", "feature", "headroom", "weights", "weights_rounding", "components",
+    "tensors", "structure", "evidence", NULL,
 };
 #define TOP_KEYS_TEXT \
-    "format, version, feature, headroom, weights, components, tensors, structure, evidence, x-*"
+    "format, version, feature, headroom, weights, weights_rounding, components, tensors, " \
+    "structure, evidence, x-*"
 
 typedef struct {
     char *name; /* component name, or dataset-path glob */
@@ -58,6 +60,7 @@ struct probe_calibration {
     size_t nstructure;
     double headroom;      /* top-level "headroom", NaN when absent */
     int weights_quantized; /* top-level "weights": 1 "quantized", 0 "same" or absent */
+    int weights_rounding;  /* top-level "weights_rounding": a probe_rounding, -1 absent */
 };
 
 void probe_calibration_free(probe_calibration *c)
@@ -319,6 +322,19 @@ static probe_status parse_root(const char *path, json_t *root, const char *const
         return probe_set_error(PROBE_EFORMAT,
                                "calibration %s: \"weights\" must be \"same\" or \"quantized\"", path);
     c->weights_quantized = weights != NULL && strcmp(json_string_value(weights), "quantized") == 0;
+    json_t *wr = json_object_get(root, "weights_rounding");
+    c->weights_rounding = -1;
+    for (int r = 0; wr != NULL && json_is_string(wr) && r < PROBE_ROUNDING_COUNT_; ++r)
+        if (strcmp(json_string_value(wr), probe_rounding_name((probe_rounding)r)) == 0)
+            c->weights_rounding = r;
+    if (wr != NULL && c->weights_rounding < 0)
+        return probe_set_error(PROBE_EFORMAT,
+                               "calibration %s: \"weights_rounding\" must be \"float8_e4m3fn\" or "
+                               "\"float8_e4m3fn/amax\"", path);
+    if (wr != NULL && !c->weights_quantized)
+        return probe_set_error(PROBE_EFORMAT,
+                               "calibration %s: \"weights_rounding\" needs \"weights\": \"quantized\"",
+                               path);
 
     probe_status st = parse_section(path, "components", json_object_get(root, "components"),
                                     known, ALL_KEYS, &c->components, &c->ncomponents);
@@ -446,4 +462,10 @@ probe_status probe_calibration_gate(const probe_calibration *c, const char *comp
 const char *probe_calibration_weights(const probe_calibration *c)
 {
     return c && c->weights_quantized ? "quantized" : "same";
+}
+
+const char *probe_calibration_weights_rounding(const probe_calibration *c)
+{
+    return c && c->weights_rounding >= 0 ? probe_rounding_name((probe_rounding)c->weights_rounding)
+                                         : NULL;
 }

@@ -196,6 +196,10 @@ typedef struct probe_calibrate_result {
     char weights[16];                     /* "same" or "quantized", as the options said */
     char weights_line[768];               /* what differs in the first feature pair whose weights
                                              differ ("" none; probe/compare/weight_check.c) */
+    char weights_rounding[32];            /* "quantized": the float8 rounding every feature pair's
+                                             weights were proven to be (probe_rounding_name,
+                                             written as "weights_rounding"); "" when a pair was
+                                             not proven, or the weights are "same" */
     /* With records: npairs / nfloor_pairs count the feature / floor records used */
     int from_records;
     size_t nrecords_other;                /* records of other features, left out */

@@ -45,6 +45,12 @@ probe_status probe_calibration_gate(const probe_calibration *c, const char *comp
  * are the feature's). c NULL: "same". */
 const char *probe_calibration_weights(const probe_calibration *c);
 
+/* How the calibrated feature rounds the weights (the file's top-level
+ * "weights_rounding", only with "weights": "quantized"): a probe_rounding_name
+ * (probe/dtype.h), e.g. "float8_e4m3fn/amax"; NULL when the file names none
+ * (any change of the weights is the feature's) or c is NULL. */
+const char *probe_calibration_weights_rounding(const probe_calibration *c);
+
 #ifdef __cplusplus
 }
 #endif

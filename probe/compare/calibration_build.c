@@ -634,13 +634,17 @@ static probe_status add_file(probe_calibrate_result *r, const char *path, const 
     return PROBE_OK;
 }
 
-/* The weights of every pair, by probe-compare's rule (probe_weights_accepts): a
+/* The weights of every pair, by probe-compare's rule (probe_weights_refusal): a
  * feature pair as the options say, a floor pair always "same". r->files holds the
- * references, candidates and repeats in that order. */
+ * references, candidates and repeats in that order. Under "quantized",
+ * r->weights_rounding is the rounding every feature pair was proven to be, if
+ * one is. */
 static probe_status check_weights(const probe_calibrate_opts *o, probe_calibrate_result *r)
 {
     size_t nref = o->nreferences, ncand = o->ncandidates;
     size_t npairs = ncand + o->nrepeats + (o->references_differ ? 0 : nref - 1);
+    int quantized = !strcmp(r->weights, "quantized"), common = quantized && ncand > 0;
+    r->weights_rounding[0] = '\0';
     for (size_t p = 0; p < npairs; p++) {
         size_t a, b;
         int feature = p < ncand;
@@ -653,13 +657,21 @@ static probe_status check_weights(const probe_calibrate_opts *o, probe_calibrate
         probe_weights_verdict v;
         if (probe_weights_check(r->files[a].manifest, r->files[b].manifest, &v) != PROBE_OK)
             return PROBE_ENOMEM;
-        int ok = probe_weights_accepts(&v, feature ? r->weights : "same");
-        if (feature && !strcmp(v.status, "differ") && !r->weights_line[0])
+        const char *why = probe_weights_refusal(&v, feature ? r->weights : "same", NULL);
+        int changed = !strcmp(v.status, "differ") || !strcmp(v.status, "quantized");
+        if (feature && changed && !r->weights_line[0])
             snprintf(r->weights_line, sizeof r->weights_line, "%s", v.line);
-        if (!ok) {
+        if (feature && common) {
+            if (!strcmp(v.status, "quantized") && strcmp(v.rounding, "mixed") &&
+                (!r->weights_rounding[0] || !strcmp(r->weights_rounding, v.rounding)))
+                snprintf(r->weights_rounding, sizeof r->weights_rounding, "%s", v.rounding);
+            else
+                common = 0;
+        }
+        if (why) {
             probe_status s = probe_set_error(
-                PROBE_EMISMATCH, "%s pair %s / %s: %s; not calibrating (%s)",
-                feature ? "feature" : "floor", r->files[a].path, r->files[b].path, v.line,
+                PROBE_EMISMATCH, "%s pair %s / %s: %s (%s); not calibrating (%s)",
+                feature ? "feature" : "floor", r->files[a].path, r->files[b].path, v.line, why,
                 feature ? "--weights quantized calibrates a feature that changes the weights"
                         : "the runs of a determinism floor load the same weights");
             probe_weights_verdict_free(&v);
@@ -667,6 +679,8 @@ static probe_status check_weights(const probe_calibrate_opts *o, probe_calibrate
         }
         probe_weights_verdict_free(&v);
     }
+    if (!common)
+        r->weights_rounding[0] = '\0';
     return PROBE_OK;
 }
 
@@ -1001,6 +1015,7 @@ static probe_status held_out_pair(const probe_calibrate_opts *o, const probe_cal
             s = add_result(kept[j], o->references[j], o->candidates[j], 0, (long)j, o, &t, &pt);
     if (s == PROBE_OK) {
         memcpy(loo->weights, r->weights, sizeof loo->weights);
+        memcpy(loo->weights_rounding, r->weights_rounding, sizeof loo->weights_rounding);
         loo->npairs = r->npairs - 1;
         s = finish(loo, &t, &pt, o->headroom, t1);
     }
@@ -1274,6 +1289,8 @@ probe_status probe_calibrate_write_json(const probe_calibrate_result *r, FILE *f
     json_object_set_new(root, "feature", json_string(r->feature));
     json_object_set_new(root, "headroom", json_real(r->headroom));
     json_object_set_new(root, "weights", json_string(r->weights[0] ? r->weights : "same"));
+    if (r->weights_rounding[0])
+        json_object_set_new(root, "weights_rounding", json_string(r->weights_rounding));
     json_t *comps = json_object();
     for (size_t i = 0; i < r->ncomponents; i++) {
         const probe_calibrate_component *c = &r->components[i];

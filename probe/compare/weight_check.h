@@ -13,8 +13,21 @@ typedef struct probe_weights_verdict {
      * and dtypes in both runs but different bytes (the runs loaded different
      * weights); "format_differs": no component differs, and at least one
      * has different operand shapes/dtypes (e.g. quantized weights, the
-     * feature); "unknown": no component fingerprinted (completely) in both. */
+     * feature); "quantized": no component differs otherwise, and in at
+     * least one every differing operand is proven the other run's weight
+     * rounded to float8 (docs/gemm.md "Quantized from the same weights";
+     * rounding names the format); "unknown": no component fingerprinted
+     * (completely) in both. Precedence: differ, quantized, format_differs,
+     * same, unknown. */
     const char *status;
+    /* "quantized": the probe_rounding_name common to every quantized
+     * component, or "mixed"; NULL otherwise. */
+    const char *rounding;
+    /* Differing operands that carried the fingerprints to check a rounding
+     * (rounded fingerprints in both runs, or float8 in one) and are proven
+     * none: their component is "differ", or "format_differs" for a float8
+     * operand (another scaling recipe, or other weights). */
+    size_t unproven;
     /* One line for the user: "weights: same in both runs (N GEMM operands, B
      * bytes)", or what differs (component and first differing GEMM k). */
     char line[768];
@@ -29,11 +42,18 @@ probe_status probe_weights_check(const char *manifest_reference, const char *man
                                  probe_weights_verdict *v);
 void probe_weights_verdict_free(probe_weights_verdict *v);
 
-/* Whether a pair with verdict v may be compared (and calibrated on) when the
- * feature expects `weights` ("same" or "quantized", probe_calibration_weights):
- * 1, or 0 when the runs loaded different weights (status "differ") and the
- * feature does not change them. probe-compare and probe-calibrate apply this
- * one rule. */
-int probe_weights_accepts(const probe_weights_verdict *v, const char *weights);
+/* Why a pair with verdict v may not be compared (and calibrated on) when the
+ * feature expects `weights` ("same" or "quantized", probe_calibration_weights)
+ * and, for "quantized", rounds them to `rounding` (the calibration's
+ * "weights_rounding", NULL when it names none); NULL when it may:
+ * - "differ", "quantized": refused under "same";
+ * - under "quantized" with rounding named: refused when v->unproven (a
+ *   differing operand checked and proven no rounding), and when the status
+ *   is "quantized" in another rounding than `rounding`;
+ * - otherwise not refused ("format_differs", "same", "unknown" never under
+ *   "same"; anything under "quantized" with no rounding named).
+ * probe-compare and probe-calibrate apply this one rule. */
+const char *probe_weights_refusal(const probe_weights_verdict *v, const char *weights,
+                                  const char *rounding);
 
 #endif

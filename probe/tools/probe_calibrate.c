@@ -123,6 +123,13 @@ static void print_summary(FILE *out, const probe_calibrate_result *r)
     if (r->weights_line[0])
         fprintf(out, "weights: %s (--weights quantized): %s\n", r->weights,
                 probe_tesc(r->weights_line));
+    if (r->weights_rounding[0])
+        fprintf(out, "weights_rounding: %s (every feature pair's weights are the reference's so "
+                     "rounded; probe-compare --gate T2 refuses weights that are not)\n",
+                r->weights_rounding);
+    else if (!strcmp(r->weights, "quantized") && r->weights_line[0])
+        fprintf(out, "weights_rounding: none (not every feature pair's weights were proven one "
+                     "float8 rounding of the reference's: any change of the weights is accepted)\n");
     fprintf(out, "%-16s %11s %12s %11s %11s %11s   %-24s %s\n", "component", "rel_l2_max", "cosine_min",
            "p99_abs_max", "max_abs_max", "mismatch_max", "floor x headroom", "T1 above floor");
     for (size_t i = 0; i < r->ncomponents; i++) {

@@ -1189,13 +1189,19 @@ static int run_compare(cli *a, run_state *st)
     free(wm[1]);
     /* Under T2 the calibration says what the feature expects of the weights. */
     const char *expect = a->allow_weight_diff ? "quantized" : probe_calibration_weights(st->cal);
-    if (wst != PROBE_OK || !probe_weights_accepts(&st->wv, expect)) {
+    const char *rounding = a->allow_weight_diff ? NULL : probe_calibration_weights_rounding(st->cal);
+    const char *why = wst == PROBE_OK ? probe_weights_refusal(&st->wv, expect, rounding) : NULL;
+    if (wst != PROBE_OK || why) {
         if (wst != PROBE_OK)
             fprintf(stderr, "probe-compare: %s\n", probe_tesc(probe_last_error()));
+        else if (rounding)
+            fprintf(stderr, "probe-compare: %s (%s: the calibration's \"weights_rounding\" is "
+                            "\"%s\"); not comparing (--allow-weight-diff compares anyway)\n",
+                    probe_tesc(st->wv.line), why, rounding);
         else
-            fprintf(stderr, "probe-compare: %s; not comparing (--allow-weight-diff compares "
+            fprintf(stderr, "probe-compare: %s (%s); not comparing (--allow-weight-diff compares "
                             "anyway; a calibration of a feature that changes the weights says "
-                            "\"weights\": \"quantized\")\n", probe_tesc(st->wv.line));
+                            "\"weights\": \"quantized\")\n", probe_tesc(st->wv.line), why);
         return 2;
     }
     int bad = open_st[0] != PROBE_OK ? 0 : open_st[1] != PROBE_OK ? 1 : -1;

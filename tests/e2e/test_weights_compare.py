@@ -21,7 +21,19 @@ Checked:
   unless --weights quantized, which it writes into the file ("weights": "quantized", what
   differs under evidence); probe-compare --gate T2 with that file compares the pair (exit 0,
   the "weights: DIFFER" line), with a calibration of a feature that keeps the weights refuses
-  it; a bad --weights and a bad "weights" in the file are one-line errors, exit 2.
+  it; a bad --weights and a bad "weights" in the file are one-line errors, exit 2;
+- weights quantized from the reference's (docs/gemm.md "Quantized from the same weights"), on
+  manifests whose rounded fingerprints torch and libxxhash computed: a layerwise cast ->
+  "quantized" float8_e4m3fn, an amax-scaled quantize-dequantize and float8 operands of the
+  amax codes -> float8_e4m3fn/amax, each with one line; one weight of other values under the
+  cast, and one dequantized at twice its scale -> "differ" naming GEMM k=1 as no rounding;
+  float8 operands of other weights -> "format_differs" with one unproven GEMM; quantized
+  weights under T1 refused, naming the rounding; probe-calibrate --weights quantized writes
+  "weights_rounding" when every pair is proven in one rounding, and not for pairs in two;
+  --gate T2 with it compares the proven pair and refuses, in one line, the wrong weight, the
+  wrong scale, the other rounding and the unproven float8 operands; without a named rounding,
+  or with a reference that has no rounded fingerprints, the earlier rule; a bad
+  "weights_rounding", and one without "weights": "quantized", are one-line errors.
 """
 import json
 import os
@@ -66,6 +78,191 @@ def write(path, w, value=1.0):
 def compare(*args):
     p = subprocess.run([COMPARE, *args], capture_output=True, text=True)
     return p.returncode, p.stdout, p.stderr
+
+
+QSHAPES = ((64, 64), (128, 32), (32, 128))
+
+
+def fingerprint(t):
+    """An operand's manifest entry for bfloat16 tensor t, its rounded fingerprints
+    computed by torch's casts and libxxhash (the oracle of include/probe/capture.h):
+    levels (distinct patterns, null above 256), amax, and the XXH64 of the
+    float8_e4m3fn codes, plain and with scale amax / 448."""
+    import ctypes
+    import torch
+    xxh = ctypes.CDLL("libxxhash.so.0")
+    xxh.XXH64.restype = ctypes.c_uint64
+    xxh.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+
+    def h(b):
+        return "%016x" % xxh.XXH64(b, len(b), 0)
+    tf = t.float()
+    amax = tf.abs().amax()
+    n = torch.unique(t.view(torch.int16)).numel()
+    return {"xxh64": h(t.view(torch.uint8).numpy().tobytes()), "levels": n if n <= 256 else None,
+            "amax": amax.item(), "rounded": {
+                "float8_e4m3fn": h(tf.to(torch.float8_e4m3fn).view(torch.uint8).numpy().tobytes()),
+                "float8_e4m3fn/amax": h((tf / (amax / 448.0)).to(torch.float8_e4m3fn)
+                                        .view(torch.uint8).numpy().tobytes())}}
+
+
+def qweights(tensors, combined, plain=False):
+    """A "weights" key for bfloat16 (or float8_e4m3fn) tensors of QSHAPES; plain: no
+    rounded fingerprints (PROBE_WEIGHTS=hash)."""
+    import torch
+    o = []
+    for k, t in enumerate(tensors):
+        if t.dtype == torch.float8_e4m3fn:
+            import ctypes
+            xxh = ctypes.CDLL("libxxhash.so.0")
+            xxh.XXH64.restype = ctypes.c_uint64
+            xxh.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+            b = t.view(torch.uint8).numpy().tobytes()
+            e = {"xxh64": "%016x" % xxh.XXH64(b, len(b), 0)}
+            dt = "float8_e4m3fn"
+        else:
+            e = fingerprint(t)
+            dt = "bfloat16"
+            if plain:
+                e = {"xxh64": e["xxh64"]}
+        o.append(dict({"k": k, "shape": list(t.shape), "dtype": dt}, **e))
+    return {"overflow": 0, "components": {"dit.step": {
+        "gemms": len(o), "bytes": sum(t.numel() * t.element_size() for t in tensors), "complete": True,
+        "dtypes": sorted({x["dtype"] for x in o}), "xxh64": combined, "operands": o}}}
+
+
+def quantized_weights(d, calibrate, ref_a, ref_b):
+    """Weights quantized from the reference's (docs/gemm.md "Quantized from the same weights")."""
+    import torch
+    gen = torch.Generator().manual_seed(3)
+    W = [(torch.randn(*s, generator=gen) * 0.02).to(torch.bfloat16) for s in QSHAPES]
+
+    def cast(w):  # layerwise casting: stored in float8, computed in bfloat16
+        return w.to(torch.float8_e4m3fn).to(torch.bfloat16)
+
+    def amax_q(w, gain=1.0):  # an FP8 GEMM's weight: amax scale, dequantized in bfloat16
+        sc = w.float().abs().amax() / 448.0
+        return ((w.float() / sc).to(torch.float8_e4m3fn).float() * sc * gain).to(torch.bfloat16)
+
+    def codes(w):  # the float8 operand of a scaled GEMM
+        return (w.float() / (w.float().abs().amax() / 448.0)).to(torch.float8_e4m3fn)
+
+    other = [(w.float() * 1.01).to(torch.bfloat16) for w in W]
+    files = {}
+    for name, ts, plain in (("qref", W, False), ("qref2", W, False), ("qref_plain", W, True),
+                            ("qcast", [cast(w) for w in W], False),
+                            ("qcast2", [cast(w) for w in W], False),
+                            ("qamax", [amax_q(w) for w in W], False),
+                            ("qbug", [cast(W[0]), cast(other[1]), cast(W[2])], False),
+                            ("qscale", [amax_q(W[0]), amax_q(W[1], 2.0), amax_q(W[2])], False),
+                            ("qfp8", [codes(w) for w in W], False),
+                            ("qfp8bug", [codes(W[0]), codes(other[1] * 3), codes(W[2])], False)):
+        files[name] = os.path.join(d, name + ".h5")
+        combined = "00000000000000aa" if name.startswith("qref") else "%016x" % (len(files) + 0x100)
+        write(files[name], qweights(ts, combined, plain),
+              value=1.0 if name.startswith("qref") else 1.00001)
+    ref = files["qref"]
+
+    def wline(out):
+        return [l for l in out.splitlines() if l.startswith("weights")]
+
+    # the verdicts
+    for name, status, rounding, line in (
+            ("qcast", "quantized", "float8_e4m3fn", "weights: quantized from the reference's: 3 GEMM operands in "
+             "1 component are its weights rounded to float8_e4m3fn"),
+            ("qamax", "quantized", "float8_e4m3fn/amax", "weights: quantized from the reference's: 3 GEMM operands "
+             "in 1 component are its weights rounded to float8_e4m3fn/amax"),
+            ("qfp8", "quantized", "float8_e4m3fn/amax", "weights: quantized from the reference's: 3 GEMM operands "
+             "in 1 component are its weights rounded to float8_e4m3fn/amax"),
+            ("qbug", "differ", None, "weights: DIFFER: component dit.step, first differing GEMM k=1 (weight "
+             "[128, 32] bfloat16), not a float8_e4m3fn rounding of the reference's"),
+            ("qscale", "differ", None, "weights: DIFFER: component dit.step, first differing GEMM k=1 (weight "
+             "[128, 32] bfloat16), not a float8_e4m3fn rounding of the reference's"),
+            ("qfp8bug", "format_differs", None, "weights: dit.step (and 0 other components) has GEMM weights of "
+             "different shapes or dtypes in the two runs (e.g. quantized): not compared")):
+        js = os.path.join(d, name + ".json")
+        rc, out, err = compare(ref, files[name], "--allow-weight-diff", "--json", js)
+        w = json.load(open(js)).get("weights", {}) if rc != 2 else {}
+        check(rc == 0 and w.get("status") == status and w.get("rounding") == rounding and wline(out) == [line],
+              "%s: weights %s %s, one line (rc=%d, %s, %s)" % (name, status, rounding, rc, wline(out), err.strip()))
+    w = json.load(open(os.path.join(d, "qfp8bug.json")))["weights"]["components"]["dit.step"]
+    check(w.get("unproven_float8_gemms") == 1, "qfp8bug: 1 unproven float8 GEMM in the JSON (%s)" % w)
+    w = json.load(open(os.path.join(d, "qcast.json")))["weights"]["components"]["dit.step"]
+    check(w.get("quantized_gemms") == 3 and w.get("rounding") == "float8_e4m3fn",
+          "qcast: the component's JSON names 3 quantized GEMMs and the rounding (%s)" % w)
+
+    # quantized weights under a feature that keeps them: refused, saying what they are
+    rc, out, err = compare(ref, files["qcast"])
+    el = err.strip().splitlines()
+    check(rc == 2 and len(el) == 1 and "are its weights rounded to float8_e4m3fn" in el[0] and
+          "--gate T2 and a calibration made with --weights quantized" in el[0] and out == "",
+          "T1 of quantized weights: refused, one line naming the rounding and the way (%s)" % el)
+
+    # probe-calibrate --weights quantized writes the proven rounding
+    cal_cast = os.path.join(d, "cal-cast.json")
+    ref_args = ["--reference", ref, "--reference", files["qref2"]]
+    p = subprocess.run([os.path.join(BUILD, "bin", "probe-calibrate"), "--feature", "fp8-storage", *ref_args,
+                        "--candidate", files["qcast"], "--candidate", files["qcast2"], "--weights", "quantized",
+                        "--out", cal_cast], capture_output=True, text=True)
+    cc = json.load(open(cal_cast)) if p.returncode == 0 else {}
+    check(p.returncode == 0 and cc.get("weights") == "quantized" and cc.get("weights_rounding") == "float8_e4m3fn"
+          and "weights_rounding: float8_e4m3fn" in p.stdout,
+          "probe-calibrate: two proven pairs -> weights_rounding float8_e4m3fn (rc=%d, %s)"
+          % (p.returncode, p.stderr.strip()))
+    cal_any = os.path.join(d, "cal-any.json")
+    p = subprocess.run([os.path.join(BUILD, "bin", "probe-calibrate"), "--feature", "fp8-mixed", *ref_args,
+                        "--candidate", files["qcast"], "--candidate", files["qamax"], "--weights", "quantized",
+                        "--out", cal_any], capture_output=True, text=True)
+    ca = json.load(open(cal_any)) if p.returncode == 0 else {}
+    check(p.returncode == 0 and "weights_rounding" not in ca and "weights_rounding: none" in p.stdout,
+          "probe-calibrate: pairs in two roundings -> no weights_rounding (rc=%d, %s)" % (p.returncode, p.stderr))
+
+    # probe-compare --gate T2 with it
+    rc, out, err = compare(ref, files["qcast"], "--gate", "T2", "--calibration", cal_cast)
+    check(rc != 2 and wline(out) == ["weights: quantized from the reference's: 3 GEMM operands in 1 component are "
+                                     "its weights rounded to float8_e4m3fn"],
+          "T2, weights_rounding float8_e4m3fn: the cast pair compared (rc=%d, %s)" % (rc, err.strip()))
+    for name, why in (("qbug", "first differing GEMM k=1 (weight [128, 32] bfloat16), not a float8_e4m3fn "
+                               "rounding of the reference's (the calibration's feature rounds the weights to "
+                               "float8, and these are not the reference's weights so rounded"),
+                      ("qscale", "first differing GEMM k=1"),
+                      ("qamax", "rounded to float8_e4m3fn/amax (the calibration's feature rounds the weights "
+                                "differently")):
+        rc, out, err = compare(ref, files[name], "--gate", "T2", "--calibration", cal_cast)
+        el = err.strip().splitlines()
+        check(rc == 2 and len(el) == 1 and why in el[0] and
+              'the calibration\'s "weights_rounding" is "float8_e4m3fn"' in el[0] and out == "",
+              "T2, weights_rounding float8_e4m3fn: %s refused in one line (%s)" % (name, el))
+    cal_amax = dict(cc, weights_rounding="float8_e4m3fn/amax")
+    cal_amax_path = os.path.join(d, "cal-amax.json")
+    json.dump(cal_amax, open(cal_amax_path, "w"))
+    rc, out, err = compare(ref, files["qfp8"], "--gate", "T2", "--calibration", cal_amax_path)
+    check(rc != 2, "T2, weights_rounding float8_e4m3fn/amax: float8 operands proven, compared (rc=%d)" % rc)
+    rc, out, err = compare(ref, files["qfp8bug"], "--gate", "T2", "--calibration", cal_amax_path)
+    check(rc == 2 and "not the reference's weights so rounded" in err,
+          "T2, weights_rounding float8_e4m3fn/amax: a float8 operand of other weights refused (%s)" % err.strip())
+    # without a named rounding, or without the fingerprints to check it: the earlier rule
+    rc, out, err = compare(ref, files["qbug"], "--gate", "T2", "--calibration", cal_any)
+    check(rc != 2, "T2 without weights_rounding: any change of the weights compared (rc=%d)" % rc)
+    rc, out, err = compare(files["qref_plain"], files["qbug"], "--gate", "T2", "--calibration", cal_cast)
+    check(rc != 2 and any(l.startswith("weights: DIFFER: component dit.step, first differing GEMM k=0 (weight "
+                                       "[64, 64] bfloat16)") and "not a float8" not in l for l in wline(out)),
+          "a reference without rounded fingerprints: not proven either way, compared (rc=%d, %s)"
+          % (rc, wline(out)))
+
+    # bad weights_rounding in a calibration file
+    for value, msg in (("float8_e5m2", '"weights_rounding" must be "float8_e4m3fn" or "float8_e4m3fn/amax"'),
+                       (7, '"weights_rounding" must be "float8_e4m3fn" or "float8_e4m3fn/amax"')):
+        bad = os.path.join(d, "cal-bad-rounding.json")
+        json.dump(dict(cc, weights_rounding=value), open(bad, "w"))
+        rc, out, err = compare(ref, files["qcast"], "--gate", "T2", "--calibration", bad)
+        el = err.strip().splitlines()
+        check(rc == 2 and len(el) == 1 and msg in el[0], "weights_rounding %r: one line, exit 2 (%s)" % (value, el))
+    bad = os.path.join(d, "cal-bad-rounding2.json")
+    json.dump(dict(cc, weights="same"), open(bad, "w"))
+    rc, out, err = compare(ref, files["qcast"], "--gate", "T2", "--calibration", bad)
+    check(rc == 2 and '"weights_rounding" needs "weights": "quantized"' in err,
+          "weights_rounding with weights same: one line, exit 2 (%s)" % err.strip())
 
 
 def main():
@@ -185,6 +382,8 @@ def main():
     el = err.strip().splitlines()
     check(rc == 2 and len(el) == 1 and '"weights" must be "same" or "quantized"' in el[0],
           "a calibration with a bad weights value: one line, exit 2 (%s)" % el)
+
+    quantized_weights(d, calibrate, ref, ref2)
 
     # real shim captures through the fake cuBLAS
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
