@@ -36,6 +36,13 @@ struct wop {
     probe_rounded_fingerprint rounded;
 };
 
+struct wkey {
+    char key[SHIM_NAME_MAX];
+    int64_t call;
+};
+
+static struct wkey *keys;
+static size_t nkeys, capkeys;
 static struct wop *ops;
 static size_t nops, capops;
 static unsigned long long overflow;
@@ -94,6 +101,31 @@ size_t shim_weights_register(const char *component, int64_t k, int rank, const i
     size_t slot = nops++;
     pthread_mutex_unlock(&wlock);
     return slot;
+}
+
+int shim_weights_first_call(const char *key, int64_t call)
+{
+    pthread_mutex_lock(&wlock);
+    for (size_t i = nkeys; i-- > 0;)
+        if (strcmp(keys[i].key, key) == 0) {
+            int first = keys[i].call == call;
+            pthread_mutex_unlock(&wlock);
+            return first;
+        }
+    if (nkeys == capkeys) {
+        size_t nc = capkeys ? 2 * capkeys : 64;
+        struct wkey *n = realloc(keys, nc * sizeof *n);
+        if (!n) {
+            pthread_mutex_unlock(&wlock);
+            return 0;
+        }
+        keys = n;
+        capkeys = nc;
+    }
+    snprintf(keys[nkeys].key, sizeof keys[nkeys].key, "%s", key);
+    keys[nkeys++].call = call;
+    pthread_mutex_unlock(&wlock);
+    return 1;
 }
 
 void shim_weights_hashed(size_t slot, uint64_t hash, int ok)

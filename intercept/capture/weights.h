@@ -13,6 +13,11 @@ struct shim_work;
 int shim_weights_enabled(void);
 /* 1 unless PROBE_WEIGHTS=0 or PROBE_WEIGHTS=hash: rounded fingerprints too. */
 int shim_weights_rounded_enabled(void);
+/* 1 when `call` is the first call seen for fingerprint key `key` (a
+ * component, or "<component>@block=B"), which it then stays; 0 for a later
+ * call of the same key (a block run twice in one parent call), so each key's
+ * operands come from one call. */
+int shim_weights_first_call(const char *key, int64_t call);
 /* Register a weight operand about to be hashed; its slot, or SIZE_MAX when
  * the table is full (counted as overflow). */
 size_t shim_weights_register(const char *component, int64_t k, int rank, const int64_t *shape,

@@ -554,17 +554,37 @@ static void build_json(struct plan *p, const struct gcall *g)
 
 static void legacy_finish(struct gcall *g);
 
+/* 1 when an adapter scope's parent is the first call of its component
+ * ("/dit.step/0000"). */
+static int parent_is_first_call(const char *parent)
+{
+    const char *slash = strrchr(parent, '/');
+    return slash && slash != parent && strcmp(slash, "/0000") == 0;
+}
+
 /* Weight fingerprint (weights.c): operand A of each weight-like GEMM
- * (transa T, batch 1) in call 0 of a scope component is hashed once, after
- * the call, in stream order. */
+ * (transa T, batch 1) is hashed once, after the call, in stream order, in
+ * call 0 of a scope component (manifest key: the component), and for a
+ * block B > 0 inside the first call of its parent, in that block's first
+ * call (key "<component>@block=B"): every block's weights, not only the
+ * first's. */
 static void weights_pre(struct gcall *g, struct plan *p)
 {
     p->wslot = SIZE_MAX;
     /* Only the nn.Linear / F.linear pattern (A = W with transa T, not batched):
      * operand A of other GEMMs (mm of activations, attention's bmm) is data,
      * and a feature that changes activations must not read as other weights. */
-    if (p->sc.component[0] == '\0' || p->sc.call != 0 || !g->decodable || g->transa != 1 ||
-        g->batch != 1 || !shim_weights_enabled())
+    if (p->sc.component[0] == '\0' || !g->decodable || g->transa != 1 || g->batch != 1 ||
+        !shim_weights_enabled())
+        return;
+    char key[SHIM_NAME_MAX];
+    if (p->sc.call == 0)
+        snprintf(key, sizeof key, "%s", p->sc.component);
+    else if (p->sc.block > 0 && parent_is_first_call(p->sc.parent))
+        snprintf(key, sizeof key, "%s@block=%lld", p->sc.component, (long long)p->sc.block);
+    else
+        return;
+    if (!shim_weights_first_call(key, p->sc.call))
         return;
     if (!mat_operand(&g->a, &p->wop))
         return;
@@ -575,8 +595,7 @@ static void weights_pre(struct gcall *g, struct plan *p)
     size_t nbytes = probe_dtype_size(p->wop.dtype);
     for (int i = 0; i < p->wop.rank; ++i)
         nbytes *= (size_t)p->wop.shape[i];
-    p->wslot = shim_weights_register(p->sc.component, p->k, p->wop.rank, p->wop.shape,
-                                     p->wop.dtype, nbytes);
+    p->wslot = shim_weights_register(key, p->k, p->wop.rank, p->wop.shape, p->wop.dtype, nbytes);
 }
 
 static void weights_post(const struct gcall *g, struct plan *p, int status)

@@ -368,7 +368,7 @@ def main():
     r = run(args[:-1] + [d, "blocks"], preload_env(out6, leaks=False, PROBE_CAPTURE="*gemm*@block=1-"))
     check(r.returncode == 0 and probe_lines(r.stderr) == [],
           "blocks: rc 0, no probe: line (rc=%d, %r)" % (r.returncode, probe_lines(r.stderr)))
-    want = {"/dit.block/%04d/gemm.0000.%s" % (c, o) for c in (1, 2) for o in ("a", "b", "out")}
+    want = {"/dit.block/%04d/gemm.%04d.%s" % (c, k, o) for c in (1, 2) for k in (0, 1) for o in ("a", "b", "out")}
     with h5py.File(out6, "r") as f:
         got = set()
         f.visititems(lambda n, o: got.add("/" + n) if isinstance(o, h5py.Dataset) else None)
@@ -388,6 +388,17 @@ def main():
                 if o == "out":
                     ref = np.fromfile(os.path.join(d, "last.dit.block.%d.0.out.bin" % c), dtype=np.float32)
                     check(np.array_equal(f[p][()].reshape(-1), ref), "blocks: %s holds block %d's GEMM" % (p, c))
+        # every block's weights: call 0 under "dit.block", block B > 0 of the first
+        # dit.step call under "dit.block@block=B"; not the block without a parent
+        wb = manifest(out6).get("weights", {}).get("components", {})
+        check(sorted(wb) == ["dit.block", "dit.block@block=1", "dit.block@block=2"],
+              "blocks: weights of block 0 (dit.block) and blocks 1, 2 by block index (%s)" % sorted(wb))
+        for c in (1, 2):
+            e = wb.get("dit.block@block=%d" % c, {})
+            o = (e.get("operands") or [{}])[0]
+            raw = read_raw(f["/dit.block/%04d/gemm.0001.a" % c]).tobytes()
+            check(e.get("gemms") == 1 and o.get("k") == 1 and o.get("xxh64") == "%016x" % xxh64(raw),
+                  "blocks: block %d's weight (GEMM k=1) hashed, equal to its captured operand (%s)" % (c, o))
 
     # 6. 4 threads x 100 GEMMs, each thread in its own scope instance
     out6 = os.path.join(d, "threads.h5")

@@ -597,7 +597,8 @@ static int run_last(void)
  * probe_scope_v1 (parent "/dit.step/0000", block c, step and branch unknown,
  * so they take the dit.step's) and a fourth (call 3) with the first v1 size
  * (struct scope_desc: no parent, not nested); each block makes one
- * cublasSgemm_v2 from seed 200 + c. */
+ * cublasSgemm_v2 from seed 200 + c (transa N) and one weight-like
+ * cublasSgemm_v2 (transa T, A = W from seed 300 + c). */
 struct scope_desc_nested { /* probe_scope_v1 with parent and block */
     struct scope_desc v1;
     const char *parent;
@@ -621,6 +622,12 @@ static int run_blocks(void)
         if (scope_enter(&sd) != 0)
             FAIL("probe_scope_enter_v1 failed");
         last_gemm("dit.block", c, 0, 200 + c);
+        /* a weight-like GEMM (transa T): W from seed 300 + c */
+        float *W = fill(12, 6, 300 + c), *X = fill(12, 6, 400 + c), *Y = calloc(4, sizeof(float));
+        float alpha = 1.0f, beta = 0.0f;
+        check_status("block weight cublasSgemm_v2",
+                     sgemm(handle, 1, 0, 2, 2, 3, &alpha, W, 3, X, 3, &beta, Y, 2), 0);
+        sync_stream();
         scope_exit();
     }
     scope_exit();
