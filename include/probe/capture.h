@@ -182,6 +182,8 @@ uint64_t probe_capture_hash(const void *data, size_t n);
  * codes except where they agree to float8 precision everywhere. */
 /* probe_rounding and probe_rounding_name: probe/dtype.h. */
 
+#define PROBE_AMAX_CONVENTIONS 4
+
 typedef struct probe_rounded_fingerprint {
     /* Distinct element bit patterns when at most 256 (a float8 rounding cast
      * back has at most 256), else -1; 0 for an empty tensor. */
@@ -191,6 +193,14 @@ typedef struct probe_rounded_fingerprint {
     float amax;
     unsigned valid;                        /* bit r set: xxh64[r] is defined */
     uint64_t xxh64[PROBE_ROUNDING_COUNT_]; /* XXH64 of the codes of rounding r */
+    /* With "float8_e4m3fn/amax" valid: the XXH64 of its codes under each
+     * float32 scale convention of the same recipe, which disagree on the
+     * elements whose x / s falls within an ulp of a rounding boundary (a few
+     * per million): [0] x / s, s = amax / 448 (the definition, = xxh64[1]);
+     * [1] x / s, s = amax * fl(1/448) (torch on CUDA dividing by a Python
+     * number); [2] x * (448 / amax) (torchao's scale); [3] x * fl(1 / s). A
+     * weight quantized by any of them has codes equal to one of these. */
+    uint64_t amax_variants[PROBE_AMAX_CONVENTIONS];
 } probe_rounded_fingerprint;
 
 /* The fingerprints of `count` elements of type `dtype` (bfloat16, float16 or

@@ -270,6 +270,13 @@ void shim_weights_json(struct shim_json *b)
                         first = 0;
                     }
                 shim_json_raw(b, "}");
+                if (f->valid & (1u << PROBE_ROUNDING_E4M3FN_AMAX)) {
+                    shim_json_raw(b, ",\"amax_variants\":[");
+                    for (int c = 0; c < PROBE_AMAX_CONVENTIONS; ++c)
+                        shim_json_printf(b, "%s\"%016llx\"", c ? "," : "",
+                                         (unsigned long long)f->amax_variants[c]);
+                    shim_json_raw(b, "]");
+                }
             }
             shim_json_raw(b, "}");
         }

@@ -82,22 +82,54 @@ static uint32_t load32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* The scale of the amax rounding: 0 when not defined (amax not finite). */
-static float amax_scale(float amax)
+/* The scale conventions of the amax rounding (include/probe/capture.h
+ * probe_rounded_fingerprint.amax_variants), float32 throughout:
+ *   0: x / s,  s = amax / 448          (the definition)
+ *   1: x / s,  s = amax * fl(1 / 448)  (torch on CUDA: a tensor divided by a Python number)
+ *   2: x * r,  r = 448 / amax          (the scale as max / amax, multiplied: torchao)
+ *   3: x * r,  r = 1 / s of 0          (the reciprocal of the definition's scale)
+ * amax 0: every convention is the cast (s = r = 1). */
+struct amax_scales {
+    int defined; /* amax finite */
+    float s0, s1, r2, r3;
+};
+
+static struct amax_scales amax_scales(float amax)
 {
+    struct amax_scales a = {0, 1.0f, 1.0f, 1.0f, 1.0f};
     if (!isfinite(amax))
-        return 0.0f;
-    return amax == 0.0f ? 1.0f : amax / 448.0f;
+        return a;
+    a.defined = 1;
+    if (amax != 0.0f) {
+        volatile float inv448 = 1.0f / 448.0f;
+        a.s0 = amax / 448.0f;
+        a.s1 = amax * inv448;
+        a.r2 = 448.0f / amax;
+        a.r3 = 1.0f / a.s0;
+    }
+    return a;
 }
 
+static void amax_codes(const struct amax_scales *a, float v, uint8_t c[PROBE_AMAX_CONVENTIONS])
+{
+    volatile float q0 = v / a->s0, q1 = v / a->s1, q2 = v * a->r2, q3 = v * a->r3;
+    c[0] = e4m3fn_from_f32(q0);
+    c[1] = e4m3fn_from_f32(q1);
+    c[2] = e4m3fn_from_f32(q2);
+    c[3] = e4m3fn_from_f32(q3);
+}
+
+/* Hash streams: 0 the cast, 1 + c amax convention c. */
+#define NSTREAMS (1 + PROBE_AMAX_CONVENTIONS)
+
 struct hashes {
-    XXH64_state_t *h[PROBE_ROUNDING_COUNT_];
-    unsigned char buf[PROBE_ROUNDING_COUNT_][BLOCK];
+    XXH64_state_t *h[NSTREAMS];
+    unsigned char buf[NSTREAMS][BLOCK];
 };
 
 static probe_status hashes_open(struct hashes *hs)
 {
-    for (int r = 0; r < PROBE_ROUNDING_COUNT_; ++r)
+    for (int r = 0; r < NSTREAMS; ++r)
         if ((hs->h[r] = XXH64_createState()) == NULL || XXH64_reset(hs->h[r], 0) != XXH_OK)
             return probe_set_error(PROBE_ENOMEM, "rounded fingerprint: out of memory");
     return PROBE_OK;
@@ -105,18 +137,24 @@ static probe_status hashes_open(struct hashes *hs)
 
 static void hashes_close(struct hashes *hs, probe_rounded_fingerprint *out)
 {
-    for (int r = 0; r < PROBE_ROUNDING_COUNT_; ++r) {
-        if (hs->h[r] && out)
-            out->xxh64[r] = (uint64_t)XXH64_digest(hs->h[r]);
+    for (int r = 0; r < NSTREAMS; ++r) {
+        if (hs->h[r] && out) {
+            uint64_t d = (uint64_t)XXH64_digest(hs->h[r]);
+            if (r == 0)
+                out->xxh64[PROBE_ROUNDING_E4M3FN] = d;
+            else
+                out->amax_variants[r - 1] = d;
+        }
         XXH64_freeState(hs->h[r]);
     }
+    if (out)
+        out->xxh64[PROBE_ROUNDING_E4M3FN_AMAX] = out->amax_variants[0];
 }
 
 static void hashes_update(struct hashes *hs, size_t m, int with_amax)
 {
-    XXH64_update(hs->h[0], hs->buf[0], m);
-    if (with_amax)
-        XXH64_update(hs->h[1], hs->buf[1], m);
+    for (int r = 0; r < (with_amax ? NSTREAMS : 1); ++r)
+        XXH64_update(hs->h[r], hs->buf[r], m);
 }
 
 /* 16-bit types: pass 1 marks the bit patterns present (levels, amax), pass 2
@@ -125,7 +163,7 @@ static probe_status fingerprint_16(probe_dtype t, const unsigned char *p, size_t
                                    probe_rounded_fingerprint *out, struct hashes *hs)
 {
     uint64_t *seen = calloc(65536 / 64, sizeof *seen);
-    uint8_t *codes = malloc(2 * 65536);
+    uint8_t *codes = malloc((size_t)NSTREAMS * 65536);
     if (!seen || !codes) {
         free(seen);
         free(codes);
@@ -148,23 +186,28 @@ static probe_status fingerprint_16(probe_dtype t, const unsigned char *p, size_t
         }
     out->levels = levels <= 256 ? levels : -1;
     out->amax = amax;
-    float s = amax_scale(amax);
+    struct amax_scales sc = amax_scales(amax);
     for (unsigned b = 0; b < 65536; ++b)
         if (seen[b >> 6] >> (b & 63) & 1) {
             float v = value_16(t, (uint16_t)b);
+            uint8_t c[PROBE_AMAX_CONVENTIONS] = {0};
+            if (sc.defined)
+                amax_codes(&sc, v, c);
             codes[b] = e4m3fn_from_f32(v);
-            codes[65536 + b] = s != 0.0f ? e4m3fn_from_f32(v / s) : 0;
+            for (int k = 0; k < PROBE_AMAX_CONVENTIONS; ++k)
+                codes[(size_t)(1 + k) * 65536 + b] = c[k];
         }
     for (size_t at = 0; at < n; at += BLOCK) {
         size_t m = n - at < BLOCK ? n - at : BLOCK;
-        for (size_t i = 0; i < m; ++i) {
-            uint16_t b = load16(p + 2 * (at + i));
-            hs->buf[0][i] = codes[b];
-            hs->buf[1][i] = codes[65536 + b];
+        for (int r = 0; r < (sc.defined ? NSTREAMS : 1); ++r) {
+            const uint8_t *tab = codes + (size_t)r * 65536;
+            unsigned char *dst = hs->buf[r];
+            for (size_t i = 0; i < m; ++i)
+                dst[i] = tab[load16(p + 2 * (at + i))];
         }
-        hashes_update(hs, m, s != 0.0f);
+        hashes_update(hs, m, sc.defined);
     }
-    out->valid = 1u << PROBE_ROUNDING_E4M3FN | (s != 0.0f ? 1u << PROBE_ROUNDING_E4M3FN_AMAX : 0u);
+    out->valid = 1u << PROBE_ROUNDING_E4M3FN | (sc.defined ? 1u << PROBE_ROUNDING_E4M3FN_AMAX : 0u);
     free(seen);
     free(codes);
     return PROBE_OK;
@@ -203,18 +246,22 @@ static probe_status fingerprint_direct(probe_dtype t, const unsigned char *p, si
     }
     out->levels = levels <= 256 ? levels : -1;
     out->amax = amax;
-    float s = amax_scale(amax);
+    struct amax_scales sc = amax_scales(amax);
     for (size_t at = 0; at < n; at += BLOCK) {
         size_t m = n - at < BLOCK ? n - at : BLOCK;
         for (size_t i = 0; i < m; ++i) {
             const unsigned char *q = p + es * (at + i);
             float v = es == 4 ? float_of(load32(q)) : value_16(t, load16(q));
+            uint8_t c[PROBE_AMAX_CONVENTIONS] = {0};
+            if (sc.defined)
+                amax_codes(&sc, v, c);
             hs->buf[0][i] = e4m3fn_from_f32(v);
-            hs->buf[1][i] = s != 0.0f ? e4m3fn_from_f32(v / s) : 0;
+            for (int k = 0; k < PROBE_AMAX_CONVENTIONS; ++k)
+                hs->buf[1 + k][i] = c[k];
         }
-        hashes_update(hs, m, s != 0.0f);
+        hashes_update(hs, m, sc.defined);
     }
-    out->valid = 1u << PROBE_ROUNDING_E4M3FN | (s != 0.0f ? 1u << PROBE_ROUNDING_E4M3FN_AMAX : 0u);
+    out->valid = 1u << PROBE_ROUNDING_E4M3FN | (sc.defined ? 1u << PROBE_ROUNDING_E4M3FN_AMAX : 0u);
     return PROBE_OK;
 }
 

@@ -3,7 +3,8 @@
  * shim (intercept/capture/weights.c) into the manifest key
  *   "weights": {"overflow": N, "components": {C: {"gemms", "bytes",
  *               "complete", "dtypes", "xxh64", "operands": [{"k", "shape",
- *               "dtype", "xxh64"[, "levels", "amax", "rounded": {F: hex}]},
+ *               "dtype", "xxh64"[, "levels", "amax", "rounded": {F: hex},
+ *               "amax_variants": [hex, ...]]},
  *               ...]}}}
  * ("levels", "amax", "rounded": the operand's probe_rounded_fingerprint,
  * include/probe/capture.h). */
@@ -83,13 +84,32 @@ static int op_relation(json_t *x, json_t *y)
  * the compute type's rounding (bfloat16: 2^-8; 2^-7 allowed). */
 static const double amax_tolerance[PROBE_ROUNDING_COUNT_] = {0.0625, 0.0078125};
 
+/* 1 when hash h is one of operand o's codes hashes of rounding r: its
+ * "rounded"[r], or for the amax rounding any of its "amax_variants" (the
+ * scale conventions of include/probe/capture.h). */
+static int has_codes(json_t *o, int r, const char *h)
+{
+    const char *own = str(json_object_get(o, "rounded"), probe_rounding_name((probe_rounding)r));
+    if (!h)
+        return 0;
+    if (own && !strcmp(own, h))
+        return 1;
+    json_t *vars = json_object_get(o, "amax_variants");
+    for (size_t i = 0; r == PROBE_ROUNDING_E4M3FN_AMAX && i < json_array_size(vars); ++i) {
+        const char *v = json_string_value(json_array_get(vars, i));
+        if (v && !strcmp(v, h))
+            return 1;
+    }
+    return 0;
+}
+
 /* The roundings (bit r: probe_rounding r) that prove y is x rounded to float8
  * or x is y rounded (docs/gemm.md "Quantized from the same weights"):
- * - OP_SAME: both have "rounded"[F], equal; the rounded side has at most
- *   256 levels (the other more, or both at most 256); both amax finite and
- *   within amax_tolerance[F] of each other;
+ * - OP_SAME: the side with at most 256 levels (the rounded one) has its own
+ *   "rounded"[F] among the other's codes of F (has_codes); both amax finite
+ *   and within amax_tolerance[F] of each other;
  * - OP_FP8: the float8 side's xxh64 (the XXH64 of its bytes: its codes)
- *   equals the other side's "rounded"[F].
+ *   is among the other side's codes of F.
  * 0 when none does, or the fingerprints are absent. */
 static unsigned rounding_proof(json_t *x, json_t *y, int rel)
 {
@@ -98,9 +118,7 @@ static unsigned rounding_proof(json_t *x, json_t *y, int rel)
         const char *name = probe_rounding_name((probe_rounding)r);
         if (rel == OP_FP8) {
             int fx = !strcmp(str(x, "dtype"), "float8_e4m3fn");
-            json_t *narrow = fx ? x : y, *wide = fx ? y : x;
-            const char *h = str(json_object_get(wide, "rounded"), name), *c = str(narrow, "xxh64");
-            if (h && c && !strcmp(h, c))
+            if (has_codes(fx ? y : x, r, str(fx ? x : y, "xxh64")))
                 mask |= 1u << r;
             continue;
         }
@@ -108,8 +126,10 @@ static unsigned rounding_proof(json_t *x, json_t *y, int rel)
         const char *hy = str(json_object_get(y, "rounded"), name);
         json_t *lx = json_object_get(x, "levels"), *ly = json_object_get(y, "levels");
         json_t *ax = json_object_get(x, "amax"), *ay = json_object_get(y, "amax");
-        if (!hx || !hy || strcmp(hx, hy) || !(json_is_integer(lx) || json_is_integer(ly)) ||
-            !json_is_number(ax) || !json_is_number(ay))
+        /* the rounded side's own codes are among the other's (its scale conventions) */
+        int codes = (json_is_integer(ly) && has_codes(x, r, hy)) ||
+                    (json_is_integer(lx) && has_codes(y, r, hx));
+        if (!hx || !hy || !codes || !json_is_number(ax) || !json_is_number(ay))
             continue;
         double a = json_number_value(ax), b = json_number_value(ay), m = fmax(fabs(a), fabs(b));
         if (isfinite(a) && isfinite(b) && fabs(a - b) <= amax_tolerance[r] * m)

@@ -32,7 +32,10 @@ Checked:
   "weights_rounding" when every pair is proven in one rounding, and not for pairs in two;
   --gate T2 with it compares the proven pair and refuses, in one line, the wrong weight, the
   wrong scale, the other rounding and the unproven float8 operands; without a named rounding,
-  or with a reference that has no rounded fingerprints, the earlier rule; a bad
+  or with a reference that has no rounded fingerprints, the earlier rule; a weight on which
+  the float32 scale conventions disagree: float8 operands scaled the torchao way (x * 448 /
+  amax) and a dequantization with the scale amax * fl(1/448) are proven through the
+  reference's amax_variants, and without them the float8 operands are unproven; a bad
   "weights_rounding", and one without "weights": "quantized", are one-line errors.
 """
 import json
@@ -96,14 +99,17 @@ def fingerprint(t):
 
     def h(b):
         return "%016x" % xxh.XXH64(b, len(b), 0)
+    def hc(codes):
+        return h(codes.to(torch.float8_e4m3fn).view(torch.uint8).numpy().tobytes())
     tf = t.float()
     amax = tf.abs().amax()
     n = torch.unique(t.view(torch.int16)).numel()
+    s0 = amax / torch.tensor(448.0)
+    variants = [hc(tf / s0), hc(tf / (amax * torch.tensor(1 / 448, dtype=torch.float32))),
+                hc(tf * (torch.tensor(448.0) / amax)), hc(tf * (torch.tensor(1.0) / s0))]
     return {"xxh64": h(t.view(torch.uint8).numpy().tobytes()), "levels": n if n <= 256 else None,
-            "amax": amax.item(), "rounded": {
-                "float8_e4m3fn": h(tf.to(torch.float8_e4m3fn).view(torch.uint8).numpy().tobytes()),
-                "float8_e4m3fn/amax": h((tf / (amax / 448.0)).to(torch.float8_e4m3fn)
-                                        .view(torch.uint8).numpy().tobytes())}}
+            "amax": amax.item(), "rounded": {"float8_e4m3fn": hc(tf), "float8_e4m3fn/amax": variants[0]},
+            "amax_variants": variants}
 
 
 def qweights(tensors, combined, plain=False):
@@ -123,7 +129,9 @@ def qweights(tensors, combined, plain=False):
         else:
             e = fingerprint(t)
             dt = "bfloat16"
-            if plain:
+            if plain == "no-variants":
+                del e["amax_variants"]
+            elif plain:
                 e = {"xxh64": e["xxh64"]}
         o.append(dict({"k": k, "shape": list(t.shape), "dtype": dt}, **e))
     return {"overflow": 0, "components": {"dit.step": {
@@ -249,6 +257,29 @@ def quantized_weights(d, calibrate, ref_a, ref_b):
                                        "[64, 64] bfloat16)") and "not a float8" not in l for l in wline(out)),
           "a reference without rounded fingerprints: not proven either way, compared (rc=%d, %s)"
           % (rc, wline(out)))
+
+    # scale conventions: a weight on which x / (amax / 448) and x * (448 / amax) disagree in
+    # thousands of codes; float8 operands made the torchao way are proven by amax_variants
+    gw = torch.Generator().manual_seed(1)
+    wc = (torch.randn(1536, 1536, generator=gw) * 0.02).to(torch.bfloat16)
+    wcf = wc.float()
+    rcp = (wcf * (torch.tensor(448.0) / wcf.abs().amax())).to(torch.float8_e4m3fn)
+    s1 = wcf.abs().amax() * torch.tensor(1 / 448, dtype=torch.float32)
+    deq1 = ((wcf / s1).to(torch.float8_e4m3fn).float() * s1).to(torch.bfloat16)
+    for name, ts, plain in (("vref", [wc], False), ("vref_novar", [wc], "no-variants"),
+                            ("vrcp", [rcp], False), ("vdeq1", [deq1], False)):
+        files[name] = os.path.join(d, name + ".h5")
+        write(files[name], qweights(ts, "%016x" % (0x200 + len(files)), plain),
+              value=1.0 if name.startswith("vref") else 1.00001)
+    for refname, name, status in (("vref", "vrcp", "quantized"), ("vref", "vdeq1", "quantized"),
+                                  ("vref_novar", "vrcp", "format_differs")):
+        js = os.path.join(d, "%s-%s.json" % (refname, name))
+        rc, out, err = compare(files[refname], files[name], "--allow-weight-diff", "--json", js)
+        w = json.load(open(js)).get("weights", {}) if rc != 2 else {}
+        check(rc != 2 and w.get("status") == status and
+              (status != "quantized" or w.get("rounding") == "float8_e4m3fn/amax"),
+              "scale conventions: %s against %s: %s (rc=%d, %s)" % (name, refname, w.get("status"), rc,
+                                                                    err.strip()))
 
     # bad weights_rounding in a calibration file
     for value, msg in (("float8_e5m2", '"weights_rounding" must be "float8_e4m3fn" or "float8_e4m3fn/amax"'),
