@@ -38,6 +38,12 @@ Lossy features (another function, close to the reference's by design):
                                  are dequantized to bfloat16 and multiplied
                                  there (torch._scaled_mm runs on GPUs only),
                                  so it runs on the CPU and on CUDA alike
+  fp8-scaled-mm                  every nn.Linear of the transformer blocks as
+                                 a real FP8 GEMM, torch._scaled_mm on
+                                 float8_e4m3fn operands with per-tensor
+                                 scales (the weight's w * (448 / amax) once,
+                                 the activation's per call, torchao's way),
+                                 bfloat16 out; GPUs with FP8 (sm89+) only
   fbcache                        First Block Cache (diffusers
                                  FirstBlockCacheConfig, --fbcache-threshold):
                                  a step whose first block's residual moved
@@ -54,6 +60,9 @@ Bugs (BLOCK is the index of a transformer block):
   normeps:BLOCK:EPS  block BLOCK's FFN LayerNorm (norm3) with eps EPS
   fp8:BLOCK          block BLOCK's FFN down-projection weight rounded to
                      float8_e4m3fn (one per-tensor scale, amax / 448)
+  wscale:BLOCK:E     block BLOCK's FFN down-projection weight multiplied by
+                     1 + E (a wrong weight: another checkpoint's, or a
+                     dequantization scale off by 1 + E)
   rope:BLOCK         block BLOCK's self-attention RoPE tables shifted by one
                      token
 Every bug but the timestep one acts inside its block's forward (hooks on the
@@ -81,7 +90,7 @@ import wan_pipe  # noqa: E402
 
 FEATURES = ("sdpa-math", "sdpa-flash", "sdpa-efficient", "compile", "fused-qkv", "tp-merge",
             "cuda-graphs")
-LOSSY_FEATURES = ("fp8-storage", "fp8-gemm", "fbcache")
+LOSSY_FEATURES = ("fp8-storage", "fp8-gemm", "fp8-scaled-mm", "fbcache")
 E4M3_MAX = 448.0
 
 
@@ -91,7 +100,7 @@ def parse_bug(text):
         return None, []
     name, *rest = text.split(":")
     arity = {"chanbias": 2, "attnscale": 2, "gain": 2, "normeps": 2, "fp8": 1, "rope": 1,
-             "mask": 1, "timestep": 1}
+             "mask": 1, "timestep": 1, "wscale": 2}
     if name not in arity or len(rest) != arity[name]:
         sys.exit("wan_mutants: bad --bug %r (see the docstring)" % text)
     return name, rest
@@ -139,6 +148,9 @@ def plant(transformer, name, args):
             scale = w.abs().max() / 448.0
             lin.weight.copy_(((w / scale).to(torch.float8_e4m3fn).float() * scale)
                              .to(lin.weight.dtype))
+    elif name == "wscale":
+        with torch.no_grad():
+            blk.ffn.net[2].weight.mul_(1.0 + float(args[1]))
     elif name == "rope":
         def pre(mod, a, kw):
             a = list(a)
@@ -192,6 +204,35 @@ def fp8_gemm(transformer):
 
             def fwd(x, lin=lin, wq=wq):
                 return torch.nn.functional.linear(e4m3_dequant(x), wq, lin.bias)
+            lin.forward = fwd
+            n += 1
+    return n
+
+
+def fp8_scaled_mm(transformer):
+    """Every nn.Linear inside the transformer blocks as torch._scaled_mm on
+    float8_e4m3fn operands: W quantized once as W * (448 / amax(|W|)), the input
+    per call the same way, both scales passed as their reciprocals, out in the
+    layer's dtype with its bias."""
+    n = 0
+    for blk in transformer.blocks:
+        for lin in blk.modules():
+            if not isinstance(lin, torch.nn.Linear):
+                continue
+            with torch.no_grad():
+                w = lin.weight.float()
+                r = E4M3_MAX / w.abs().amax()
+                wq = (w * r).to(torch.float8_e4m3fn)
+                sw = (1.0 / r).reshape(())
+
+            def fwd(x, lin=lin, wq=wq, sw=sw):
+                shp = x.shape
+                x2 = x.reshape(-1, shp[-1]).float()
+                rx = E4M3_MAX / x2.abs().amax().clamp(min=1e-12)
+                xq = (x2 * rx).to(torch.float8_e4m3fn)
+                y = torch._scaled_mm(xq, wq.t(), scale_a=(1.0 / rx).reshape(()), scale_b=sw,
+                                     bias=lin.bias, out_dtype=x.dtype)
+                return y.reshape(*shp[:-1], y.shape[-1])
             lin.forward = fwd
             n += 1
     return n
@@ -254,6 +295,8 @@ def main():
                                     compute_dtype=wan_pipe.DTYPES[args.dtype])
     elif args.feature == "fp8-gemm":
         print("wan_mutants: fp8-gemm on %d linear layers" % fp8_gemm(tr))
+    elif args.feature == "fp8-scaled-mm":
+        print("wan_mutants: fp8-scaled-mm on %d linear layers" % fp8_scaled_mm(tr))
     elif args.feature == "fbcache":
         from diffusers.hooks import FirstBlockCacheConfig
         tr.enable_cache(FirstBlockCacheConfig(threshold=args.fbcache_threshold))

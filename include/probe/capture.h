@@ -182,7 +182,7 @@ uint64_t probe_capture_hash(const void *data, size_t n);
  * codes except where they agree to float8 precision everywhere. */
 /* probe_rounding and probe_rounding_name: probe/dtype.h. */
 
-#define PROBE_AMAX_CONVENTIONS 4
+#define PROBE_AMAX_CONVENTIONS 5
 
 typedef struct probe_rounded_fingerprint {
     /* Distinct element bit patterns when at most 256 (a float8 rounding cast
@@ -196,9 +196,10 @@ typedef struct probe_rounded_fingerprint {
     /* With "float8_e4m3fn/amax" valid: the XXH64 of its codes under each
      * float32 scale convention of the same recipe, which disagree on the
      * elements whose x / s falls within an ulp of a rounding boundary (a few
-     * per million): [0] x / s, s = amax / 448 (the definition, = xxh64[1]);
-     * [1] x / s, s = amax * fl(1/448) (torch on CUDA dividing by a Python
-     * number); [2] x * (448 / amax) (torchao's scale); [3] x * fl(1 / s). A
+     * per million, up to ~1 %): [0] x / s, s = amax / 448 (the definition,
+     * = xxh64[1]); [1] x / s, s = amax * fl(1/448) (torch on CUDA dividing
+     * by a Python number); [2] x * fl(448 / amax); [3] x * (fl(1/amax) * 448)
+     * (torch eager `448.0 / amax`, torchao's scale); [4] x * fl(1 / s). A
      * weight quantized by any of them has codes equal to one of these. */
     uint64_t amax_variants[PROBE_AMAX_CONVENTIONS];
 } probe_rounded_fingerprint;

@@ -84,39 +84,43 @@ static uint32_t load32(const unsigned char *p)
 
 /* The scale conventions of the amax rounding (include/probe/capture.h
  * probe_rounded_fingerprint.amax_variants), float32 throughout:
- *   0: x / s,  s = amax / 448          (the definition)
- *   1: x / s,  s = amax * fl(1 / 448)  (torch on CUDA: a tensor divided by a Python number)
- *   2: x * r,  r = 448 / amax          (the scale as max / amax, multiplied: torchao)
- *   3: x * r,  r = 1 / s of 0          (the reciprocal of the definition's scale)
+ *   0: x / s,  s = amax / 448              (the definition)
+ *   1: x / s,  s = amax * fl(1 / 448)      (torch on CUDA: a tensor divided by a Python number)
+ *   2: x * r,  r = 448 / amax              (the scale as max / amax, one division)
+ *   3: x * r,  r = fl(1 / amax) * 448      (torch eager `448.0 / amax`: reciprocal, then
+ *                                           multiply; torchao's amax_to_scale)
+ *   4: x * r,  r = 1 / s of 0              (x divided by the definition's scale as a number)
  * amax 0: every convention is the cast (s = r = 1). */
 struct amax_scales {
     int defined; /* amax finite */
-    float s0, s1, r2, r3;
+    float s0, s1, r2, r3, r4;
 };
 
 static struct amax_scales amax_scales(float amax)
 {
-    struct amax_scales a = {0, 1.0f, 1.0f, 1.0f, 1.0f};
+    struct amax_scales a = {0, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
     if (!isfinite(amax))
         return a;
     a.defined = 1;
     if (amax != 0.0f) {
-        volatile float inv448 = 1.0f / 448.0f;
+        volatile float inv448 = 1.0f / 448.0f, inv_amax = 1.0f / amax;
         a.s0 = amax / 448.0f;
         a.s1 = amax * inv448;
         a.r2 = 448.0f / amax;
-        a.r3 = 1.0f / a.s0;
+        a.r3 = inv_amax * 448.0f;
+        a.r4 = 1.0f / a.s0;
     }
     return a;
 }
 
 static void amax_codes(const struct amax_scales *a, float v, uint8_t c[PROBE_AMAX_CONVENTIONS])
 {
-    volatile float q0 = v / a->s0, q1 = v / a->s1, q2 = v * a->r2, q3 = v * a->r3;
+    volatile float q0 = v / a->s0, q1 = v / a->s1, q2 = v * a->r2, q3 = v * a->r3, q4 = v * a->r4;
     c[0] = e4m3fn_from_f32(q0);
     c[1] = e4m3fn_from_f32(q1);
     c[2] = e4m3fn_from_f32(q2);
     c[3] = e4m3fn_from_f32(q3);
+    c[4] = e4m3fn_from_f32(q4);
 }
 
 /* Hash streams: 0 the cast, 1 + c amax convention c. */

@@ -303,8 +303,8 @@ def main():
                 check(o.get("amax") == float(np.abs(tw.view(np.float32)).max()),
                       "weights k %d: amax %s = max |w|" % (o["k"], o.get("amax")))
                 av = o.get("amax_variants") or []
-                check(len(av) == 4 and av[0] == (o.get("rounded") or {}).get("float8_e4m3fn/amax"),
-                      "weights k %d: 4 amax_variants, the first the amax rounding's (%s)" % (o["k"], av))
+                check(len(av) == 5 and av[0] == (o.get("rounded") or {}).get("float8_e4m3fn/amax"),
+                      "weights k %d: 5 amax_variants, the first the amax rounding's (%s)" % (o["k"], av))
                 check(o.get("rounded") == rounded_oracle(raw) and
                       o.get("levels") == (lambda n: n if n <= 256 else None)(len(set(np.frombuffer(raw, "<u2")))),
                       "weights k %d: levels and rounded fingerprints equal torch's float8_e4m3fn codes, "

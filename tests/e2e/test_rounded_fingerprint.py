@@ -10,7 +10,7 @@ Checked:
   every rounding boundary and tie of the format plus random ones;
 - float8_e4m3fn/amax: torch's recipe scale = amax(|x|) / 448 (float32),
   (x.float() / scale).to(float8_e4m3fn), on random bfloat16/float16/float32
-  weights of both paths, and the codes of the four scale conventions
+  weights of both paths, and the codes of the five scale conventions
   (amax_variants) against torch computing each; an all-zero tensor is the cast (scale 1); a tensor
   holding inf or NaN has no amax fingerprint;
 - the fingerprints of W, of W stored in float8 and cast back (layerwise
@@ -42,7 +42,7 @@ xxh.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
 
 class FP(ctypes.Structure):
     _fields_ = [("levels", ctypes.c_int), ("amax", ctypes.c_float), ("valid", ctypes.c_uint),
-                ("xxh64", ctypes.c_uint64 * 2), ("amax_variants", ctypes.c_uint64 * 4)]
+                ("xxh64", ctypes.c_uint64 * 2), ("amax_variants", ctypes.c_uint64 * 5)]
 
 
 lib.probe_rounded_fingerprint_compute.restype = ctypes.c_int
@@ -92,9 +92,11 @@ def amax_variant_codes(t):
     s0 = amax / torch.tensor(448.0)
     s1 = amax * torch.tensor(1 / 448, dtype=torch.float32)
     r2 = torch.tensor(448.0) / amax
-    r3 = torch.tensor(1.0) / s0
+    r3 = torch.reciprocal(amax) * 448.0
+    r4 = torch.tensor(1.0) / s0
     return [(tf / s0).to(torch.float8_e4m3fn), (tf / s1).to(torch.float8_e4m3fn),
-            (tf * r2).to(torch.float8_e4m3fn), (tf * r3).to(torch.float8_e4m3fn)]
+            (tf * r2).to(torch.float8_e4m3fn), (tf * r3).to(torch.float8_e4m3fn),
+            (tf * r4).to(torch.float8_e4m3fn)]
 
 
 def levels(t):
@@ -162,7 +164,7 @@ for dtype in (torch.bfloat16, torch.float16, torch.float32):
               "amax and cast codes of %d random %s equal torch's" % (n, dtype))
         want = [codes_hash(c) for c in amax_variant_codes(w)]
         check(list(fp.amax_variants) == want and fp.amax_variants[0] == fp.xxh64[1],
-              "amax codes of %d random %s under the 4 scale conventions equal torch's (%d distinct)"
+              "amax codes of %d random %s under the 5 scale conventions equal torch's (%d distinct)"
               % (n, dtype, len(set(want))))
         check(fp.levels == levels(w), "levels of %d random %s: %d" % (n, dtype, fp.levels))
         check(fp.amax == w.float().abs().amax().item(), "amax of %d random %s" % (n, dtype))
@@ -172,7 +174,7 @@ wc = (torch.randn(1536 * 1536, generator=gw) * 0.02).to(torch.bfloat16)
 fc = fingerprint(wc)
 want = [codes_hash(c) for c in amax_variant_codes(wc)]
 check(list(fc.amax_variants) == want and len(set(want)) >= 2,
-      "a weight whose scale conventions disagree: 4 variants equal torch's, %d distinct" % len(set(want)))
+      "a weight whose scale conventions disagree: 5 variants equal torch's, %d distinct" % len(set(want)))
 z = torch.zeros(70000, dtype=torch.bfloat16)
 fz = fingerprint(z)
 check(fz.valid == 3 and fz.xxh64[1] == fz.xxh64[0] == codes_hash(cast_codes(z)) and fz.levels == 1,
@@ -211,7 +213,7 @@ check(f2.xxh64[1] == fw.xxh64[1] and f2.xxh64[0] != fw.xxh64[0],
       "the amax codes do not see a power-of-two scale of the whole tensor; the cast codes do")
 
 # --- bad input ---
-fb = FP(5, 1.0, 3, (ctypes.c_uint64 * 2)(1, 2), (ctypes.c_uint64 * 4)(1, 2, 3, 4))
+fb = FP(5, 1.0, 3, (ctypes.c_uint64 * 2)(1, 2), (ctypes.c_uint64 * 5)(1, 2, 3, 4, 5))
 buf = ctypes.create_string_buffer(8)
 st = lib.probe_rounded_fingerprint_compute(6, buf, 2, ctypes.byref(fb))  # int32
 check(st != 0 and b"not bfloat16, float16 or float32" in lib.probe_last_error() and fb.valid == 0,

@@ -106,7 +106,8 @@ def fingerprint(t):
     n = torch.unique(t.view(torch.int16)).numel()
     s0 = amax / torch.tensor(448.0)
     variants = [hc(tf / s0), hc(tf / (amax * torch.tensor(1 / 448, dtype=torch.float32))),
-                hc(tf * (torch.tensor(448.0) / amax)), hc(tf * (torch.tensor(1.0) / s0))]
+                hc(tf * (torch.tensor(448.0) / amax)), hc(tf * (torch.reciprocal(amax) * 448.0)),
+                hc(tf * (torch.tensor(1.0) / s0))]
     return {"xxh64": h(t.view(torch.uint8).numpy().tobytes()), "levels": n if n <= 256 else None,
             "amax": amax.item(), "rounded": {"float8_e4m3fn": hc(tf), "float8_e4m3fn/amax": variants[0]},
             "amax_variants": variants}
@@ -263,7 +264,7 @@ def quantized_weights(d, calibrate, ref_a, ref_b):
     gw = torch.Generator().manual_seed(1)
     wc = (torch.randn(1536, 1536, generator=gw) * 0.02).to(torch.bfloat16)
     wcf = wc.float()
-    rcp = (wcf * (torch.tensor(448.0) / wcf.abs().amax())).to(torch.float8_e4m3fn)
+    rcp = (wcf * (448.0 / wcf.abs().amax())).to(torch.float8_e4m3fn)  # torchao: reciprocal * 448
     s1 = wcf.abs().amax() * torch.tensor(1 / 448, dtype=torch.float32)
     deq1 = ((wcf / s1).to(torch.float8_e4m3fn).float() * s1).to(torch.bfloat16)
     for name, ts, plain in (("vref", [wc], False), ("vref_novar", [wc], "no-variants"),
