@@ -16,11 +16,13 @@ gains later are recorded without a change here.
 import concurrent.futures
 import json
 import os
+import re
 import sys
 
 LOSSY = {  # feature -> how its runs differ from the study's defaults
     "fp8-storage": {"weights_differ": True},
     "fp8-gemm": {"weights_differ": True},
+    "fp8-scaled-mm": {"weights_differ": True},
     # First Block Cache needs 8+ steps to cache anything; a cached step skips the
     # blocks after the first, so their calls are missing from the candidate's --blocks
     # capture: calibrated with probe-calibrate --skips-calls
@@ -34,6 +36,9 @@ LOSSY_BUGS = [
     ("timestep", 0.1, "timestep:0.1"), ("timestep", 1.0, "timestep:1"),
 ]
 QUICK_LOSSY_BUGS = ["chanbias:BLOCK:1", "gain:BLOCK:0.1", "timestep:1"]
+# bugs that change a weight the GEMMs read: probe-compare may refuse the pair on the weight
+# fingerprints alone (exit 2 naming the GEMM, docs/gemm.md "Quantized from the same weights")
+WEIGHT_BUGS = ("wscale", "fp8")
 LOSSY_BUG_BLOCK = 2
 GATES = ("T2", "T1-relaxed")
 RELAXED_CAUSE = "backend-swap"
@@ -177,7 +182,8 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
         out = P("lossy/%s/calibration.json" % f)
         rc, secs, cal = calibrate(f, calib, out)
         calibration[f] = {"file": os.path.relpath(out, a.out), "exit": rc, "seconds": secs,
-                          "t1_above_floor": rc == 0,
+                          "t1_above_floor": rc == 0, "weights": cal.get("weights"),
+                          "weights_rounding": cal.get("weights_rounding"),
                           "held_out": cal.get("evidence", {}).get("held_out"),
                           "thresholds": {c: {k: v for k, v in e.items() if k not in ("observed",)
                                              and not k.startswith("x-")}
@@ -193,12 +199,28 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
 
     def compare(refname, name, key, feature, *opts):
         js = P("lossy/%s.%s.json" % (name, key))
+        if os.path.exists(js):
+            os.remove(js)
         cmd = [cmp_bin, P("lossy/%s.h5" % refname), P("lossy/%s.h5" % name), "--json", js, "--quiet",
                *opts]
         rc, secs = sh(cmd, js + ".log", 600)
+        log = open(js + ".log").read() if os.path.exists(js + ".log") else ""
+        if rc == 2 and "not comparing" in log:
+            return refused(log)
         if rc == 2 or not os.path.exists(js):
             sys.exit("study: probe-compare %s %s failed: see %s.log" % (name, key, js))
         return json.load(open(js))
+
+    def refused(log):
+        """A comparison probe-compare refused on the weight fingerprints: a failing verdict
+        whose first call is the one the refusal names (component C -> /C/0000,
+        C@block=B -> /C/B)."""
+        line = next((l for l in log.splitlines() if "not comparing" in l), log.strip())
+        m = re.search(r"component ([^,@ ]+)(?:@block=(\d+))?,", line)
+        call = "/%s/%04d" % (m.group(1), int(m.group(2) or 0)) if m else None
+        return {"verdict": "fail", "refused": line, "tensors": [], "feature_active": None,
+                "first_failure": None, "reasons": [line], "missing_in_candidate": [],
+                "introduced": {"call": call, "kind": "weights"} if call else None}
 
     def judge(c):
         f, s, role, fam, size, spec, name = c
@@ -210,7 +232,8 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
                                      *weight_diff_opts("probe-compare", f))}
         if role == "bug":
             # the bug alone: against the feature-alone candidate of its seed (the same weights)
-            res["vs_feature"] = compare("%s/feature-%d" % (f, s), name, "vs-feature", f)
+            res["vs_feature"] = compare("%s/feature-%d" % (f, s), name, "vs-feature", f,
+                                        *(["--allow-weight-diff"] if fam in WEIGHT_BUGS else []))
         for k in subsets:
             res["T2@%d" % k] = compare(r, name, "T2-%d" % k, f, "--gate", "T2", "--calibration",
                                        subset_cal[(f, k)]["file"], *weight_diff_opts("probe-compare T2", f))
@@ -245,6 +268,7 @@ def run(a, sh, run_bin, cmp_bin, cal_bin, P):
                 "named": role == "bug" and intro.get("call") == named_at,
                 "missing_in_candidate": len(j["missing_in_candidate"]),
                 "failed_tensors": (j.get("summary") or {}).get("failed"),
+                "refused": j.get("refused"),
             }
         row["subsets"] = {}
         for k in subsets:
@@ -326,9 +350,11 @@ def tables(s):
         hos = "not run" if not ho else "%d/%d%s" % (ho["failed"], ho["pairs"], "".join(
             "; seed %d: %s: %s" % (s["calib_seeds"][x["pair"]], x.get("first_failure"), x.get("reason"))
             for x in ho["results"] if x["verdict"] == "fail"))
-        out.append("| %s | %d | %s | %d%s | %s | %s | %s |" % (
+        out.append("| %s | %d | %s | %d%s%s | %s | %s | %s |" % (
             f, g["steps"], "yes" if g["blocks"] else "no", c["exit"],
             "" if c["t1_above_floor"] else " (T1 not above the floor)",
+            "; weights %s, weights_rounding %s" % (c.get("weights"), c.get("weights_rounding"))
+            if c.get("weights") == "quantized" else "",
             fmt((th.get("dit.step") or {}).get("rel_l2_max")), fmt((th.get("dit.block") or {}).get("rel_l2_max")),
             hos))
     out += ["", "Per candidate on the unseen seeds (rel_l2 against the seed's reference at %s and the largest "
@@ -344,7 +370,9 @@ def tables(s):
             if r["role"] == "feature":
                 cells.append("**false alarm**" if v["fail"] else "pass")
             else:
-                cells.append(("detected" + (", named" if v["named"] else "")) if v["fail"] else "missed")
+                cells.append(("detected" + (", named" if v["named"] else "") +
+                              (" (refused on the weights)" if v.get("refused") else ""))
+                             if v["fail"] else "missed")
         vf = r.get("vs_feature") or {}
         out.append("| %s | %s | %d | %s, %s | %s | %s | %s |" % (
             r["feature"], r["bug"] or "feature alone", r["seed"], fmt(r["dit_rel_l2"]),
