@@ -580,10 +580,13 @@ static void weights_pre(struct gcall *g, struct plan *p)
     char key[SHIM_NAME_MAX];
     if (p->sc.call == 0)
         snprintf(key, sizeof key, "%s", p->sc.component);
-    else if (p->sc.block > 0 && parent_is_first_call(p->sc.parent))
-        snprintf(key, sizeof key, "%s@block=%lld", p->sc.component, (long long)p->sc.block);
-    else
+    else if (p->sc.block > 0 && parent_is_first_call(p->sc.parent)) {
+        int n = snprintf(key, sizeof key, "%s@block=%lld", p->sc.component, (long long)p->sc.block);
+        if (n < 0 || (size_t)n >= sizeof key)
+            return; /* a component name too long for a key: that block is not fingerprinted */
+    } else {
         return;
+    }
     if (!shim_weights_first_call(key, p->sc.call))
         return;
     if (!mat_operand(&g->a, &p->wop))
