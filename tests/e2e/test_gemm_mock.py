@@ -53,7 +53,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import (SOURCE, attr_str, check, expected_bytes, finish, need_build,  # noqa: E402
+from test_shim_common import (need_torch_float8, SOURCE, attr_str, check, expected_bytes, finish, need_build,  # noqa: E402
                               preload_env, probe_lines, program, read_raw, run, tmpdir)
 
 from test_h5py_interop import xxh64  # noqa: E402
@@ -132,6 +132,7 @@ def manifest(path):
 
 
 def main():
+    need_torch_float8()
     need_build()
     d = tmpdir("probe-gemm-mock-")
     libs = build(d)

@@ -28,10 +28,11 @@ import ctypes
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import check, finish  # noqa: E402
+from test_shim_common import check, finish, need_torch_float8  # noqa: E402
+
+need_torch_float8()
+import torch  # noqa: E402
 
 BUILD = os.environ.get("PROBE_BUILD_DIR", "build")
 lib = ctypes.CDLL(os.path.join(BUILD, "lib", "libprobe.so"))

@@ -144,6 +144,25 @@ def reexec_in_venv():
     return py
 
 
+def need_torch_float8():
+    """Run the calling test under a torch with float8 types (the oracle of the rounded
+    weight fingerprints): this interpreter's when it has torch.float8_e4m3fn, else the
+    script again under the venv's (diffusers_venv_python: exit 77 without it)."""
+    try:
+        import torch
+        if hasattr(torch, "float8_e4m3fn"):
+            return
+    except ImportError:
+        pass
+    if os.environ.get("PROBE_TEST_REEXEC") == "float8":
+        print("SKIP: no torch with float8_e4m3fn, even in the venv")
+        sys.exit(77)
+    py = diffusers_venv_python()
+    os.environ["PROBE_TEST_REEXEC"] = "float8"
+    sys.stdout.flush()
+    os.execv(py, [py] + sys.argv)
+
+
 def diffusers_venv_python():
     """The venv's python when it has torch 2.11 + diffusers + transformers, numpy and
     h5py; exit 77 (skipped) with the reason when the venv or one of them is missing."""

@@ -48,7 +48,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_shim_common import check, finish, need_build, preload_env, program, run  # noqa: E402
+from test_shim_common import need_torch_float8, check, finish, need_build, preload_env, program, run  # noqa: E402
 
 BUILD = os.environ.get("PROBE_BUILD_DIR", "build")
 COMPARE = os.path.join(BUILD, "bin", "probe-compare")
@@ -298,6 +298,7 @@ def quantized_weights(d, calibrate, ref_a, ref_b):
 
 
 def main():
+    need_torch_float8()
     need_build()
     d = tempfile.mkdtemp(prefix="probe-weights-")
     H = ["%016x" % (0x1111 * (i + 1)) for i in range(3)]
