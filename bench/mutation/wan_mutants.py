@@ -182,6 +182,11 @@ def tp_merge(transformer):
         lin.forward = fwd
 
 
+def block_linears(transformer):
+    """Every nn.Linear inside the transformer blocks, in module order."""
+    return [m for blk in transformer.blocks for m in blk.modules() if isinstance(m, torch.nn.Linear)]
+
+
 def e4m3_dequant(t):
     """t quantized to float8_e4m3fn with one per-tensor scale amax(|t|) / 448,
     returned dequantized in t's dtype (the scale applied in float32)."""
@@ -195,17 +200,14 @@ def fp8_gemm(transformer):
     operands (per-tensor amax scales), dequantized to the layer's dtype for the
     product: an emulation of a scaled FP8 GEMM."""
     n = 0
-    for blk in transformer.blocks:
-        for lin in blk.modules():
-            if not isinstance(lin, torch.nn.Linear):
-                continue
-            with torch.no_grad():
-                wq = e4m3_dequant(lin.weight)
+    for lin in block_linears(transformer):
+        with torch.no_grad():
+            wq = e4m3_dequant(lin.weight)
 
-            def fwd(x, lin=lin, wq=wq):
-                return torch.nn.functional.linear(e4m3_dequant(x), wq, lin.bias)
-            lin.forward = fwd
-            n += 1
+        def fwd(x, lin=lin, wq=wq):
+            return torch.nn.functional.linear(e4m3_dequant(x), wq, lin.bias)
+        lin.forward = fwd
+        n += 1
     return n
 
 
@@ -215,26 +217,23 @@ def fp8_scaled_mm(transformer):
     per call the same way, both scales passed as their reciprocals, out in the
     layer's dtype with its bias."""
     n = 0
-    for blk in transformer.blocks:
-        for lin in blk.modules():
-            if not isinstance(lin, torch.nn.Linear):
-                continue
-            with torch.no_grad():
-                w = lin.weight.float()
-                r = E4M3_MAX / w.abs().amax()
-                wq = (w * r).to(torch.float8_e4m3fn)
-                sw = (1.0 / r).reshape(())
+    for lin in block_linears(transformer):
+        with torch.no_grad():
+            w = lin.weight.float()
+            r = E4M3_MAX / w.abs().amax()
+            wq = (w * r).to(torch.float8_e4m3fn)
+            sw = (1.0 / r).reshape(())
 
-            def fwd(x, lin=lin, wq=wq, sw=sw):
-                shp = x.shape
-                x2 = x.reshape(-1, shp[-1]).float()
-                rx = E4M3_MAX / x2.abs().amax().clamp(min=1e-12)
-                xq = (x2 * rx).to(torch.float8_e4m3fn)
-                y = torch._scaled_mm(xq, wq.t(), scale_a=(1.0 / rx).reshape(()), scale_b=sw,
-                                     bias=lin.bias, out_dtype=x.dtype)
-                return y.reshape(*shp[:-1], y.shape[-1])
-            lin.forward = fwd
-            n += 1
+        def fwd(x, lin=lin, wq=wq, sw=sw):
+            shp = x.shape
+            x2 = x.reshape(-1, shp[-1]).float()
+            rx = E4M3_MAX / x2.abs().amax().clamp(min=1e-12)
+            xq = (x2 * rx).to(torch.float8_e4m3fn)
+            y = torch._scaled_mm(xq, wq.t(), scale_a=(1.0 / rx).reshape(()), scale_b=sw,
+                                 bias=lin.bias, out_dtype=x.dtype)
+            return y.reshape(*shp[:-1], y.shape[-1])
+        lin.forward = fwd
+        n += 1
     return n
 
 
