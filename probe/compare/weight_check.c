@@ -174,6 +174,15 @@ static void differ_text(char *buf, size_t cap, const char *name, json_t *x, int 
              checked ? ", not a float8_e4m3fn rounding of the reference's" : "");
 }
 
+/* The first float8 operand proven no rounding of the reference's weight. */
+static void fp8_text(char *buf, size_t cap, const char *name, json_t *f8)
+{
+    char sh[160];
+    shape_text(json_object_get(f8, "shape"), sh, sizeof sh);
+    snprintf(buf, cap, "component %s, float8 GEMM k=%lld (weight %s float8_e4m3fn)", name,
+             (long long)json_integer_value(json_object_get(f8, "k")), sh);
+}
+
 probe_status probe_weights_check(const char *mr, const char *mc, probe_weights_verdict *v)
 {
     memset(v, 0, sizeof *v);
@@ -191,7 +200,8 @@ probe_status probe_weights_check(const char *mr, const char *mc, probe_weights_v
     size_t nsame = 0, ndiffer = 0, nformat = 0, nquant = 0;
     long long same_ops = 0, same_bytes = 0, quant_ops = 0;
     unsigned run_mask = (1u << PROBE_ROUNDING_COUNT_) - 1;
-    char differ_line[512] = "", format_name[256] = "";
+    char differ_line[512] = "", format_name[256] = "", fp8_line[320] = "";
+    long long unproven_fp8 = 0;
     const char *name;
     json_t *rc;
     if (c[0] && c[1]) {
@@ -244,6 +254,9 @@ probe_status probe_weights_check(const char *mr, const char *mc, probe_weights_v
                     v->unproven += rounding_known(x, y, rel);
                     if (rel == OP_FP8) {
                         ++nfp8; /* another float8 recipe, or other weights: unproven */
+                        if (!unproven_fp8++)
+                            fp8_text(fp8_line, sizeof fp8_line, name,
+                                     strcmp(str(x, "dtype"), "float8_e4m3fn") ? y : x);
                     } else if (!first) {
                         first = x;
                         first_k = json_integer_value(json_object_get(x, "k"));
@@ -320,6 +333,12 @@ probe_status probe_weights_check(const char *mr, const char *mc, probe_weights_v
                  !c[0] ? "the reference run has no weight fingerprints"
                  : !c[1] ? "the candidate run has no weight fingerprints"
                          : "no component was fingerprinted completely in both runs");
+    }
+    if (!ndiffer && unproven_fp8) {
+        size_t len = strlen(v->line);
+        snprintf(v->line + len, sizeof v->line - len,
+                 "; %lld float8 GEMM operand%s proven no rounding of the reference's weight, the "
+                 "first %s", unproven_fp8, unproven_fp8 == 1 ? "" : "s", fp8_line);
     }
     json_object_set_new(out, "status", json_string(v->status));
     if (v->rounding)

@@ -188,7 +188,9 @@ def quantized_weights(d, calibrate, ref_a, ref_b):
             ("qscale", "differ", None, "weights: DIFFER: component dit.step, first differing GEMM k=1 (weight "
              "[128, 32] bfloat16), not a float8_e4m3fn rounding of the reference's"),
             ("qfp8bug", "format_differs", None, "weights: dit.step (and 0 other components) has GEMM weights of "
-             "different shapes or dtypes in the two runs (e.g. quantized): not compared")):
+             "different shapes or dtypes in the two runs (e.g. quantized): not compared; 1 float8 GEMM operand "
+             "proven no rounding of the reference's weight, the first component dit.step, float8 GEMM k=1 "
+             "(weight [128, 32] float8_e4m3fn)")):
         js = os.path.join(d, name + ".json")
         rc, out, err = compare(ref, files[name], "--allow-weight-diff", "--json", js)
         w = json.load(open(js)).get("weights", {}) if rc != 2 else {}
@@ -248,7 +250,8 @@ def quantized_weights(d, calibrate, ref_a, ref_b):
     rc, out, err = compare(ref, files["qfp8"], "--gate", "T2", "--calibration", cal_amax_path)
     check(rc != 2, "T2, weights_rounding float8_e4m3fn/amax: float8 operands proven, compared (rc=%d)" % rc)
     rc, out, err = compare(ref, files["qfp8bug"], "--gate", "T2", "--calibration", cal_amax_path)
-    check(rc == 2 and "not the reference's weights so rounded" in err,
+    check(rc == 2 and "not the reference's weights so rounded" in err and
+          "the first component dit.step, float8 GEMM k=1 (weight [128, 32] float8_e4m3fn)" in err,
           "T2, weights_rounding float8_e4m3fn/amax: a float8 operand of other weights refused (%s)" % err.strip())
     # without a named rounding, or without the fingerprints to check it: the earlier rule
     rc, out, err = compare(ref, files["qbug"], "--gate", "T2", "--calibration", cal_any)
