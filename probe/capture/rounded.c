@@ -4,8 +4,12 @@
  * The float32 -> float8_e4m3fn cast is c10's fp8e4m3fn_from_fp32_value
  * (PyTorch c10/util/Float8_e4m3fn.h), so a code here is the byte torch's
  * Tensor.to(torch.float8_e4m3fn) stores. 16-bit inputs go through tables over
- * all 65536 bit patterns; float32 inputs are converted element by element. */
+ * all 65536 bit patterns; float32 inputs are converted element by element.
+ * A 16-bit tensor of PARALLEL elements or more is fingerprinted by several
+ * threads: the bit patterns present over slices of the tensor, then one
+ * thread per hash stream; the hashes are the same as one thread's. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +19,7 @@
 
 #define BLOCK 4096
 #define SMALL 16384 /* below this many 16-bit elements, no tables */
+#define PARALLEL ((size_t)1 << 22) /* from this many 16-bit elements, threads */
 
 static uint32_t bits_of(float f)
 {
@@ -161,22 +166,84 @@ static void hashes_update(struct hashes *hs, size_t m, int with_amax)
         XXH64_update(hs->h[r], hs->buf[r], m);
 }
 
+/* Pass 1 of a 16-bit tensor: the bit patterns present in elements [lo, hi). */
+struct seen_job {
+    const unsigned char *p;
+    size_t lo, hi;
+    uint64_t seen[65536 / 64];
+};
+
+static void *seen_run(void *arg)
+{
+    struct seen_job *j = arg;
+    for (size_t i = j->lo; i < j->hi; ++i) {
+        uint16_t b = load16(j->p + 2 * i);
+        j->seen[b >> 6] |= UINT64_C(1) << (b & 63);
+    }
+    return NULL;
+}
+
+/* Pass 2 of a 16-bit tensor: hash stream r, every element mapped through
+ * its code table. */
+struct stream_job {
+    const unsigned char *p;
+    size_t n;
+    const uint8_t *tab;
+    unsigned char *buf; /* BLOCK bytes */
+    XXH64_state_t *h;
+};
+
+static void *stream_run(void *arg)
+{
+    struct stream_job *j = arg;
+    for (size_t at = 0; at < j->n; at += BLOCK) {
+        size_t m = j->n - at < BLOCK ? j->n - at : BLOCK;
+        const unsigned char *src = j->p + 2 * at;
+        for (size_t i = 0; i < m; ++i)
+            j->buf[i] = j->tab[load16(src + 2 * i)];
+        XXH64_update(j->h, j->buf, m);
+    }
+    return NULL;
+}
+
+/* Run fn over jobs[0..k) (each size bytes apart): jobs 1.. on threads where
+ * they can be started, the rest and job 0 on the calling thread. */
+static void run_jobs(void *(*fn)(void *), void *jobs, size_t size, int k)
+{
+    pthread_t th[NSTREAMS];
+    int started[NSTREAMS] = {0};
+    for (int i = 1; i < k; ++i)
+        started[i] = pthread_create(&th[i], NULL, fn, (char *)jobs + (size_t)i * size) == 0;
+    fn(jobs);
+    for (int i = 1; i < k; ++i) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            fn((char *)jobs + (size_t)i * size);
+    }
+}
+
 /* 16-bit types: pass 1 marks the bit patterns present (levels, amax), pass 2
  * maps each element through the code tables of the patterns. */
 static probe_status fingerprint_16(probe_dtype t, const unsigned char *p, size_t n,
                                    probe_rounded_fingerprint *out, struct hashes *hs)
 {
-    uint64_t *seen = calloc(65536 / 64, sizeof *seen);
+    int k = n >= PARALLEL ? NSTREAMS : 1;
+    struct seen_job *sj = calloc((size_t)k, sizeof *sj);
     uint8_t *codes = malloc((size_t)NSTREAMS * 65536);
-    if (!seen || !codes) {
-        free(seen);
+    if (!sj || !codes) {
+        free(sj);
         free(codes);
         return probe_set_error(PROBE_ENOMEM, "rounded fingerprint: out of memory");
     }
-    for (size_t i = 0; i < n; ++i) {
-        uint16_t b = load16(p + 2 * i);
-        seen[b >> 6] |= UINT64_C(1) << (b & 63);
-    }
+    for (int i = 0; i < k; ++i)
+        sj[i] = (struct seen_job){.p = p, .lo = n / (size_t)k * (size_t)i,
+                                  .hi = i == k - 1 ? n : n / (size_t)k * (size_t)(i + 1)};
+    run_jobs(seen_run, sj, sizeof *sj, k);
+    uint64_t *seen = sj[0].seen;
+    for (int i = 1; i < k; ++i)
+        for (size_t w = 0; w < 65536 / 64; ++w)
+            seen[w] |= sj[i].seen[w];
     int levels = 0;
     float amax = 0.0f;
     for (unsigned b = 0; b < 65536; ++b)
@@ -198,21 +265,27 @@ static probe_status fingerprint_16(probe_dtype t, const unsigned char *p, size_t
             if (sc.defined)
                 amax_codes(&sc, v, c);
             codes[b] = e4m3fn_from_f32(v);
-            for (int k = 0; k < PROBE_AMAX_CONVENTIONS; ++k)
-                codes[(size_t)(1 + k) * 65536 + b] = c[k];
+            for (int r = 0; r < PROBE_AMAX_CONVENTIONS; ++r)
+                codes[(size_t)(1 + r) * 65536 + b] = c[r];
         }
-    for (size_t at = 0; at < n; at += BLOCK) {
-        size_t m = n - at < BLOCK ? n - at : BLOCK;
-        for (int r = 0; r < (sc.defined ? NSTREAMS : 1); ++r) {
-            const uint8_t *tab = codes + (size_t)r * 65536;
-            unsigned char *dst = hs->buf[r];
-            for (size_t i = 0; i < m; ++i)
-                dst[i] = tab[load16(p + 2 * (at + i))];
+    free(sj);
+    int streams = sc.defined ? NSTREAMS : 1;
+    struct stream_job jobs[NSTREAMS];
+    for (int r = 0; r < streams; ++r)
+        jobs[r] = (struct stream_job){p, n, codes + (size_t)r * 65536, hs->buf[r], hs->h[r]};
+    if (k > 1) {
+        run_jobs(stream_run, jobs, sizeof jobs[0], streams);
+    } else {
+        /* one thread: the streams block by block, each block read while cached */
+        for (size_t at = 0; at < n; at += BLOCK) {
+            size_t m = n - at < BLOCK ? n - at : BLOCK;
+            for (int r = 0; r < streams; ++r) {
+                struct stream_job one = {p + 2 * at, m, jobs[r].tab, jobs[r].buf, jobs[r].h};
+                stream_run(&one);
+            }
         }
-        hashes_update(hs, m, sc.defined);
     }
     out->valid = 1u << PROBE_ROUNDING_E4M3FN | (sc.defined ? 1u << PROBE_ROUNDING_E4M3FN_AMAX : 0u);
-    free(seen);
     free(codes);
     return PROBE_OK;
 }

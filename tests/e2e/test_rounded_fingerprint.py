@@ -176,6 +176,28 @@ fc = fingerprint(wc)
 want = [codes_hash(c) for c in amax_variant_codes(wc)]
 check(list(fc.amax_variants) == want and len(set(want)) >= 2,
       "a weight whose scale conventions disagree: 5 variants equal torch's, %d distinct" % len(set(want)))
+# tensors of 2^22 elements or more are fingerprinted by several threads (rounded.c PARALLEL):
+# the same codes, levels and amax as torch's, with the largest value and the only NaN in the
+# last slice of the six
+big_n = (1 << 22) + 12345
+for dtype in (torch.bfloat16, torch.float16):
+    wb = (torch.randn(big_n, generator=gw) * 0.02).to(dtype)
+    wb[-3] = 0.5
+    fb = fingerprint(wb)
+    want = [codes_hash(c) for c in amax_variant_codes(wb)]
+    check(fb.valid == 3 and fb.xxh64[0] == codes_hash(cast_codes(wb)) and
+          list(fb.amax_variants) == want and fb.amax == 0.5 and fb.levels == levels(wb),
+          "%d random %s (threads): cast and 5 amax codes equal torch's, amax 0.5 from the last slice"
+          % (big_n, dtype))
+    q = wb.to(torch.float8_e4m3fn).to(dtype)
+    fq = fingerprint(q)
+    check(fq.levels == levels(q) and 0 < fq.levels <= 256 and fq.xxh64[0] == codes_hash(cast_codes(q)),
+          "%d float8-rounded %s (threads): %d levels, cast codes equal torch's" % (big_n, dtype, fq.levels))
+    wb[-1] = float("nan")
+    fn = fingerprint(wb)
+    check(fn.valid == 1 and fn.amax != fn.amax and fn.xxh64[0] == codes_hash(cast_codes(wb)),
+          "%d %s with a NaN in the last slice (threads): no amax fingerprint, cast codes equal torch's"
+          % (big_n, dtype))
 z = torch.zeros(70000, dtype=torch.bfloat16)
 fz = fingerprint(z)
 check(fz.valid == 3 and fz.xxh64[1] == fz.xxh64[0] == codes_hash(cast_codes(z)) and fz.levels == 1,
