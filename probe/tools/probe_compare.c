@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "  --channel-axis N    axis of the per-channel mean shift for every tensor (negative\n"
             "                      counts from the last); default: the component table's, else\n"
             "                      1 for rank 4/5 and the last axis for rank 2/3\n"
-            "  --threads N         metric worker threads (default: the online CPUs, at most 8)\n"
+            "  --threads N         metric worker threads, 1..16 (default: the online CPUs, at most 8)\n"
             "  --device D          cpu (default), cuda or cuda:N: compute the metrics on a GPU\n"
             "  --allow-root-diff GLOB\n"
             "                      the root inputs (initial latents, timesteps, prompt\n"
@@ -1031,6 +1031,19 @@ static int check_outputs(const cli *a)
                         i >= a->nrefs ? "candidate" : "reference");
                 return 2;
             }
+    /* a file that cannot be written is found before the comparison, not after it (an
+     * existing non-regular target, a FIFO or a device, is opened only at the end) */
+    for (int k = 0; k < 3; k++) {
+        struct stat st;
+        if (!outs[k] || !strcmp(outs[k], "-") || (stat(outs[k], &st) == 0 && !S_ISREG(st.st_mode)))
+            continue;
+        probe_outfile of;
+        if (probe_outfile_open(&of, outs[k]) != 0) {
+            fprintf(stderr, "probe-compare: %s\n", of.err);
+            return 2;
+        }
+        probe_outfile_abort(&of);
+    }
     return -1;
 }
 

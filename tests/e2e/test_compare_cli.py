@@ -253,6 +253,19 @@ for args, needle in cases:
     check(rc == 2 and len(lines) == 1 and needle in lines[0] and lines[0].startswith("probe-compare:"),
           "bad input %r -> exit 2, one line naming %r (rc=%d, stderr=%r)" % (args[-1], needle, rc, err[:200]))
 
+# an output that cannot be written is refused before anything is compared: no table, no verdict
+broken = os.path.join(tmp, "broken.json")
+os.symlink(os.path.join(tmp, "no", "target.json"), broken)
+for opt, path in (("--json", os.path.join(tmp, "no", "dir", "x.json")), ("--html", broken),
+                  ("--junit", os.path.join(tmp, "no", "dir", "x.xml"))):
+    rc, out, err = run(ref_path, cand_path, opt, path)
+    check(rc == 2 and out == "" and err.count("\n") == 1 and
+          err.startswith("probe-compare: cannot write ") and os.path.basename(path) in err,
+          "%s %s that cannot be written -> exit 2 before comparing, one line (rc=%d, stdout %d bytes, "
+          "stderr=%r)" % (opt, os.path.basename(path), rc, len(out), err[:200]))
+check(os.path.islink(broken) and not os.path.exists(os.path.join(tmp, "no")),
+      "the refused outputs created nothing (the symbolic link is left as it was)")
+
 if failures:
     print("%d checks failed (files kept in %s)" % (len(failures), tmp))
     sys.exit(1)
