@@ -299,6 +299,22 @@ void probe_outfile_abort(probe_outfile *o)
     release(o);
 }
 
+int probe_outfile_check(probe_outfile *o, const char *path)
+{
+    memset(o, 0, sizeof *o);
+    if (strcmp(path, "-") == 0)
+        return 0;
+    int fd = -1; /* make_tmp leaves a non-regular target unopened (fd -1) */
+    if (make_tmp(o, path, &fd) != 0)
+        return -1;
+    if (fd >= 0)
+        close(fd);
+    if (o->tmp)
+        unlink(o->tmp);
+    release(o);
+    return 0;
+}
+
 int probe_outfile_reserve(probe_outfile *o, const char *path)
 {
     int fd = -1;

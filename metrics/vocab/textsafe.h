@@ -39,6 +39,14 @@ int probe_outfile_commit(probe_outfile *o);
 /* Close and remove the temporary file; the target is untouched. */
 void probe_outfile_abort(probe_outfile *o);
 
+/* Whether path can be written, for a tool to ask before its work rather
+ * than after it: 0 for "-", for an existing target that is not a regular
+ * file (written in place, never opened here: a FIFO would block), and when
+ * a temporary file can be created next to the target (it is removed at
+ * once); else -1 with o->err set, the same line probe_outfile_open gives.
+ * Nothing is left behind either way. */
+int probe_outfile_check(probe_outfile *o, const char *path);
+
 /* For writers that open a path themselves (HDF5): a new empty temporary
  * file next to path's target, its name in o->tmp (o->f is NULL). Then
  * probe_outfile_commit_path() fsyncs it and renames it over the target. */

@@ -308,6 +308,11 @@ static int check_cli(cli *a, int argc, char **argv)
                                 "overwrite it\n", probe_tesc(a->out_path), probe_tesc(lists[k][i]));
                 return 2;
             }
+    probe_outfile of;
+    if (probe_outfile_check(&of, a->out_path) != 0) {
+        fprintf(stderr, "probe-calibrate: %s\n", of.err);
+        return 2;
+    }
     return -1;
 }
 

@@ -1031,19 +1031,12 @@ static int check_outputs(const cli *a)
                         i >= a->nrefs ? "candidate" : "reference");
                 return 2;
             }
-    /* a file that cannot be written is found before the comparison, not after it (an
-     * existing non-regular target, a FIFO or a device, is opened only at the end) */
-    for (int k = 0; k < 3; k++) {
-        struct stat st;
-        if (!outs[k] || !strcmp(outs[k], "-") || (stat(outs[k], &st) == 0 && !S_ISREG(st.st_mode)))
-            continue;
-        probe_outfile of;
-        if (probe_outfile_open(&of, outs[k]) != 0) {
+    probe_outfile of;
+    for (int k = 0; k < 3; k++)
+        if (outs[k] && probe_outfile_check(&of, outs[k]) != 0) {
             fprintf(stderr, "probe-compare: %s\n", of.err);
             return 2;
         }
-        probe_outfile_abort(&of);
-    }
     return -1;
 }
 

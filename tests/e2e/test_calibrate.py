@@ -429,6 +429,12 @@ def main():
     check(rc == 2 and "refusing to overwrite" in se, "--out naming an input file: exit 2")
     rc, so, se = run(CAL, *args)
     check(rc == 2 and "--out" in se, "no --out: exit 2")
+    rc, so, se = run(CAL, *args, "--out", P("no/dir/cal.json"))
+    check(rc == 2 and se.count("\n") == 1 and
+          se.startswith("probe-calibrate: cannot write ") and "cannot create a temporary file" in se
+          and so == "" and not os.path.exists(P("no")),
+          "--out in a missing directory: exit 2 before calibrating, one line, nothing created "
+          "[rc=%d %r]" % (rc, se.strip()[:200]))
 
     structure(P, rng)
 
