@@ -133,6 +133,15 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
  * dataset and frees the put (NULL: nothing); probe_writer_close cancels one
  * still open. */
 typedef struct probe_put probe_put;
+/* probe_writer_set_hash_thread: on (the default), a part of 256 KiB or more
+ * is added to the put's XXH64 on a thread of the writer's own while the
+ * calling thread writes it to the file, so a part costs the longer of the
+ * two rather than their sum (the thread, with every signal blocked, starts
+ * at the first such part and ends at probe_writer_close; when it cannot
+ * start, or in the child of a fork, the caller hashes). off: the caller
+ * hashes every part after writing it. The bytes and probe.hash are the
+ * same either way. PROBE_EINVAL for a NULL writer. */
+probe_status probe_writer_set_hash_thread(probe_writer *w, int on);
 probe_status probe_writer_put_begin(probe_writer *w, const probe_record *rec, size_t nbytes,
                                     probe_put **out);
 probe_status probe_writer_put_part(probe_put *p, const void *data, size_t len);

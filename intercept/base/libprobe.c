@@ -151,6 +151,8 @@ static probe_status load_locked(void)
             shim_resolve_handle(h, "probe_writer_put_summary_ex");
     shim_libprobe_api.writer_set_pack =
         (probe_status(*)(probe_writer *, size_t))shim_resolve_handle(h, "probe_writer_set_pack");
+    shim_libprobe_api.writer_set_hash_thread =
+        (probe_status(*)(probe_writer *, int))shim_resolve_handle(h, "probe_writer_set_hash_thread");
     shim_libprobe_api.writer_put_begin =
         (probe_status(*)(probe_writer *, const probe_record *, size_t, probe_put **))
             shim_resolve_handle(h, "probe_writer_put_begin");
@@ -199,12 +201,29 @@ probe_status shim_libprobe_open(const char *path, const char *manifest, int appe
             shim_warn("PROBE_PACK_SMALL=%zu ignored: %s", shim_cfg.pack_small,
                       shim_libprobe_api.last_error());
     }
+    /* a libprobe.so without the thread hashes on the writer's thread anyway */
+    if (st == PROBE_OK && !shim_cfg.hash_thread && shim_libprobe_api.writer_set_hash_thread)
+        shim_libprobe_api.writer_set_hash_thread(*out, 0);
     pthread_mutex_unlock(&hdf5_lock);
     return st;
 }
 
+static void hash_thread_config(void)
+{
+    const char *v = getenv("PROBE_HASH_THREAD");
+    shim_cfg.hash_thread = 1;
+    if (!v || !*v || !strcmp(v, "1"))
+        return;
+    if (!strcmp(v, "0"))
+        shim_cfg.hash_thread = 0;
+    else
+        shim_warn_config("PROBE_HASH_THREAD=%s is not 0 or 1; the writer hashes on a thread of its "
+                         "own (1)", v);
+}
+
 void shim_pack_config(void)
 {
+    hash_thread_config();
     const char *v = getenv("PROBE_PACK_SMALL");
     shim_cfg.pack_small = 0;
     if (!v || !*v)

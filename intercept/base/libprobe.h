@@ -28,6 +28,8 @@ struct shim_libprobe {
     uint64_t (*capture_hash)(const void *, size_t);
     /* the packed layout; NULL when libprobe.so predates it */
     probe_status (*writer_set_pack)(probe_writer *, size_t);
+    /* the streamed put's hashing thread; NULL when libprobe.so predates it */
+    probe_status (*writer_set_hash_thread)(probe_writer *, int);
     /* the tree order's summary and hash, and records with both hashes; NULL
      * when libprobe.so predates them */
     probe_status (*summary_tree)(probe_dtype, const void *, size_t, probe_summary *, uint64_t *);
@@ -52,7 +54,8 @@ extern struct shim_libprobe shim_libprobe_api;
  * lock. */
 probe_status shim_libprobe_load(void);
 
-/* Read PROBE_PACK_SMALL into shim_cfg.pack_small (constructor). */
+/* Read PROBE_PACK_SMALL into shim_cfg.pack_small and PROBE_HASH_THREAD
+ * into shim_cfg.hash_thread (constructor). */
 void shim_pack_config(void);
 
 /* The writer API, each call made under one lock that fork() also takes

@@ -46,6 +46,7 @@
 #include <xxhash.h>
 
 #include "h5types.h"
+#include "hasher.h"
 #include "journal.h"
 
 /* Room kept beyond the payload before each write. HDF5's metadata for one
@@ -133,6 +134,10 @@ struct probe_writer {
     double last_flush;    /* CLOCK_MONOTONIC seconds of the last H5Fflush */
     int unflushed;        /* puts since the last H5Fflush */
     probe_put *open_put;  /* the streamed put in progress (probe_writer_put_begin), or NULL */
+    int hash_thread;      /* a streamed part of HASH_BESIDE_MIN bytes or more is hashed on a
+                             thread of its own while this one writes it (probe_writer_set_hash_thread) */
+    probe_hasher *hasher; /* that thread, started at the first such part; NULL: none (yet) */
+    int hasher_failed;    /* it could not be started: parts are hashed on the caller's thread */
     struct {              /* the packed layout (probe_writer_set_pack) */
         size_t max;       /* tensors of at most max bytes are packed; 0: none */
         unsigned next;    /* number of the next chunk (/probe.pack/NNNN) */
@@ -687,6 +692,7 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
     w->file = H5I_INVALID_HID;
     w->fd = -1;
     w->can_reserve = 1;
+    w->hash_thread = 1;
     w->path = strdup(path);
     w->manifest = manifest_json != NULL ? strdup(manifest_json) : NULL;
     w->manifest_dirty = manifest_json != NULL;
@@ -1344,6 +1350,25 @@ struct probe_put {
 };
 
 #define PUT_BOOL_BLOCK ((size_t)64 << 10)
+/* Parts this large or larger are hashed beside their write: below it the
+ * hand-over to the hasher's thread would cost about what the hash does. */
+#define HASH_BESIDE_MIN ((size_t)256 << 10)
+
+/* The hasher's thread, started once; 0 when it cannot run. */
+static int start_hasher(probe_writer *w)
+{
+    if (w->hasher == NULL && !w->hasher_failed && (w->hasher = probe_hasher_start()) == NULL)
+        w->hasher_failed = 1;
+    return w->hasher != NULL;
+}
+
+probe_status probe_writer_set_hash_thread(probe_writer *w, int on)
+{
+    if (w == NULL)
+        return probe_set_error(PROBE_EINVAL, "probe_writer_set_hash_thread: writer is NULL");
+    w->hash_thread = on != 0;
+    return PROBE_OK;
+}
 
 static void put_free(probe_put *p)
 {
@@ -1470,10 +1495,18 @@ probe_status probe_writer_put_part(probe_put *p, const void *data, size_t len)
                 p->norm[i] = b[i] != 0;
             b = p->norm;
         }
-        if (pwrite_full(w->fd, b, k, p->addr + p->done) != 0)
+        /* the same bytes hashed on the hasher's thread while this one writes them */
+        int beside = k >= HASH_BESIDE_MIN && w->hash_thread && start_hasher(w) &&
+                     probe_hasher_post(w->hasher, p->hash, b, k) == 0;
+        int wrote = pwrite_full(w->fd, b, k, p->addr + p->done);
+        int e = errno;
+        if (beside)
+            probe_hasher_wait(w->hasher);
+        if (wrote != 0)
             return mark_failed(w, probe_set_error(PROBE_EIO, "%s: %s: cannot write its bytes: %s",
-                                                  w->path, p->rec->path, strerror(errno)));
-        XXH64_update(p->hash, b, k);
+                                                  w->path, p->rec->path, strerror(e)));
+        if (!beside)
+            XXH64_update(p->hash, b, k);
         p->done += k;
         at += k;
     }
@@ -1755,6 +1788,7 @@ probe_status probe_writer_close(probe_writer *w)
     if (w->pack.open) {
         H5E_BEGIN_TRY { H5Dclose(w->pack.index); } H5E_END_TRY;
     }
+    probe_hasher_stop(w->hasher);
     free(w->pack.idx);
     pathset_free(&w->pack.paths);
     pathset_free(&w->pack.groups);

@@ -15,6 +15,8 @@ printed once per run (docs/intercept.md "probe: lines").
      is printed once, not once per process; a second run with
      PROBE_CONFIG_WARNED unset in a child (env -u) prints it again there
      (the marker is what decides).
+  4  PROBE_HASH_THREAD=0 and =1 print nothing; =yes prints one probe: line
+     naming it.
 
 Environment: PROBE_BUILD_DIR (required), PROBE_PYTHON.
 """
@@ -109,6 +111,17 @@ def main():
     p = subprocess.run(chain2, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     warn = [ln for ln in p.stderr.splitlines() if "PROBE_QUEUE_MB=abc" in ln]
     check(len(warn) == 2, "3 without the marker a child prints it again (%d lines)" % len(warn))
+
+    # 4 PROBE_HASH_THREAD takes 0 or 1; anything else is one warning and the default
+    for value, lines in (("0", 0), ("1", 0), ("yes", 1)):
+        env = dict(os.environ, PROBE_HASH_THREAD=value)
+        p = subprocess.run([probe_run, "--force", "--out", os.path.join(d, "ht.h5"), "--", PY, "-c",
+                            "print(1)"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+        warn = [ln for ln in p.stderr.splitlines() if "PROBE_HASH_THREAD" in ln]
+        check(p.returncode == 0 and p.stdout.strip() == "1" and len(warn) == lines and
+              all(ln.startswith("probe: PROBE_HASH_THREAD=yes is not 0 or 1") for ln in warn),
+              "4 PROBE_HASH_THREAD=%s: exit 0, %d probe: line(s) (%r)" % (value, lines, warn))
     finish()
 
 

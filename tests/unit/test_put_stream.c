@@ -266,3 +266,80 @@ Test(put_stream, bad_use_is_a_clear_error_and_keeps_the_rest)
     }
     probe_file_close(f);
 }
+
+/* Parts of 256 KiB and more are hashed on the writer's hashing thread
+ * (probe_writer_set_hash_thread): the same bytes and probe.hash as with the
+ * thread off, equal to the one-shot XXH64 of the whole tensor, with parts
+ * below and above the threshold mixed in one put. And a forked child that
+ * goes on with a writer whose thread started in its parent (the thread does
+ * not exist in the child) hashes on its own thread and writes the same hash:
+ * process A opens the writer and puts tensor 0 (the thread starts), its
+ * child B puts tensor 1 with it and closes the file, A leaves with _exit. */
+#define BESIDE_NB (3 << 20)
+static const size_t beside_parts[] = {1 << 20, 100, (256 << 10) - 1, 256 << 10,
+                                      BESIDE_NB - (1 << 20) - 100 - (512 << 10) + 1};
+
+static int put_beside(probe_writer *w, const char *path, const unsigned char *x)
+{
+    static int64_t shape[1] = {BESIDE_NB / 2};
+    probe_record r = {.path = path, .dtype = PROBE_DTYPE_BFLOAT16, .rank = 1, .shape = shape,
+                      .call = -1, .step = -1, .cfg_branch = -1, .timestep = 0.0 / 0.0, .block = -1};
+    probe_put *p;
+    if (probe_writer_put_begin(w, &r, BESIDE_NB, &p) != PROBE_OK)
+        return -1;
+    size_t at = 0;
+    for (int i = 0; i < 5; at += beside_parts[i], i++)
+        if (probe_writer_put_part(p, x + at, beside_parts[i]) != PROBE_OK)
+            return -1;
+    return probe_writer_put_end(p) == PROBE_OK ? 0 : -1;
+}
+
+Test(put_stream, parts_hashed_beside_the_write_give_the_same_hash)
+{
+    unsigned char *x = malloc(BESIDE_NB), *got = malloc(BESIDE_NB);
+    cr_assert(x && got);
+    for (size_t k = 0; k < BESIDE_NB; k++)
+        x[k] = (unsigned char)(k * 2654435761u >> 13);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH64(x, BESIDE_NB, 0));
+    const char *files[2] = {path_in_dir("beside.h5"), path_in_dir("inline.h5")};
+
+    pid_t a = fork();
+    cr_assert_neq(a, -1);
+    if (a == 0) {
+        probe_writer *w;
+        if (probe_writer_open(files[0], "{}", &w) != PROBE_OK || put_beside(w, "/t/0000", x) != 0)
+            _exit(3);
+        pid_t b = fork();
+        if (b == 0)
+            _exit(put_beside(w, "/t/0001", x) == 0 && probe_writer_close(w) == PROBE_OK ? 0 : 4);
+        int st;
+        if (b < 0 || waitpid(b, &st, 0) != b)
+            _exit(5);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 6);
+    }
+    int st;
+    cr_assert_eq(waitpid(a, &st, 0), a);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer processes exit %d", WEXITSTATUS(st));
+
+    probe_writer *w = open_w(files[1]);
+    cr_assert_eq(probe_writer_set_hash_thread(w, 0), PROBE_OK);
+    cr_assert_eq(put_beside(w, "/t/0000", x), 0, "%s", probe_last_error());
+    cr_assert_eq(probe_writer_close(w), PROBE_OK, "%s", probe_last_error());
+
+    for (int k = 0; k < 2; k++) {
+        probe_file *f;
+        cr_assert_eq(probe_file_open(files[k], &f), PROBE_OK, "%s", probe_last_error());
+        cr_assert_eq(probe_file_count(f), k == 0 ? 2u : 1u);
+        for (size_t i = 0; i < probe_file_count(f); i++) {
+            cr_assert_str_eq(probe_file_tensor(f, i)->hash, hex, "%s tensor %zu", files[k], i);
+            memset(got, 0, BESIDE_NB);
+            cr_assert_eq(probe_file_read_raw(f, i, got, BESIDE_NB), PROBE_OK, "%s", probe_last_error());
+            cr_assert_eq(memcmp(got, x, BESIDE_NB), 0);
+        }
+        probe_file_close(f);
+    }
+    cr_assert_eq(probe_writer_set_hash_thread(NULL, 1), PROBE_EINVAL);
+    free(x);
+    free(got);
+}
