@@ -254,6 +254,12 @@ typedef struct probe_tensor_result {
     int cfg_half;
     char cfg_candidate[512];
     char cfg_branch_name[8];
+    /* no_thresholds: 1 under T2 when the calibration holds no thresholds for this
+     * tensor (neither its component nor its path): the verdict fails with the reason
+     * "no T2 thresholds ...", whatever the metrics. Attribution (probe_introduction)
+     * does not count such a tensor as a failure when the two sides are identical, and
+     * names the reason when it does. 0 otherwise. */
+    int no_thresholds;
 } probe_tensor_result;
 
 /* A collective output that must be equal on every rank of one run

@@ -611,6 +611,7 @@ static probe_status compare_pair(probe_rankset *rset, size_t ri, probe_rankset *
     t->verdict.nreasons = 0;
 
     int have_gate = tensor_gate(o, &t->ref, &t->gate, &t->verdict);
+    t->no_thresholds = !have_gate;
 
     for (int k = 0; k < 2; k++) {
         const probe_rankset_entry *e = k ? ce : re;

@@ -470,6 +470,8 @@ static void attribution_json(json_t *o, const probe_compare_result *r)
     json_object_set_new(x, "after", call_ref(r, in->after_call));
     json_object_set_new(x, "amplification", num_or_null(in->amplification));
     json_object_set_new(x, "inherited_calls", json_integer((json_int_t)in->ninherited));
+    json_object_set_new(x, "no_thresholds", json_boolean(in->tensor >= 0 &&
+                                                         r->tensors[in->tensor].no_thresholds));
     json_object_set_new(o, "introduced", x);
 }
 
@@ -640,7 +642,7 @@ static const char html_script[] =
     "var v=$('verdict');v.textContent=D.verdict.toUpperCase();v.className=D.verdict;\n"
     "$('gate').textContent=D.gate.name;\n"
     "$('headline').textContent=D.headline==='oracle'?' (verdict against the oracle '+D.oracle+'; gate alone: '+D.gate_verdict+')':D.headline==='gate+systematic'?' + the systematic test':'';\n"
-    "var I=D.introduced;if(I){var t=I.kind==='call'?'introduced by '+I.call+': '+I.path+' fails while its inputs pass':I.kind==='between'?'introduced between '+I.after+' and '+I.call+', in pipeline code: '+I.path+' fails'+(I.amplification!==null?' ('+fmt(I.amplification)+' x the largest of the outputs since)':'')+' while every output since passes':'introduced before the first captured call: '+I.path+' fails';if(I.inherited_calls)t+='; inherited by '+I.inherited_calls+' later call'+(I.inherited_calls===1?'':'s');$('introduced').textContent=t;}\n"
+    "var I=D.introduced;if(I){var t=I.kind==='call'?'introduced by '+I.call+': '+I.path+' fails while its inputs pass':I.kind==='between'?'introduced between '+I.after+' and '+I.call+', in pipeline code: '+I.path+' fails'+(I.amplification!==null?' ('+fmt(I.amplification)+' x the largest of the outputs since)':'')+' while every output since passes':'introduced before the first captured call: '+I.path+' fails';if(I.no_thresholds)t+='; it has no T2 thresholds in the calibration file, so how much it differs is not judged';if(I.inherited_calls)t+='; inherited by '+I.inherited_calls+' later call'+(I.inherited_calls===1?'':'s');$('introduced').textContent=t;}\n"
     "(D.calls||[]).forEach(function(c){var tr=el('tr',{'class':c.status==='pass'?'pass':c.status==='introduced'||c.status==='inside'?'fail':'inh'});[c.call,c.step===null?'':c.step,c.cfg_branch===null?'':c.cfg_branch,c.parent?c.parent+(c.block!==null?' (block '+c.block+')':''):'',c.status,c.first_failure||'',c.via||''].forEach(function(x){tr.appendChild(el('td',{},String(x)));});$('calls').querySelector('tbody').appendChild(tr);});\n"
     "var ff=D.first_failure;$('first-failure-component').textContent=ff?comp(ff):'none';$('first-failure-path').textContent=ff||'';\n"
     "var sm=D.summary||{};\n"

@@ -613,21 +613,27 @@ static void print_introduced(FILE *out, const probe_compare_result *r)
                                 (long long)c->step);
     if (c->cfg_branch >= 0 && len < sizeof where)
         snprintf(where + len, sizeof where - len, "%sbranch %d", len ? ", " : "", c->cfg_branch);
+    const char *unjudged = t && t->no_thresholds
+                               ? "; it has no T2 thresholds in the calibration file, so how "
+                                 "much it differs is not judged"
+                               : "";
     if (in->kind == PROBE_INTRODUCED_CALL)
-        fprintf(out, "introduced by %s%s%s%s: %s fails while its inputs pass%s\n", name,
+        fprintf(out, "introduced by %s%s%s%s: %s %s while its inputs pass%s%s\n", name,
                 where[0] ? " (" : "", where, where[0] ? ")" : "", probe_tesc(t ? t->ref.path : "?"),
-                !strcmp(c->decided_by, "isolated") ? " (and fails in isolation)" : "");
+                unjudged[0] ? "differs" : "fails",
+                !strcmp(c->decided_by, "isolated") ? " (and fails in isolation)" : "", unjudged);
     else if (in->kind == PROBE_INTRODUCED_BETWEEN) {
         call_name(after, sizeof after, r, in->after_call);
         char amp[64] = "";
         if (isfinite(in->amplification))
             snprintf(amp, sizeof amp, ", %.3g x the largest of the outputs since", in->amplification);
         fprintf(out, "introduced between %s and %s%s%s%s, in pipeline code: %s fails (rel_l2 %.3e%s) "
-                     "while every output since passes\n", after, name, where[0] ? " (" : "", where,
-                where[0] ? ")" : "", probe_tesc(t ? t->ref.path : "?"), t ? t->m.rel_l2 : NAN, amp);
+                     "while every output since passes%s\n", after, name, where[0] ? " (" : "", where,
+                where[0] ? ")" : "", probe_tesc(t ? t->ref.path : "?"), t ? t->m.rel_l2 : NAN, amp,
+                unjudged);
     } else
-        fprintf(out, "introduced before the first captured call: %s fails\n",
-                probe_tesc(t ? t->ref.path : "?"));
+        fprintf(out, "introduced before the first captured call: %s fails%s\n",
+                probe_tesc(t ? t->ref.path : "?"), unjudged);
     if (in->ninherited)
         fprintf(out, "inherited by %zu later component call%s (their inputs already differ)\n",
                 in->ninherited, in->ninherited == 1 ? "" : "s");

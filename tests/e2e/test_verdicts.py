@@ -14,6 +14,9 @@ written with h5py that mimic a two-step CFG pipeline with nested DiT blocks:
   the gain/channel excesses equal numpy's; a candidate as accurate as the
   reference passes although T1 fails, one twice as far fails "less accurate";
 - probe-matrix marks a cell whose failures are all inherited "inherited";
+- T2 with a calibration that lacks the text encoder: an identical text-encoder
+  output fails the run (no thresholds) but attribution names no call; a
+  differing one is named, and the line and JSON ("no_thresholds") say why;
 - bad input: --oracle missing / the reference itself / a bad headroom: exit 2,
   one line; an oracle identical to the reference fails the run (exit 1).
 """
@@ -332,6 +335,41 @@ def main():
     a, b2 = pair("same", [2**62 + 1, 5], [2**62 + 1, 5], np.int64, np.int64)
     rc, so, se = compare(a, b2, "--expect-identical")
     check(rc == 0, "--expect-identical: the same int64 bytes are identical (rc=%d)" % rc)
+
+    # --- T2 without thresholds for a component: not judged, never "introduced" by identity ---
+    # The calibration holds dit.step, dit.block and scheduler.step but not the text encoder,
+    # whose output comes first. Identical there: the run still fails (no thresholds), but
+    # attribution names no call. Differing there: it is named, and the line says why.
+    def with_text_encoder(cap, delta):
+        x = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(4, 16)
+        y = x.copy()
+        y[0, 0] += delta
+        cap.items.insert(0, ("text_encoder", 0, "out", y, -1, -1))
+        return cap
+    with_text_encoder(pipeline(), 0.0).write(P("te_ref.h5"))
+    with_text_encoder(pipeline(), 0.0).write(P("te_same.h5"))
+    with_text_encoder(pipeline(), 0.25).write(P("te_diff.h5"))
+    loose = {"rel_l2_max": 1.0, "cosine_min": -1.0, "max_abs_max": 1e9, "p99_abs_max": 1e9}
+    with open(P("te_cal.json"), "w") as f:
+        json.dump({"format": "probe-calibration", "version": 1,
+                   "components": {"dit.step": loose, "dit.block": loose, "scheduler.step": loose}}, f)
+    rc, so, se = compare(P("te_ref.h5"), P("te_same.h5"), "--gate", "T2", "--calibration",
+                         P("te_cal.json"), "--json", P("te_same.json"))
+    j = json.load(open(P("te_same.json")))
+    te = [t for t in j["tensors"] if t["path"] == "/text_encoder/0000/out"][0]
+    check(rc == 1 and te["identical"] and any("no T2 thresholds for component 'text_encoder'" in x
+                                             for x in te["reasons"])
+          and j["introduced"] is None and "introduced" not in so.split("first failure")[-1],
+          "T2: an identical tensor without thresholds fails the run but is introduced by nothing "
+          "(rc=%d, introduced %r)" % (rc, j["introduced"]))
+    rc, so, se = compare(P("te_ref.h5"), P("te_diff.h5"), "--gate", "T2", "--calibration",
+                         P("te_cal.json"), "--json", P("te_diff.json"))
+    j = json.load(open(P("te_diff.json")))
+    i = j["introduced"] or {}
+    check(rc == 1 and i.get("call") == "/text_encoder/0000" and i.get("no_thresholds") is True
+          and "introduced by text_encoder/0000: /text_encoder/0000/out differs while its inputs pass; "
+              "it has no T2 thresholds in the calibration file" in so,
+          "T2: a differing tensor without thresholds is named, with the reason (rc=%d, %r)" % (rc, i))
     return finish()
 
 
