@@ -464,6 +464,11 @@ const char *probe_calibration_weights(const probe_calibration *c)
     return c && c->weights_quantized ? "quantized" : "same";
 }
 
+const char *probe_calibration_path(const probe_calibration *c)
+{
+    return c ? c->path : NULL;
+}
+
 const char *probe_calibration_weights_rounding(const probe_calibration *c)
 {
     return c && c->weights_rounding >= 0 ? probe_rounding_name((probe_rounding)c->weights_rounding)

@@ -51,6 +51,10 @@ const char *probe_calibration_weights(const probe_calibration *c);
  * (any change of the weights is the feature's) or c is NULL. */
 const char *probe_calibration_weights_rounding(const probe_calibration *c);
 
+/* The name c was loaded from: the path given to probe_calibration_load, or
+ * the name given to probe_calibration_load_stream. NULL when c is NULL. */
+const char *probe_calibration_path(const probe_calibration *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -408,6 +408,9 @@ typedef struct probe_compare_result {
                                 module path */
     size_t class_mismatches;
     char first_class_mismatch[512];
+    /* The calibration file T2 took its thresholds from (probe_calibration_path of
+     * opts->calibration), "" when none was given. */
+    char calibration[1024];
 } probe_compare_result;
 
 #define PROBE_HEADLINE_GATE 0

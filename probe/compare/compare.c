@@ -1353,6 +1353,9 @@ static probe_status run_open_extra(compare_run *cr)
     side_run_end(res, 0, cr->rset, cr->how[0], sizeof cr->how[0]);
     side_run_end(res, 1, cr->cset, cr->how[1], sizeof cr->how[1]);
 
+    if (opts->calibration && probe_calibration_path(opts->calibration))
+        snprintf(res->calibration, sizeof res->calibration, "%s",
+                 probe_calibration_path(opts->calibration));
     if (opts->oracle) {
         if ((s = probe_file_open(opts->oracle, &cr->of)) != PROBE_OK)
             return s;

@@ -488,6 +488,7 @@ static json_t *result_json(const probe_compare_result *r)
     json_object_set_new(o, "headline", json_string(rules[r->headline]));
     json_object_set_new(o, "gate_verdict", json_string(r->gate_pass ? "pass" : "fail"));
     json_object_set_new(o, "oracle", r->oracle[0] ? json_string(r->oracle) : json_null());
+    json_object_set_new(o, "calibration", r->calibration[0] ? json_string(r->calibration) : json_null());
     if (r->oracle[0])
         json_object_set_new(o, "incomplete_oracle", json_boolean(r->incomplete_oracle));
     if (r->oracle[0])

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -157,8 +158,9 @@ static void print_table(FILE *out, const probe_compare_result *r, const char *ga
     fprintf(out, "reference %s\ncandidate %s\ngate %s:", probe_tesc(r->reference),
             probe_tesc(r->candidate), gate);
     if (r->gate.kind == PROBE_GATE_T2)
-        fprintf(out, " each tensor's thresholds from the calibration (its component's, tensor "
-                     "path's and structure entries: the tensor's \"gate\" in the JSON)");
+        fprintf(out, " each tensor's thresholds from the calibration%s%s (its component's, tensor "
+                     "path's and structure entries: the tensor's \"gate\" in the JSON)",
+                r->calibration[0] ? " file " : "", probe_tesc(r->calibration));
     else if (isfinite(r->gate.mismatch_fraction_max))
         fprintf(out, " elements within atol %g rtol %g (mismatch fraction <= %g)", r->gate.atol,
                 r->gate.rtol, r->gate.mismatch_fraction_max);
@@ -381,6 +383,33 @@ static void print_threads(FILE *out, const probe_compare_result *r)
 }
 
 
+/* 1 when label (any case) is one of the NULL-ended names. */
+static int label_is(const char *label, const char *const *names)
+{
+    for (; *names; names++)
+        if (strcasecmp(label, *names) == 0)
+            return 1;
+    return 0;
+}
+
+/* The reference labelled as the feature-on run and the candidate as the
+ * feature-off one (manifest "label", probe-run --label): the files were
+ * most likely given in the wrong order. */
+static void print_swapped_labels(FILE *out, json_t *const m[2])
+{
+    static const char *const on[] = {"on", "candidate", "feature-on", "feature_on", NULL};
+    static const char *const off[] = {"off", "reference", "baseline", "feature-off", "feature_off",
+                                      NULL};
+    const char *l[2];
+    for (int s = 0; s < 2; s++)
+        if (!(l[s] = json_string_value(json_object_get(m[s], "label"))))
+            return;
+    if (label_is(l[0], on) && label_is(l[1], off))
+        fprintf(out, "note: the reference is labelled '%s' and the candidate '%s': probe-compare "
+                     "takes the feature-off run first (REFERENCE CANDIDATE); were the files given "
+                     "the wrong way round?\n\n", probe_tesc(l[0]), probe_tesc(l[1]));
+}
+
 static void print_runs(FILE *out, const probe_compare_result *r)
 {
     json_t *m[2] = {r->manifest_reference ? json_loads(r->manifest_reference, 0, NULL) : NULL,
@@ -447,6 +476,7 @@ static void print_runs(FILE *out, const probe_compare_result *r)
                 v[0][0] ? v[0] : "-", v[1][0] ? v[1] : "-");
     }
     fputc('\n', out);
+    print_swapped_labels(out, m);
     json_decref(m[0]);
     json_decref(m[1]);
 }

@@ -16,7 +16,9 @@ written with h5py that mimic a two-step CFG pipeline with nested DiT blocks:
 - probe-matrix marks a cell whose failures are all inherited "inherited";
 - T2 with a calibration that lacks the text encoder: an identical text-encoder
   output fails the run (no thresholds) but attribution names no call; a
-  differing one is named, and the line and JSON ("no_thresholds") say why;
+  differing one is named, and the line and JSON ("no_thresholds") say why; the
+  header and the JSON ("calibration") name the calibration file; a reference
+  labelled "on" against a candidate labelled "off" gets one note;
 - bad input: --oracle missing / the reference itself / a bad headroom: exit 2,
   one line; an oracle identical to the reference fails the run (exit 1).
 """
@@ -370,6 +372,29 @@ def main():
           and "introduced by text_encoder/0000: /text_encoder/0000/out differs while its inputs pass; "
               "it has no T2 thresholds in the calibration file" in so,
           "T2: a differing tensor without thresholds is named, with the reason (rc=%d, %r)" % (rc, i))
+    check(j["calibration"] == P("te_cal.json") and
+          "thresholds from the calibration file %s (" % P("te_cal.json") in so,
+          "T2: the text header and the JSON name the calibration file (%r)" % j.get("calibration"))
+    rc, so, se = compare(P("te_ref.h5"), P("te_same.h5"), "--json", P("te_t1.json"))
+    check(json.load(open(P("te_t1.json")))["calibration"] is None,
+          "without --calibration the JSON's calibration is null")
+
+    # --- labels the wrong way round: a note, nothing else changes ---
+    def labelled(src, dst, label):
+        import shutil
+        shutil.copy(src, dst)
+        with h5py.File(dst, "a") as f:
+            f.attrs["probe.manifest"] = json.dumps({"probe_version": "test", "label": label})
+    for name, label in (("lab_on", "On"), ("lab_off", "off"), ("lab_x", "fp8")):
+        labelled(P("te_ref.h5"), P(name + ".h5"), label)
+    rc1, swapped, _ = compare(P("lab_on.h5"), P("lab_off.h5"))
+    rc2, right, _ = compare(P("lab_off.h5"), P("lab_on.h5"))
+    rc3, other, _ = compare(P("lab_on.h5"), P("lab_x.h5"))
+    note = "note: the reference is labelled 'On' and the candidate 'off'"
+    # identical runs: each fails as "feature not active", the same way in every order
+    check(rc1 == rc2 == rc3 == 1 and note in swapped and "note: the reference is labelled" not in right
+          and "note: the reference is labelled" not in other,
+          "labels on/off swapped: one note; in order or other labels: none (rc %d %d %d)" % (rc1, rc2, rc3))
     return finish()
 
 
