@@ -311,6 +311,7 @@ static void shim_init_config(void)
     shim_select_config(shim_cfg.capture_spec ? shim_cfg.capture_spec : "*");
     shim_stats_config();
     shim_pack_config();
+    shim_hash_thread_config();
     shim_libprobe_cuda_config();
     shim_select_stats_for_config(getenv("PROBE_STATS_ONLY_FOR"));
     shim_scope_config();

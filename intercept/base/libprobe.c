@@ -208,7 +208,7 @@ probe_status shim_libprobe_open(const char *path, const char *manifest, int appe
     return st;
 }
 
-static void hash_thread_config(void)
+void shim_hash_thread_config(void)
 {
     const char *v = getenv("PROBE_HASH_THREAD");
     shim_cfg.hash_thread = 1;
@@ -223,7 +223,6 @@ static void hash_thread_config(void)
 
 void shim_pack_config(void)
 {
-    hash_thread_config();
     const char *v = getenv("PROBE_PACK_SMALL");
     shim_cfg.pack_small = 0;
     if (!v || !*v)

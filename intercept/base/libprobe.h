@@ -54,9 +54,10 @@ extern struct shim_libprobe shim_libprobe_api;
  * lock. */
 probe_status shim_libprobe_load(void);
 
-/* Read PROBE_PACK_SMALL into shim_cfg.pack_small and PROBE_HASH_THREAD
- * into shim_cfg.hash_thread (constructor). */
+/* Read PROBE_PACK_SMALL into shim_cfg.pack_small (constructor). */
 void shim_pack_config(void);
+/* Read PROBE_HASH_THREAD into shim_cfg.hash_thread (constructor). */
+void shim_hash_thread_config(void);
 
 /* The writer API, each call made under one lock that fork() also takes
  * (shim_libprobe_fork_prepare/release), so no child is forked while HDF5 runs. */

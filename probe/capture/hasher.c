@@ -12,10 +12,10 @@ struct probe_hasher {
     pid_t pid; /* the process the thread runs in */
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    XXH64_state_t *state; /* the posted update, NULL when none is pending */
+    XXH64_state_t *state; /* the posted update */
     const void *data;
     size_t len;
-    unsigned long posted, done; /* updates posted and finished */
+    int pending; /* an update is posted and not finished */
     int quit;
 };
 
@@ -24,9 +24,9 @@ static void *hasher_main(void *arg)
     probe_hasher *h = arg;
     pthread_mutex_lock(&h->lock);
     for (;;) {
-        while (!h->quit && h->done == h->posted)
+        while (!h->quit && !h->pending)
             pthread_cond_wait(&h->cond, &h->lock);
-        if (h->done == h->posted) /* quit, nothing pending */
+        if (!h->pending) /* quit, nothing pending */
             break;
         XXH64_state_t *st = h->state;
         const void *data = h->data;
@@ -34,8 +34,7 @@ static void *hasher_main(void *arg)
         pthread_mutex_unlock(&h->lock);
         XXH64_update(st, data, len);
         pthread_mutex_lock(&h->lock);
-        h->state = NULL;
-        h->done = h->posted;
+        h->pending = 0;
         pthread_cond_broadcast(&h->cond);
     }
     pthread_mutex_unlock(&h->lock);
@@ -76,12 +75,12 @@ int probe_hasher_post(probe_hasher *h, XXH64_state_t *state, const void *data, s
     if (h == NULL || h->pid != getpid())
         return -1;
     pthread_mutex_lock(&h->lock);
-    while (h->done != h->posted) /* one update at a time */
+    while (h->pending) /* one update at a time */
         pthread_cond_wait(&h->cond, &h->lock);
     h->state = state;
     h->data = data;
     h->len = len;
-    h->posted++;
+    h->pending = 1;
     pthread_cond_broadcast(&h->cond);
     pthread_mutex_unlock(&h->lock);
     return 0;
@@ -92,7 +91,7 @@ void probe_hasher_wait(probe_hasher *h)
     if (h == NULL || h->pid != getpid())
         return;
     pthread_mutex_lock(&h->lock);
-    while (h->done != h->posted)
+    while (h->pending)
         pthread_cond_wait(&h->cond, &h->lock);
     pthread_mutex_unlock(&h->lock);
 }
