@@ -159,6 +159,26 @@ void probe_writer_put_cancel(probe_put *p);
 #define PROBE_PACK_MAX_BYTES ((size_t)1 << 20)
 probe_status probe_writer_set_pack(probe_writer *w, size_t max_bytes);
 
+/* The raw files layout (docs/file-format.md "Raw files"): from now on,
+ * each tensor of at least PROBE_RAW_MIN_BYTES that a streamed put
+ * (probe_writer_put_begin) writes keeps its bytes outside the capture file,
+ * in k raw files <path>.raw/00 .. <path>.raw/NN next to it, striped over
+ * them in pieces of PROBE_RAW_STRIPE_BYTES or more, and the k files are
+ * written at once by threads of the writer: a drain k files wide, where one
+ * file is bound by the kernel's one writer per file. The dataset names its
+ * pieces in HDF5 external storage (names relative to the capture's folder),
+ * which probe's reader accepts only in this form; h5py reads them with
+ * HDF5_EXTFILE_PREFIX='${ORIGIN}'. Move the capture together with its .raw
+ * folder. Call before the first streamed put; k 0 keeps every tensor
+ * inside the file. Errors: PROBE_EINVAL (k above PROBE_RAW_FILES_MAX, w
+ * NULL), PROBE_ESTATE (a streamed put is open, or raw files were set
+ * already), PROBE_EIO (the folder or a file cannot be made: the message
+ * names it); a writer that failed keeps failing (PROBE_EIO). */
+#define PROBE_RAW_FILES_MAX 16u
+#define PROBE_RAW_MIN_BYTES ((size_t)1 << 20)
+#define PROBE_RAW_STRIPE_BYTES ((uint64_t)4 << 20)
+probe_status probe_writer_set_raw_files(probe_writer *w, unsigned k);
+
 /* Record that rec->path was not captured and why (e.g. "stream capturing a
  * CUDA graph"). Kept in the root attribute probe.skips. */
 probe_status probe_writer_skip(probe_writer *w, const probe_record *rec, const char *reason);

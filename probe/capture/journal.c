@@ -304,6 +304,24 @@ probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uin
     return jwrite(j, &b);
 }
 
+probe_status probe_journal_tensor_raw(probe_journal *j, const probe_record *rec, uint64_t nbytes,
+                                      uint64_t hash, const probe_raw_seg *segs, size_t nsegs)
+{
+    buf_t b = {0};
+    encode_tensor(&b, rec, PROBE_JOURNAL_NO_OFFSET, nbytes, hash);
+    size_t start = b.len;
+    rec_start(&b, PROBE_JREC_RAW);
+    put_str(&b, rec->path);
+    put_u32(&b, (uint32_t)nsegs);
+    for (size_t i = 0; i < nsegs; i++) {
+        put_u32(&b, segs[i].lane);
+        put_u64(&b, segs[i].offset);
+        put_u64(&b, segs[i].size);
+    }
+    rec_finish(&b, start);
+    return jwrite(j, &b);
+}
+
 /* The SUMMARY record and its OP and CALL records go out with one write(2). */
 probe_status probe_journal_summary(probe_journal *j, const probe_record *rec,
                                    const probe_summary *sum, uint64_t hash)
@@ -613,8 +631,8 @@ static int decode_tensor(rd_t *r, probe_journal_tensor_rec *t)
     uint64_t want;
     if (r->bad || __builtin_mul_overflow(n, esize, &want) || want != t->nbytes ||
         want > SIZE_MAX || n > SIZE_MAX / sizeof(double) ||
-        (want > 0 && (t->offset == PROBE_JOURNAL_NO_OFFSET || t->offset > UINT64_MAX - want)))
-        return -1;
+        (want > 0 && t->offset != PROBE_JOURNAL_NO_OFFSET && t->offset > UINT64_MAX - want))
+        return -1; /* no offset: the bytes are in raw files (the RAW record after it) */
     if (h == 0)
         finish_info(t);
     return h;
@@ -674,8 +692,10 @@ static int decode_summary(rd_t *r, probe_journal_tensor_rec *t)
 
 void probe_journal_data_free(probe_journal_data *d)
 {
-    for (size_t i = 0; d->t != NULL && i < d->n; i++)
+    for (size_t i = 0; d->t != NULL && i < d->n; i++) {
         free(d->t[i].op);
+        free(d->t[i].segs);
+    }
     free(d->t);
     free(d->skips);
     free(d->manifest);
@@ -758,7 +778,7 @@ static void apply_tensor(parse_state *ps, rd_t *r, int summary, int *oom)
     int dr;
     if (grow((void **)&d->t, &ps->tcap, d->n, sizeof *d->t) != 0) {
         *oom = 1;
-    } else if ((d->t[d->n].op = NULL,
+    } else if ((d->t[d->n].op = NULL, d->t[d->n].segs = NULL, d->t[d->n].nsegs = 0,
                 dr = summary ? decode_summary(r, &d->t[d->n]) : decode_tensor(r, &d->t[d->n])) < 0) {
         r->bad = dr == -1;
         *oom = dr == -2;
@@ -791,6 +811,42 @@ static void apply_call(parse_state *ps, rd_t *r)
         snprintf(i->class_name, sizeof i->class_name, "%s", cls);
         snprintf(i->module, sizeof i->module, "%s", mod);
     }
+}
+
+/* A RAW record: the pieces of the TENSOR record just before it (same path,
+ * no offset, no pieces yet); otherwise ignored. */
+static void apply_raw(parse_state *ps, rd_t *r, int *oom)
+{
+    probe_journal_data *d = ps->d;
+    char *path = get_str_dup(r, oom);
+    uint32_t n = get_u32(r);
+    if (r->bad || *oom || path == NULL || n == 0 || n > (r->len - r->at) / 20) {
+        r->bad = r->bad || (!*oom && path != NULL);
+        free(path);
+        return;
+    }
+    probe_raw_seg *segs = malloc((size_t)n * sizeof *segs);
+    if (segs == NULL) {
+        *oom = 1;
+        free(path);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        segs[i].lane = get_u32(r);
+        segs[i].offset = get_u64(r);
+        segs[i].size = get_u64(r);
+        if (segs[i].lane >= PROBE_RAW_FILES_MAX)
+            r->bad = 1;
+    }
+    probe_journal_tensor_rec *t = d->n > 0 ? &d->t[d->n - 1] : NULL;
+    if (!r->bad && t != NULL && strcmp(t->info.path, path) == 0 && t->segs == NULL &&
+        t->offset == PROBE_JOURNAL_NO_OFFSET && !t->info.stats_only) {
+        t->segs = segs;
+        t->nsegs = n;
+        segs = NULL;
+    }
+    free(segs);
+    free(path);
 }
 
 /* One record of the given type (its checksum checked) into ps->d. PROBE_OK
@@ -830,6 +886,8 @@ static probe_status apply_record(parse_state *ps, uint32_t type, rd_t *r, int *o
         free(op);
     } else if (type == PROBE_JREC_CALL) {
         apply_call(ps, r);
+    } else if (type == PROBE_JREC_RAW) {
+        apply_raw(ps, r, oom);
     } else if (type == PROBE_JREC_TAPPED) {
         char *path = get_str_dup(r, oom);
         if (!r->bad && !*oom && path != NULL && path[0] == '/' &&

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "probe/capture.h"
+#include "lanes.h"
 
 /* Internal to libprobe: not exported. */
 #define PROBE_JOURNAL_API __attribute__((visibility("hidden")))
@@ -51,7 +52,13 @@ enum {
      * probe_summary (docs/file-format.md "Journal"); OP and CALL records
      * follow it as they follow a TENSOR record. A version-1 reader without
      * it skips it as an unknown type (and loses the record) */
-    PROBE_JREC_SUMMARY = 9
+    PROBE_JREC_SUMMARY = 9,
+    /* the raw-file pieces of the TENSOR record just before it (same path,
+     * offset PROBE_JOURNAL_NO_OFFSET): path, count (u32), then per piece
+     * lane (u32), offset (u64), size (u64) in <capture>.raw/NN
+     * (docs/file-format.md "Raw files"). A reader without it finds no bytes
+     * for that TENSOR record */
+    PROBE_JREC_RAW = 10
 };
 
 #define PROBE_JOURNAL_LOST_REASON \
@@ -72,6 +79,12 @@ PROBE_JOURNAL_API probe_status probe_journal_begin(probe_journal *j, const char 
  * rec->op is set and a CALL record when rec->parent or rec->class_name is. */
 PROBE_JOURNAL_API probe_status probe_journal_tensor(probe_journal *j, const probe_record *rec, uint64_t offset,
                                   uint64_t nbytes, uint64_t hash);
+/* The TENSOR record of a tensor whose bytes are the raw-file pieces
+ * segs[0..nsegs) (offset PROBE_JOURNAL_NO_OFFSET), then its OP and CALL
+ * records, then the RAW record, with one write(2). */
+PROBE_JOURNAL_API probe_status probe_journal_tensor_raw(probe_journal *j, const probe_record *rec,
+                                                        uint64_t nbytes, uint64_t hash,
+                                                        const probe_raw_seg *segs, size_t nsegs);
 /* probe_journal_summary appends the SUMMARY record of stats-only record rec
  * (sum, hash), then its OP and CALL records as probe_journal_tensor does. */
 PROBE_JOURNAL_API probe_status probe_journal_summary(probe_journal *j, const probe_record *rec,
@@ -138,6 +151,8 @@ typedef struct probe_journal_tensor_rec {
     uint64_t nbytes;
     uint64_t hash;
     char *op;               /* the record's probe.op text (malloc'd), NULL when none */
+    probe_raw_seg *segs;    /* its RAW record's pieces (malloc'd), NULL when none */
+    size_t nsegs;
     /* info.stats_only set: a SUMMARY record; offset is PROBE_JOURNAL_NO_OFFSET,
      * nbytes 0, and this is its stored summary */
     probe_summary summary;

@@ -24,6 +24,7 @@
 
 #include "h5types.h"
 #include "journal.h"
+#include "lanes.h"
 #include "tree.h"
 
 struct probe_file {
@@ -42,6 +43,9 @@ struct probe_file {
         hid_t d, ft, mt, fsp;
         int fd;             /* >= 0: contiguous, stored as read: pread at `addr` */
         uint64_t addr;
+        probe_raw_seg *segs; /* non-NULL: in raw files, these pieces (pread each) */
+        size_t nsegs;
+        int segs_owned;      /* segs is this struct's (not jsegs') */
     } cur;
     /* recovered from the journal (no HDF5 handle), or a packed tensor
      * (docs/file-format.md "Packed small tensors"; jaddr[i] is then
@@ -53,6 +57,17 @@ struct probe_file {
     probe_summary *jsum; /* recovered: stats-only tensor i's summary from its SUMMARY
                             record; NULL when the journal has none */
     int pfd;    /* descriptor for reading packed tensors, -1 until needed */
+    /* the raw files (docs/file-format.md "Raw files"): the folder's name
+     * (relative to the capture's folder), its descriptor + 1 and each raw
+     * file's descriptor + 1 (0: not open yet) and size */
+    char raw_dir[256];
+    int raw_dfd1;
+    int lane_fd1[PROBE_RAW_FILES_MAX];
+    uint64_t lane_size[PROBE_RAW_FILES_MAX];
+    /* recovered: tensor i's raw-file pieces from its RAW record; NULL when
+     * the journal has none */
+    probe_raw_seg **jsegs;
+    size_t *jnsegs;
 };
 
 /* 1 when tensor i is read from jaddr (recovered, or packed). */
@@ -715,6 +730,18 @@ static probe_status check_contained(hid_t d, const char *fpath, const char *dpat
         return probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: storage properties unreadable: %s", fpath,
                                dpath, inside);
     int next = H5Pget_external_count(dcpl);
+    if (next > 0) { /* probe's raw files are read (by name, checked) at reads */
+        probe_raw_seg *segs = NULL;
+        size_t nsegs = 0;
+        int r = probe_raw_efl_read(dcpl, name, sizeof name, &segs, &nsegs);
+        free(segs);
+        if (r == -2) {
+            H5Pclose(dcpl);
+            return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", fpath, dpath);
+        }
+        if (r == 1)
+            next = 0;
+    }
     H5D_layout_t lay = H5Pget_layout(dcpl);
     int nfilters = H5Pget_nfilters(dcpl);
     if (next != 0) {
@@ -1272,6 +1299,15 @@ void probe_file_close(probe_file *f)
     free(f->jsum);
     if (f->pfd >= 0)
         close(f->pfd);
+    for (size_t i = 0; f->jsegs != NULL && i < f->n; i++)
+        free(f->jsegs[i]);
+    free(f->jsegs);
+    free(f->jnsegs);
+    for (unsigned i = 0; i < PROBE_RAW_FILES_MAX; i++)
+        if (f->lane_fd1[i] > 0)
+            close(f->lane_fd1[i] - 1);
+    if (f->raw_dfd1 > 0)
+        close(f->raw_dfd1 - 1);
     free(f);
 }
 
@@ -1408,14 +1444,162 @@ probe_status probe_file_tensor_attr(probe_file *f, size_t i, const char *name, c
     return s;
 }
 
+/* --- raw files (docs/file-format.md "Raw files") --- */
+
+/* Open raw file `lane` of folder dir (next to the capture) once, into
+ * f->lane_fd1: never through a symbolic link (the folder or the file), and
+ * only a regular file (a FIFO would block a read). PROBE_EFORMAT or
+ * PROBE_EIO naming the folder or file. */
+static probe_status raw_lane_open(probe_file *f, const char *dir, unsigned lane, const char *tpath)
+{
+    if (f->raw_dir[0] != '\0' && strcmp(f->raw_dir, dir) != 0) {
+        return probe_set_error(PROBE_EFORMAT, "%s: %s: raw files in %s, but others in %s: a "
+                               "capture has one raw files folder", f->path, tpath, dir, f->raw_dir);
+    }
+    if (f->raw_dfd1 == 0) {
+        char *slash = strrchr(f->path, '/');
+        char *parent = slash == NULL ? strdup(".") : strndup(f->path, (size_t)(slash - f->path) + 1);
+        int pfd = parent != NULL ? open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        int dfd = pfd >= 0 ? openat(pfd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        int e = errno;
+        free(parent);
+        if (pfd >= 0)
+            close(pfd);
+        if (dfd < 0) {
+            return probe_set_error(PROBE_EIO, "%s: %s: its bytes are in the raw files folder %s "
+                                   "next to it, which cannot be opened: %s%s", f->path, tpath, dir,
+                                   strerror(e), e == ELOOP || e == ENOTDIR
+                                                    ? " (a symbolic link or not a folder)" : "");
+        }
+        snprintf(f->raw_dir, sizeof f->raw_dir, "%s", dir);
+        f->raw_dfd1 = dfd + 1;
+    }
+    if (f->lane_fd1[lane] == 0) {
+        char leaf[4];
+        snprintf(leaf, sizeof leaf, "%02u", lane);
+        errno = 0;
+        int fd = openat(f->raw_dfd1 - 1, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            int e = errno;
+            int notreg = fd >= 0 && e == 0;
+            if (fd >= 0)
+                close(fd);
+            return probe_set_error(notreg ? PROBE_EFORMAT : PROBE_EIO, "%s: %s: raw file %s/%s: %s",
+                                   f->path, tpath, dir, leaf,
+                                   notreg ? "not a regular file"
+                                          : e == ELOOP ? "a symbolic link" : strerror(e));
+        }
+        f->lane_fd1[lane] = fd + 1;
+        f->lane_size[lane] = (uint64_t)st.st_size;
+    }
+    return PROBE_OK;
+}
+
+/* PROBE_OK when pieces segs[0..n) of tensor tpath are nbytes in all and
+ * each lies inside its raw file of folder dir; else PROBE_EFORMAT (or the
+ * raw file's PROBE_EIO) naming the file. */
+static probe_status raw_check(probe_file *f, const char *dir, const probe_raw_seg *segs, size_t n,
+                              uint64_t nbytes, const char *tpath)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (segs[i].lane >= PROBE_RAW_FILES_MAX)
+            return probe_set_error(PROBE_EFORMAT, "%s: %s: raw file %u out of range", f->path, tpath,
+                                   segs[i].lane);
+        probe_status ls = raw_lane_open(f, dir, segs[i].lane, tpath);
+        if (ls != PROBE_OK)
+            return ls;
+        uint64_t size = f->lane_size[segs[i].lane];
+        if (segs[i].offset > size || segs[i].size > size - segs[i].offset)
+            return probe_set_error(PROBE_EFORMAT, "%s: %s: raw file %s/%02u holds %llu bytes, its "
+                                   "piece %zu is bytes [%llu, %llu): truncated", f->path, tpath,
+                                   dir, segs[i].lane, (unsigned long long)size, i,
+                                   (unsigned long long)segs[i].offset,
+                                   (unsigned long long)(segs[i].offset + segs[i].size));
+        if (segs[i].size > UINT64_MAX - sum)
+            return probe_set_error(PROBE_EFORMAT, "%s: %s: raw pieces overflow", f->path, tpath);
+        sum += segs[i].size;
+    }
+    if (sum != nbytes)
+        return probe_set_error(PROBE_EFORMAT, "%s: %s: its raw pieces hold %llu bytes, the tensor "
+                               "has %llu", f->path, tpath, (unsigned long long)sum,
+                               (unsigned long long)nbytes);
+    return PROBE_OK;
+}
+
+static int pread_full(int fd, void *dst, size_t n, uint64_t off);
+
+/* Bytes [at, at + len) of the tensor whose (checked) pieces are segs. */
+static probe_status raw_read(probe_file *f, const probe_raw_seg *segs, size_t n, uint64_t at,
+                             size_t len, void *dst, const char *tpath)
+{
+    uint64_t start = 0;
+    size_t i = 0;
+    while (i < n && start + segs[i].size <= at)
+        start += segs[i++].size;
+    unsigned char *p = dst;
+    while (len > 0) {
+        if (i >= n)
+            return probe_set_error(PROBE_EFORMAT, "%s: %s: read past its raw pieces", f->path, tpath);
+        uint64_t in = at - start, k = segs[i].size - in;
+        if (k > len)
+            k = len;
+        if (pread_full(f->lane_fd1[segs[i].lane] - 1, p, (size_t)k, segs[i].offset + in) != 0) {
+            int e = errno;
+            return probe_set_error(e ? PROBE_EIO : PROBE_EFORMAT, "%s: %s: cannot read raw file "
+                                   "%s/%02u (%s)", f->path, tpath, f->raw_dir, segs[i].lane,
+                                   e ? strerror(e) : "truncated since it was opened");
+        }
+        p += k;
+        at += k;
+        len -= (size_t)k;
+        start += segs[i].size;
+        i++;
+    }
+    return PROBE_OK;
+}
+
+/* The checked pieces of dataset d (tensor t, file type ft, memory type mt)
+ * when it is in raw files: PROBE_OK with *segs malloc'd, or *segs NULL when
+ * it is not. Call inside H5E_BEGIN_TRY. */
+static probe_status raw_pieces(probe_file *f, const probe_tensor_info *t, hid_t d, hid_t ft,
+                               hid_t mt, probe_raw_seg **segs, size_t *nsegs)
+{
+    char dir[256];
+    hid_t dcpl = H5Dget_create_plist(d);
+    int r = dcpl >= 0 ? probe_raw_efl_read(dcpl, dir, sizeof dir, segs, nsegs) : 0;
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (r == -2)
+        return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
+    if (r != 1)
+        return PROBE_OK; /* check_contained refused anything else */
+    probe_status s = PROBE_OK;
+    if (H5Tequal(ft, mt) <= 0)
+        s = probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: raw files in another byte order or type "
+                            "than the tensor's: refused", f->path, t->path);
+    else
+        s = raw_check(f, dir, *segs, *nsegs, t->n * probe_dtype_size(t->dtype), t->path);
+    if (s != PROBE_OK) {
+        free(*segs);
+        *segs = NULL;
+    }
+    return s;
+}
+
 /* --- reading --- */
 
 /* Read all n elements of tensor t, converted to t's logical type in
  * little-endian order, into dst (n * probe_dtype_size bytes). */
 static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *dst)
 {
-    if (at_jaddr(f, (size_t)(t - f->t)))
-        return read_recovered(f, (size_t)(t - f->t), 0, t->n, dst);
+    size_t ti = (size_t)(t - f->t);
+    if (f->jsegs != NULL && f->jsegs[ti] != NULL)
+        return raw_read(f, f->jsegs[ti], f->jnsegs[ti], 0, t->n * probe_dtype_size(t->dtype), dst,
+                        t->path);
+    if (at_jaddr(f, ti))
+        return read_recovered(f, ti, 0, t->n, dst);
     probe_status s = PROBE_OK;
     char text[256];
     H5E_BEGIN_TRY {
@@ -1430,10 +1614,17 @@ static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *d
                    (uint64_t)H5Sget_simple_extent_npoints(sp) != t->n) {
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
                                 f->path, t->path);
-        } else if ((s = check_contained(d, f->path, t->path)) == PROBE_OK &&
-                   H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
-            probe_h5_error_text(text, sizeof text);
-            s = probe_set_error(PROBE_EIO, "%s: %s: cannot read dataset (%s)", f->path, t->path, text);
+        } else if ((s = check_contained(d, f->path, t->path)) == PROBE_OK) {
+            probe_raw_seg *segs = NULL;
+            size_t nsegs = 0;
+            if ((s = raw_pieces(f, t, d, ft, mt, &segs, &nsegs)) == PROBE_OK && segs != NULL) {
+                s = raw_read(f, segs, nsegs, 0, t->n * probe_dtype_size(t->dtype), dst, t->path);
+            } else if (s == PROBE_OK && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0) {
+                probe_h5_error_text(text, sizeof text);
+                s = probe_set_error(PROBE_EIO, "%s: %s: cannot read dataset (%s)", f->path, t->path,
+                                    text);
+            }
+            free(segs);
         }
         if (mt >= 0)
             H5Tclose(mt);
@@ -1528,6 +1719,10 @@ static void range_close(probe_file *f)
     } H5E_END_TRY;
     if (f->cur.fd >= 0)
         close(f->cur.fd);
+    if (f->cur.segs_owned)
+        free(f->cur.segs);
+    f->cur.segs = NULL;
+    f->cur.segs_owned = 0;
     f->cur.index = (size_t)-1;
 }
 
@@ -1545,7 +1740,14 @@ static probe_status range_open(probe_file *f, size_t i)
     char text[256];
     f->cur.d = f->cur.ft = f->cur.mt = f->cur.fsp = H5I_INVALID_HID;
     f->cur.fd = -1;
+    f->cur.segs = NULL;
+    f->cur.segs_owned = 0;
     f->cur.index = i;
+    if (f->jsegs != NULL && f->jsegs[i] != NULL) { /* recovered, in raw files (checked) */
+        f->cur.segs = f->jsegs[i];
+        f->cur.nsegs = f->jnsegs[i];
+        return PROBE_OK;
+    }
     if (at_jaddr(f, i)) { /* the journal or the pack index gave the bytes' offset */
         if ((f->cur.fd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0) {
             s = probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
@@ -1573,7 +1775,11 @@ static probe_status range_open(probe_file *f, size_t i)
                    (uint64_t)H5Sget_simple_extent_npoints(f->cur.fsp) != t->n) {
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
                                 f->path, t->path);
-        } else if ((s = check_contained(f->cur.d, f->path, t->path)) == PROBE_OK) {
+        } else if ((s = check_contained(f->cur.d, f->path, t->path)) == PROBE_OK &&
+                   (s = raw_pieces(f, t, f->cur.d, f->cur.ft, f->cur.mt, &f->cur.segs,
+                                   &f->cur.nsegs)) == PROBE_OK && f->cur.segs != NULL) {
+            f->cur.segs_owned = 1;
+        } else if (s == PROBE_OK) {
             hid_t dcpl = H5Dget_create_plist(f->cur.d);
             haddr_t addr = H5Dget_offset(f->cur.d);
             int direct = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
@@ -1675,6 +1881,8 @@ probe_status probe_file_read_range(probe_file *f, size_t i, uint64_t offset, siz
     if ((s = range_open(f, i)) != PROBE_OK)
         return s;
     size_t esize = probe_dtype_size(t->dtype);
+    if (f->cur.segs != NULL)
+        return raw_read(f, f->cur.segs, f->cur.nsegs, offset * esize, count * esize, dst, t->path);
     if (f->cur.fd >= 0) {
         size_t want = count * esize, got = 0;
         uint64_t at = f->cur.addr + offset * esize;
@@ -1973,6 +2181,37 @@ static int bytes_match(int fd, uint64_t offset, uint64_t nbytes, uint64_t hash)
 }
 
 
+/* bytes_match for a TENSOR record whose bytes are raw-file pieces (in
+ * <capture name>.raw next to the capture): 1 when they hash to its hash, 0
+ * when not (or a raw file is missing or short), -1 on ENOMEM. */
+static int raw_match(probe_file *f, const probe_journal_data *d, const probe_journal_tensor_rec *r)
+{
+    char dir[sizeof d->capture_name + sizeof PROBE_RAW_SUFFIX];
+    snprintf(dir, sizeof dir, "%s%s", d->capture_name, PROBE_RAW_SUFFIX);
+    if (d->capture_name[0] == '\0' || raw_check(f, dir, r->segs, r->nsegs, r->nbytes, r->info.path) != PROBE_OK)
+        return 0;
+    XXH64_state_t *st = XXH64_createState();
+    size_t cap = (size_t)1 << 20;
+    unsigned char *buf = malloc(cap);
+    int ok = -1;
+    if (st != NULL && buf != NULL && XXH64_reset(st, 0) == XXH_OK) {
+        ok = 1;
+        for (uint64_t at = 0; at < r->nbytes && ok == 1;) {
+            size_t n = r->nbytes - at < cap ? (size_t)(r->nbytes - at) : cap;
+            if (raw_read(f, r->segs, r->nsegs, at, n, buf, r->info.path) != PROBE_OK)
+                ok = 0;
+            else
+                XXH64_update(st, buf, n);
+            at += n;
+        }
+        if (ok == 1)
+            ok = (uint64_t)XXH64_digest(st) == r->hash;
+    }
+    free(buf);
+    XXH64_freeState(st);
+    return ok;
+}
+
 static int cmp_jrec_seq(const void *a, const void *b)
 {
     return cmp_seq(&((const probe_journal_tensor_rec *)a)->info, &((const probe_journal_tensor_rec *)b)->info);
@@ -2004,7 +2243,7 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
             nstats++;
             continue;
         }
-        int m = bytes_match(fd, r->offset, r->nbytes, r->hash);
+        int m = r->segs != NULL ? raw_match(f, d, r) : bytes_match(fd, r->offset, r->nbytes, r->hash);
         if (m < 0)
             return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
         if (m == 1)
@@ -2041,6 +2280,13 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
         f->by_path = malloc(keep * sizeof *f->by_path);
         f->jop = calloc(keep, sizeof *f->jop);
         f->jsum = nstats > 0 ? calloc(keep, sizeof *f->jsum) : NULL;
+        size_t nraw = 0;
+        for (size_t i = 0; i < keep; i++)
+            nraw += d->t[i].segs != NULL;
+        f->jsegs = nraw > 0 ? calloc(keep, sizeof *f->jsegs) : NULL;
+        f->jnsegs = nraw > 0 ? calloc(keep, sizeof *f->jnsegs) : NULL;
+        if (nraw > 0 && (f->jsegs == NULL || f->jnsegs == NULL))
+            return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
         if (f->t == NULL || f->jaddr == NULL || f->by_path == NULL || f->jop == NULL ||
             (nstats > 0 && f->jsum == NULL))
             return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
@@ -2052,6 +2298,11 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
             f->jsum[i] = d->t[i].summary;
         f->jop[i] = d->t[i].op;
         d->t[i].op = NULL;
+        if (f->jsegs != NULL) {
+            f->jsegs[i] = d->t[i].segs;
+            f->jnsegs[i] = d->t[i].nsegs;
+            d->t[i].segs = NULL;
+        }
         f->by_path[i] = &f->t[i];
     }
     if (keep > 1)

@@ -47,6 +47,7 @@
 
 #include "h5types.h"
 #include "hasher.h"
+#include "lanes.h"
 #include "journal.h"
 
 /* Room kept beyond the payload before each write. HDF5's metadata for one
@@ -138,6 +139,9 @@ struct probe_writer {
                              thread of its own while this one writes it (probe_writer_set_hash_thread) */
     probe_hasher *hasher; /* that thread, started at the first such part; NULL: none (yet) */
     int hasher_failed;    /* it could not be started: parts are hashed on the caller's thread */
+    int appended;         /* opened with PROBE_WRITER_APPEND */
+    probe_lanes *lanes;   /* the raw files (probe_writer_set_raw_files), or NULL */
+    unsigned raw_next;    /* the lane the next raw tensor starts on */
     struct {              /* the packed layout (probe_writer_set_pack) */
         size_t max;       /* tensors of at most max bytes are packed; 0: none */
         unsigned next;    /* number of the next chunk (/probe.pack/NNNN) */
@@ -633,8 +637,30 @@ static probe_status open_append(probe_writer *w, unsigned flags)
                                              t->tree_hash[0] ? &tree : NULL);
             continue;
         }
-        if (off == HADDR_UNDEF && nbytes > 0)
-            continue; /* not contiguous storage the journal can point at: kept by HDF5 only */
+        if (off == HADDR_UNDEF && nbytes > 0) {
+            /* in raw files: the journal points at its pieces; otherwise not
+             * storage the journal can point at: kept by HDF5 only */
+            probe_raw_seg *segs = NULL;
+            size_t nsegs = 0;
+            int raw = 0;
+            char dir[256];
+            H5E_BEGIN_TRY {
+                hid_t d = H5Dopen2(w->file, t->path, H5P_DEFAULT);
+                hid_t dcpl = d >= 0 ? H5Dget_create_plist(d) : H5I_INVALID_HID;
+                if (dcpl >= 0)
+                    raw = probe_raw_efl_read(dcpl, dir, sizeof dir, &segs, &nsegs);
+                if (dcpl >= 0)
+                    H5Pclose(dcpl);
+                if (d >= 0)
+                    H5Dclose(d);
+            } H5E_END_TRY;
+            if (raw == -2)
+                s = probe_set_error(PROBE_ENOMEM, "%s: out of memory", path);
+            else if (raw == 1)
+                s = probe_journal_tensor_raw(w->journal, &rec, nbytes, hashes[i], segs, nsegs);
+            free(segs);
+            continue;
+        }
         s = probe_journal_tensor(w->journal, &rec, off == HADDR_UNDEF ? PROBE_JOURNAL_NO_OFFSET
                                                                       : (uint64_t)off,
                                  nbytes, hashes[i]);
@@ -703,6 +729,7 @@ probe_status probe_writer_open_ex(const char *path, const char *manifest_json, u
     }
 
     if (flags & PROBE_WRITER_APPEND) {
+        w->appended = 1;
         s = open_append(w, flags);
         if (s != PROBE_OK) {
             char msg[1024];
@@ -1347,12 +1374,17 @@ struct probe_put {
     size_t nbytes, done;     /* its size, the bytes written so far */
     XXH64_state_t *hash;     /* of the bytes written, in order */
     unsigned char *norm;     /* bool: PUT_BOOL_BLOCK bytes where they are normalised to 0/1 */
+    probe_raw_seg *segs;     /* in raw files: its pieces (addr unused); NULL: inside the file */
+    size_t nsegs;
 };
 
 #define PUT_BOOL_BLOCK ((size_t)64 << 10)
 /* Parts this large or larger are hashed beside their write: below it the
  * hand-over to the hasher's thread would cost about what the hash does. */
 #define HASH_BESIDE_MIN ((size_t)256 << 10)
+/* A raw tensor's pieces per lane, at most (the stripe grows past
+ * PROBE_RAW_STRIPE_BYTES for tensors larger than this many stripes a lane). */
+#define RAW_SEGS_PER_LANE 64u
 
 /* The hasher's thread, started once; 0 when it cannot run. */
 static int start_hasher(probe_writer *w)
@@ -1360,6 +1392,28 @@ static int start_hasher(probe_writer *w)
     if (w->hasher == NULL && !w->hasher_failed && (w->hasher = probe_hasher_start()) == NULL)
         w->hasher_failed = 1;
     return w->hasher != NULL;
+}
+
+probe_status probe_writer_set_raw_files(probe_writer *w, unsigned k)
+{
+    static const char fn[] = "probe_writer_set_raw_files";
+    if (w == NULL)
+        return probe_set_error(PROBE_EINVAL, "%s: writer is NULL", fn);
+    if (k > PROBE_RAW_FILES_MAX)
+        return probe_set_error(PROBE_EINVAL, "%s: %s: %u raw files; at most %u", fn, w->path, k,
+                               PROBE_RAW_FILES_MAX);
+    probe_status s = check_usable(w);
+    if (s != PROBE_OK)
+        return s;
+    if (w->open_put != NULL)
+        return probe_set_error(PROBE_ESTATE, "%s: %s: the streamed put of %s is open", fn, w->path,
+                               w->open_put->rec->path);
+    if (w->lanes != NULL)
+        return probe_set_error(PROBE_ESTATE, "%s: %s: raw files are set already (%u)", fn, w->path,
+                               probe_lanes_count(w->lanes));
+    if (k == 0)
+        return PROBE_OK;
+    return probe_lanes_open(w->path, k, w->appended, &w->lanes);
 }
 
 probe_status probe_writer_set_hash_thread(probe_writer *w, int on)
@@ -1377,6 +1431,7 @@ static void put_free(probe_put *p)
     }
     XXH64_freeState(p->hash);
     free(p->norm);
+    free(p->segs);
     if (p->w->open_put == p)
         p->w->open_put = NULL;
     free(p);
@@ -1385,6 +1440,8 @@ static void put_free(probe_put *p)
 /* The dataset of a put that did not end removed, as write_dataset does. */
 static void put_discard(probe_put *p)
 {
+    if (p->segs != NULL)
+        probe_lanes_unplace(p->w->lanes, p->segs, p->nsegs);
     if (p->d >= 0) {
         H5E_BEGIN_TRY {
             H5Dclose(p->d);
@@ -1419,7 +1476,12 @@ probe_status probe_writer_put_begin(probe_writer *w, const probe_record *rec, si
     if (w->fd < 0)
         return probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: the file's descriptor is unknown; use "
                                "probe_writer_put", fn, w->path);
-    if ((s = admit(w, rec, nbytes)) != PROBE_OK)
+    int raw = w->lanes != NULL && nbytes >= PROBE_RAW_MIN_BYTES && rec->dtype != PROBE_DTYPE_BOOL;
+    if ((s = admit(w, rec, raw ? 0 : nbytes)) != PROBE_OK)
+        return s;
+    struct statvfs vfs;
+    if (raw && fstatvfs(probe_lanes_fd(w->lanes, 0), &vfs) == 0 &&
+        (s = check_free_space(&vfs, 0, nbytes, w->path, rec->path)) != PROBE_OK)
         return s;
     probe_put *p = calloc(1, sizeof *p);
     if (p == NULL || (p->hash = XXH64_createState()) == NULL) {
@@ -1435,6 +1497,21 @@ probe_status probe_writer_put_begin(probe_writer *w, const probe_record *rec, si
         put_free(p);
         return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", w->path, rec->path);
     }
+    if (raw) {
+        /* at most RAW_SEGS_PER_LANE pieces a lane: the external storage
+         * list stays far below an object header message's 64 KiB */
+        unsigned k = probe_lanes_count(w->lanes);
+        uint64_t stripe = PROBE_RAW_STRIPE_BYTES, most = (uint64_t)k * RAW_SEGS_PER_LANE;
+        if (nbytes / stripe >= most)
+            stripe = ((nbytes + most - 1) / most + PROBE_RAW_STRIPE_BYTES - 1) /
+                     PROBE_RAW_STRIPE_BYTES * PROBE_RAW_STRIPE_BYTES;
+        if ((s = probe_lanes_place(w->lanes, nbytes, stripe, w->raw_next, &p->segs, &p->nsegs)) !=
+            PROBE_OK) {
+            put_free(p);
+            return s;
+        }
+        w->raw_next = (w->raw_next + (unsigned)(p->nsegs % k)) % k;
+    }
     if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK) {
         put_free(p);
         return journal_failed(w, s);
@@ -1446,12 +1523,18 @@ probe_status probe_writer_put_begin(probe_writer *w, const probe_record *rec, si
         haddr_t a = HADDR_UNDEF;
         if (type < 0 || space < 0 || lcpl < 0 || dcpl < 0 ||
             H5Pset_create_intermediate_group(lcpl, 1) < 0 || H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0 ||
-            H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
+            (p->segs == NULL && H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0) ||
             H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)
             s = h5_fail(w, "cannot create datatype/dataspace", rec->path);
+        for (size_t i = 0; s == PROBE_OK && i < p->nsegs; i++)
+            if (H5Pset_external(dcpl, probe_lanes_name(w->lanes, p->segs[i].lane),
+                                (off_t)p->segs[i].offset, (hsize_t)p->segs[i].size) < 0)
+                s = h5_fail(w, "cannot list the raw files' pieces", rec->path);
+        if (s != PROBE_OK)
+            ;
         else if ((p->d = H5Dcreate2(w->file, rec->path, type, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
             s = h5_fail(w, "cannot create dataset", rec->path);
-        else if ((a = H5Dget_offset(p->d)) == HADDR_UNDEF)
+        else if (p->segs == NULL && (a = H5Dget_offset(p->d)) == HADDR_UNDEF)
             s = h5_fail(w, "cannot find the raw data's offset", rec->path);
         p->addr = (uint64_t)a;
         hid_t ids[] = {lcpl, dcpl};
@@ -1498,8 +1581,14 @@ probe_status probe_writer_put_part(probe_put *p, const void *data, size_t len)
         /* the same bytes hashed on the hasher's thread while this one writes them */
         int beside = k >= HASH_BESIDE_MIN && w->hash_thread && start_hasher(w) &&
                      probe_hasher_post(w->hasher, p->hash, b, k) == 0;
-        int wrote = pwrite_full(w->fd, b, k, p->addr + p->done);
-        int e = errno;
+        int wrote, e;
+        if (p->segs != NULL) {
+            e = probe_lanes_write(w->lanes, p->segs, p->nsegs, p->done, b, k);
+            wrote = e != 0 ? -1 : 0;
+        } else {
+            wrote = pwrite_full(w->fd, b, k, p->addr + p->done);
+            e = errno;
+        }
         if (beside)
             probe_hasher_wait(w->hasher);
         if (wrote != 0)
@@ -1547,10 +1636,21 @@ probe_status probe_writer_put_end(probe_put *p)
         put_discard(p);
         return w->failed == PROBE_OK ? mark_failed(w, s) : s;
     }
+    probe_raw_seg *segs = p->segs;
+    size_t nsegs = p->nsegs;
+    p->segs = NULL;
     put_free(p);
-    if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
+    if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK) {
+        free(segs);
         return s;
-    return journal_put(w, rec, addr, nbytes, hash64);
+    }
+    if (segs == NULL)
+        return journal_put(w, rec, addr, nbytes, hash64);
+    if (w->journal != NULL &&
+        (s = probe_journal_tensor_raw(w->journal, rec, nbytes, hash64, segs, nsegs)) != PROBE_OK)
+        s = journal_failed(w, s);
+    free(segs);
+    return s;
 }
 
 void probe_writer_put_cancel(probe_put *p)
@@ -1789,6 +1889,7 @@ probe_status probe_writer_close(probe_writer *w)
         H5E_BEGIN_TRY { H5Dclose(w->pack.index); } H5E_END_TRY;
     }
     probe_hasher_stop(w->hasher);
+    probe_lanes_close(w->lanes);
     free(w->pack.idx);
     pathset_free(&w->pack.paths);
     pathset_free(&w->pack.groups);
