@@ -312,6 +312,7 @@ static void shim_init_config(void)
     shim_stats_config();
     shim_pack_config();
     shim_hash_thread_config();
+    shim_raw_files_config();
     shim_libprobe_cuda_config();
     shim_select_stats_for_config(getenv("PROBE_STATS_ONLY_FOR"));
     shim_scope_config();

@@ -153,6 +153,8 @@ static probe_status load_locked(void)
         (probe_status(*)(probe_writer *, size_t))shim_resolve_handle(h, "probe_writer_set_pack");
     shim_libprobe_api.writer_set_hash_thread =
         (probe_status(*)(probe_writer *, int))shim_resolve_handle(h, "probe_writer_set_hash_thread");
+    shim_libprobe_api.writer_set_raw_files =
+        (probe_status(*)(probe_writer *, unsigned))shim_resolve_handle(h, "probe_writer_set_raw_files");
     shim_libprobe_api.writer_put_begin =
         (probe_status(*)(probe_writer *, const probe_record *, size_t, probe_put **))
             shim_resolve_handle(h, "probe_writer_put_begin");
@@ -204,6 +206,14 @@ probe_status shim_libprobe_open(const char *path, const char *manifest, int appe
     /* a libprobe.so without the thread hashes on the writer's thread anyway */
     if (st == PROBE_OK && !shim_cfg.hash_thread && shim_libprobe_api.writer_set_hash_thread)
         shim_libprobe_api.writer_set_hash_thread(*out, 0);
+    if (st == PROBE_OK && shim_cfg.raw_files > 0) {
+        if (!shim_libprobe_api.writer_set_raw_files)
+            shim_warn("libprobe.so has no probe_writer_set_raw_files: PROBE_RAW_FILES=%u ignored, "
+                      "every tensor is written inside the capture file", shim_cfg.raw_files);
+        else if (shim_libprobe_api.writer_set_raw_files(*out, shim_cfg.raw_files) != PROBE_OK)
+            shim_warn("PROBE_RAW_FILES=%u ignored: %s", shim_cfg.raw_files,
+                      shim_libprobe_api.last_error());
+    }
     pthread_mutex_unlock(&hdf5_lock);
     return st;
 }
@@ -219,6 +229,22 @@ void shim_hash_thread_config(void)
     else
         shim_warn_config("PROBE_HASH_THREAD=%s is not 0 or 1; the writer hashes on a thread of its "
                          "own (1)", v);
+}
+
+void shim_raw_files_config(void)
+{
+    const char *v = getenv("PROBE_RAW_FILES");
+    shim_cfg.raw_files = 0;
+    if (!v || !*v)
+        return;
+    char *end = NULL;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || n > PROBE_RAW_FILES_MAX)
+        shim_warn_config("PROBE_RAW_FILES=%s is not a count of raw files (0..%u); every tensor is "
+                         "written inside the capture file", v, PROBE_RAW_FILES_MAX);
+    else
+        shim_cfg.raw_files = (unsigned)n;
 }
 
 void shim_pack_config(void)

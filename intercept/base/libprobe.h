@@ -30,6 +30,7 @@ struct shim_libprobe {
     probe_status (*writer_set_pack)(probe_writer *, size_t);
     /* the streamed put's hashing thread; NULL when libprobe.so predates it */
     probe_status (*writer_set_hash_thread)(probe_writer *, int);
+    probe_status (*writer_set_raw_files)(probe_writer *, unsigned);
     /* the tree order's summary and hash, and records with both hashes; NULL
      * when libprobe.so predates them */
     probe_status (*summary_tree)(probe_dtype, const void *, size_t, probe_summary *, uint64_t *);
@@ -58,6 +59,8 @@ probe_status shim_libprobe_load(void);
 void shim_pack_config(void);
 /* Read PROBE_HASH_THREAD into shim_cfg.hash_thread (constructor). */
 void shim_hash_thread_config(void);
+/* Read PROBE_RAW_FILES into shim_cfg.raw_files (constructor). */
+void shim_raw_files_config(void);
 
 /* The writer API, each call made under one lock that fork() also takes
  * (shim_libprobe_fork_prepare/release), so no child is forked while HDF5 runs. */

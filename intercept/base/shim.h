@@ -80,6 +80,7 @@ struct shim_config {
     int stats_only;           /* PROBE_STATS_ONLY: write summaries and hashes, not bytes */
     size_t pack_small;        /* PROBE_PACK_SMALL: pack tensors of at most this many bytes; 0 off */
     int hash_thread;          /* PROBE_HASH_THREAD: 0 off, 1 the writer's default (on) */
+    unsigned raw_files;       /* PROBE_RAW_FILES: raw files for device tensors, 0: none */
     int last_kinds;           /* union of sel[].last: scope.c learns per-instance counts */
     char **items;             /* nglobs entries: each item as given (glob and selectors) */
     atomic_ullong *item_hits; /* nglobs entries: tensors each item matched */

@@ -17,6 +17,9 @@ printed once per run (docs/intercept.md "probe: lines").
      (the marker is what decides).
   4  PROBE_HASH_THREAD=0 and =1 print nothing; =yes prints one probe: line
      naming it.
+  5  probe-run --raw-files 4 prints nothing and leaves the capture's
+     FILE.h5.raw/ with its 4 raw files (00..03); --raw-files 0, 17, x and
+     -1 exit 2 with one probe-run: line, the command not run.
 
 Environment: PROBE_BUILD_DIR (required), PROBE_PYTHON.
 """
@@ -122,6 +125,23 @@ def main():
         check(p.returncode == 0 and p.stdout.strip() == "1" and len(warn) == lines and
               all(ln.startswith("probe: PROBE_HASH_THREAD=yes is not 0 or 1") for ln in warn),
               "4 PROBE_HASH_THREAD=%s: exit 0, %d probe: line(s) (%r)" % (value, lines, warn))
+
+    # 5 --raw-files N: 1..16 raw files next to the capture; anything else exits 2
+    rf = os.path.join(d, "rf.h5")
+    p = subprocess.run([probe_run, "--force", "--raw-files", "4", "--out", rf, "--", PY, "-c", "print(1)"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    raw = sorted(os.listdir(rf + ".raw")) if os.path.isdir(rf + ".raw") else None
+    check(p.returncode == 0 and p.stdout.strip() == "1" and "probe:" not in p.stderr and
+          raw == ["00", "01", "02", "03"],
+          "5 --raw-files 4: exit 0, no probe: line, rf.h5.raw holds %r (%r)" % (raw, p.stderr[-300:]))
+    for value in ("0", "17", "x", "-1"):
+        p = subprocess.run([probe_run, "--force", "--raw-files", value, "--out", os.path.join(d, "rfb.h5"),
+                            "--", PY, "-c", "print(1)"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        check(p.returncode == 2 and p.stdout == "" and len(lines) == 1 and
+              lines[0].startswith("probe-run: --raw-files"),
+              "5 --raw-files %s: exit 2, one probe-run: line, not run (%r)" % (value, lines))
     finish()
 
 
