@@ -22,6 +22,7 @@ probe / link, and the goal checks: staging >= 35 GB/s, producer-stream stall
 <= captured bytes / 40 GB/s.
 """
 import argparse
+import shutil
 import ctypes
 import json
 import os
@@ -136,9 +137,7 @@ def main():
             staging = json.loads(f.attrs["probe.manifest"]).get("staging")
     except Exception as e:  # h5py missing or the file unreadable: report without it
         staging = "unavailable: %s" % e
-    for f in os.listdir(d):
-        os.unlink(os.path.join(d, f))
-    os.rmdir(d)
+    shutil.rmtree(d)  # the capture, and its .raw folder under PROBE_RAW_FILES
     if out.returncode != 0:
         print(out.stdout, out.stderr)
         return 1

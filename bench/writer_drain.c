@@ -6,9 +6,10 @@
  *
  * build:  cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -o writer_drain bench/writer_drain.c \
  *           -Lbuild/lib -lprobe -Wl,-rpath,$PWD/build/lib
- * run:    ./writer_drain DIR [GIB] [TENSOR_MIB] [PART_MIB]
+ * run:    ./writer_drain DIR [GIB] [TENSOR_MIB] [PART_MIB] [RAW_FILES]
  *         (default 2 GiB in bfloat16 tensors of 256 MiB, parts of 64 MiB: the
- *         staging ring's largest piece)
+ *         staging ring's largest piece; RAW_FILES a comma list of raw file
+ *         counts, default 2,4,8; 0 for none)
  *
  * The source is a 1 GiB buffer of non-zero bytes (the size of probe's default
  * staging pool, so the bytes come from memory, not from a cache), walked in
@@ -23,11 +24,14 @@
  *                        after its write on the calling thread
  *   writer, hash beside  the same with the default: each part hashed on the
  *                        writer's hashing thread while it is written
+ *   writer, N raw files  the same with probe_writer_set_raw_files(w, N): the
+ *                        bytes go to N files in DIR/...h5.raw/, written at
+ *                        once by the writer's threads (one per file)
  *
  * A writer run is timed from probe_writer_open to probe_writer_close
  * returning (HDF5 metadata, journal, flushes included). Prints GB/s (1e9
  * bytes) min/median/max and each median's ratio to the baseline's median, and
- * whether the two writer ways wrote the same probe.hash for every tensor.
+ * whether every writer way wrote the same probe.hash for every tensor.
  * fsync is not called: the rate into the page cache (tmpfs: into memory), the
  * rate the writer's drain sees. Exit 0; 1 when the two ways' hashes differ;
  * 2 with one line on a bad argument or an error. */
@@ -52,7 +56,8 @@
 static unsigned char *src;
 static size_t total, tensor_bytes, part_bytes;
 static char dir[4000];
-static char hashes[2][MAX_TENSORS][17];
+static char hashes[3][MAX_TENSORS][17];
+static unsigned raw_files; /* the raw files of run_writer's next runs, 0: none */
 
 static double now(void)
 {
@@ -125,7 +130,8 @@ static double run_writer(int beside, int record)
     double t0 = now();
     probe_writer *w = NULL;
     if (probe_writer_open(path, "{\"bench\":\"writer_drain\"}", &w) != PROBE_OK ||
-        probe_writer_set_hash_thread(w, beside) != PROBE_OK)
+        probe_writer_set_hash_thread(w, beside) != PROBE_OK ||
+        probe_writer_set_raw_files(w, raw_files) != PROBE_OK)
         die(path, probe_last_error());
     for (size_t t = 0; t < ntensors; t++) {
         snprintf(names[t], sizeof names[t], "/dit.block/%04zu/out", t);
@@ -147,8 +153,18 @@ static double run_writer(int beside, int record)
     double dt = now() - t0;
     if (record)
         for (size_t t = 0; t < ntensors; t++)
-            read_hash(path, names[t], hashes[beside][t]);
+            read_hash(path, names[t], hashes[raw_files ? 2 : beside][t]);
     unlink(path);
+    for (unsigned i = 0; i < raw_files; i++) {
+        char lane[4200];
+        snprintf(lane, sizeof lane, "%s.raw/%02u", path, i);
+        unlink(lane);
+    }
+    if (raw_files) {
+        char rd[4200];
+        snprintf(rd, sizeof rd, "%s.raw", path);
+        rmdir(rd);
+    }
     return (double)total / dt / 1e9;
 }
 
@@ -186,8 +202,8 @@ static size_t mib_arg(const char *s, const char *what, size_t lo, size_t hi)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 5) {
-        fprintf(stderr, "usage: writer_drain DIR [GIB] [TENSOR_MIB] [PART_MIB]\n");
+    if (argc < 2 || argc > 6) {
+        fprintf(stderr, "usage: writer_drain DIR [GIB] [TENSOR_MIB] [PART_MIB] [RAW_FILES]\n");
         return 2;
     }
     snprintf(dir, sizeof dir, "%s", argv[1]);
@@ -213,16 +229,37 @@ int main(int argc, char **argv)
     report("pwrite + XXH64", 1, base);
     double inl = report("writer, hash inline", 2, base);
     double bes = report("writer, hash beside", 3, base);
+    size_t ntensors = total / tensor_bytes;
+    const char *list = argc > 5 ? argv[5] : "2,4,8";
+    for (const char *c = list; *c;) {
+        char *end;
+        unsigned long k = strtoul(c, &end, 10);
+        if (end == c || k > PROBE_RAW_FILES_MAX || (*end && *end != ','))
+            die("RAW_FILES", "not a comma list of counts 0..16");
+        c = *end ? end + 1 : end;
+        if (k == 0)
+            continue;
+        raw_files = (unsigned)k;
+        char name[40];
+        snprintf(name, sizeof name, "writer, %lu raw files", k);
+        report(name, 3, base);
+        for (size_t t = 0; t < ntensors; t++)
+            if (strcmp(hashes[2][t], hashes[1][t]) != 0) {
+                printf("probe.hash DIFFERS at tensor %zu: %lu raw files %s, in the file %s\n", t, k,
+                       hashes[2][t], hashes[1][t]);
+                return 1;
+            }
+        raw_files = 0;
+    }
     report("pwrite (baseline again)", 0, base);
     printf("writer: hash beside / hash inline x%.2f\n", bes / inl);
-    size_t ntensors = total / tensor_bytes;
     for (size_t t = 0; t < ntensors; t++)
         if (strcmp(hashes[0][t], hashes[1][t]) != 0) {
             printf("probe.hash DIFFERS at tensor %zu: inline %s, beside %s\n", t, hashes[0][t],
                    hashes[1][t]);
             return 1;
         }
-    printf("probe.hash of all %zu tensors the same both ways (tensor 0: %s)\n", ntensors, hashes[0][0]);
+    printf("probe.hash of all %zu tensors the same every way (tensor 0: %s)\n", ntensors, hashes[0][0]);
     free(src);
     return 0;
 }

@@ -4,11 +4,12 @@
 # the repository root (./.debs as for the other checks):
 #   bash scripts/gpu/drain.sh
 # 1. bench/writer_drain.c into /dev/shm (tmpfs) and /tmp (the disk's page
-#    cache): the writer's streamed put with the hash inline and beside,
-#    against one thread's pwrite of the same bytes, in one run each;
+#    cache): the writer's streamed put with the hash inline and beside and
+#    with 2, 4 and 8 raw files (probe_writer_set_raw_files), against one
+#    thread's pwrite of the same bytes, in one run each;
 # 2. bench/staging_throughput.py (2 GiB of bf16 tensors through the preloaded
-#    shim into tmpfs) with PROBE_HASH_THREAD=0 and with the default: the
-#    writer's drain after the last tap, end to end;
+#    shim into tmpfs) with PROBE_HASH_THREAD=0, with the default, and with
+#    PROBE_RAW_FILES=4 and 8: the writer's drain after the last tap, end to end;
 # 3. dd into both, with fdatasync (the file systems' own write rates).
 # Results under $OUT/drain/.
 set -uo pipefail
@@ -35,6 +36,11 @@ for ht in 0 1; do
   echo "== staging_throughput, PROBE_HASH_THREAD=$ht"
   PROBE_HASH_THREAD=$ht python3 bench/staging_throughput.py --shim "$BUILD/lib/libprobe_intercept.so" \
     --mib 256 --count 8 --reps 3 --json "$out/staging_ht$ht.json" 2>&1 | tee "$out/staging_ht$ht.txt" || rc=1
+done
+for rf in 4 8; do
+  echo "== staging_throughput, PROBE_RAW_FILES=$rf"
+  PROBE_RAW_FILES=$rf python3 bench/staging_throughput.py --shim "$BUILD/lib/libprobe_intercept.so" \
+    --mib 256 --count 8 --reps 3 --json "$out/staging_raw$rf.json" 2>&1 | tee "$out/staging_raw$rf.txt" || rc=1
 done
 for d in /dev/shm /tmp; do
   echo "== dd into $d (conv=fdatasync)"
