@@ -160,8 +160,9 @@ void probe_writer_put_cancel(probe_put *p);
 probe_status probe_writer_set_pack(probe_writer *w, size_t max_bytes);
 
 /* The raw files layout (docs/file-format.md "Raw files"): from now on,
- * each tensor of at least PROBE_RAW_MIN_BYTES that a streamed put
- * (probe_writer_put_begin) writes keeps its bytes outside the capture file,
+ * each tensor of at least PROBE_RAW_MIN_BYTES that probe_writer_put or a
+ * streamed put (probe_writer_put_begin) writes keeps its bytes outside the
+ * capture file (bool tensors, packed tensors and stats-only records stay in it),
  * in k raw files <path>.raw/00 .. <path>.raw/NN next to it, striped over
  * them in pieces of PROBE_RAW_STRIPE_BYTES or more, and the k files are
  * written at once by threads of the writer: a drain k files wide, where one

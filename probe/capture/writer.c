@@ -1312,6 +1312,18 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
     probe_status s = check_record(w, rec, data, nbytes, dims);
     if (s != PROBE_OK)
         return s;
+    if (w->lanes != NULL && nbytes >= PROBE_RAW_MIN_BYTES && rec->dtype != PROBE_DTYPE_BOOL &&
+        !(w->pack.max > 0 && nbytes <= w->pack.max) && w->fd >= 0 && w->open_put == NULL) {
+        /* into the raw files: the streamed put, in one part */
+        probe_put *p = NULL;
+        if ((s = probe_writer_put_begin(w, rec, nbytes, &p)) != PROBE_OK)
+            return s;
+        if ((s = probe_writer_put_part(p, data, nbytes)) != PROBE_OK) {
+            probe_writer_put_cancel(p);
+            return s;
+        }
+        return probe_writer_put_end(p);
+    }
     if ((s = admit(w, rec, nbytes)) != PROBE_OK)
         return s;
 
