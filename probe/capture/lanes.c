@@ -30,10 +30,10 @@ typedef struct lane {
     char name[300];   /* "<base>.raw/NN" */
     pthread_t thread;
     int started;
-    unsigned long seen; /* the last round this lane's thread has seen */
-    lane_io *io;      /* this round's writes */
+    lane_io *io;      /* the writes of the call, listed by the caller */
     size_t nio, cap;
-    int err;          /* this round's first errno, 0 */
+    int posted;       /* (under the lock) io is this lane's thread's to write */
+    int err;          /* (under the lock) the first errno of the posted writes, 0 */
 } lane;
 
 struct probe_lanes {
@@ -42,8 +42,7 @@ struct probe_lanes {
     pid_t pid;             /* the process whose threads these are */
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    unsigned long round;   /* incremented when a round's writes are posted */
-    unsigned busy;         /* lanes of this round still writing */
+    unsigned busy;         /* posted lanes still writing */
     int quit;
     int threads_failed;    /* a thread could not start: the caller writes alone */
     uint64_t last_start[PROBE_RAW_FILES_MAX], last_end[PROBE_RAW_FILES_MAX];
@@ -146,20 +145,16 @@ static void *lane_main(void *arg)
     lane *ln = arg;
     probe_lanes *l = ln->set;
     pthread_mutex_lock(&l->lock);
-    unsigned long seen = ln->seen; /* the round when the thread was made */
     for (;;) {
-        while (!l->quit && l->round == seen)
+        while (!l->quit && !ln->posted)
             pthread_cond_wait(&l->cond, &l->lock);
-        if (l->quit)
+        if (!ln->posted) /* quit, nothing posted */
             break;
-        seen = l->round;
-        if (ln->nio == 0)
-            continue; /* nothing of this round is this lane's, or the caller's lane */
         pthread_mutex_unlock(&l->lock);
-        int e = run_lane(ln);
+        int e = run_lane(ln); /* the caller does not touch ln->io while it is posted */
         pthread_mutex_lock(&l->lock);
         ln->err = e;
-        ln->nio = 0;
+        ln->posted = 0;
         if (--l->busy == 0)
             pthread_cond_broadcast(&l->cond);
     }
@@ -307,7 +302,6 @@ static int start_threads(probe_lanes *l)
             continue;
         sigset_t all, old;
         sigfillset(&all);
-        ln->seen = l->round; /* only this thread changes round */
         pthread_sigmask(SIG_SETMASK, &all, &old);
         int rc = pthread_create(&ln->thread, NULL, lane_main, ln);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -374,38 +368,29 @@ int probe_lanes_write(probe_lanes *l, const probe_raw_seg *segs, size_t nsegs, u
         }
         return e;
     }
-    unsigned others = 0;
+    /* every other lane's list to its thread; the caller writes its own */
+    pthread_mutex_lock(&l->lock);
+    l->busy = 0;
     for (unsigned k = 0; k < l->k; k++)
-        others += k != mine && l->lane[k].nio > 0;
-    if (others > 0) {
-        pthread_mutex_lock(&l->lock);
-        for (unsigned k = 0; k < l->k; k++)
-            if (k != mine)
-                l->lane[k].err = 0;
-        lane_io *keep = NULL;
-        size_t keep_n = l->lane[mine].nio;
-        /* the caller's lane is not posted: its thread sees nio 0 */
-        keep = l->lane[mine].io;
-        l->lane[mine].nio = 0;
-        l->busy = others;
-        l->round++;
+        if (k != mine && l->lane[k].nio > 0) {
+            l->lane[k].err = 0;
+            l->lane[k].posted = 1;
+            l->busy++;
+        }
+    if (l->busy > 0)
         pthread_cond_broadcast(&l->cond);
-        pthread_mutex_unlock(&l->lock);
-        lane self = l->lane[mine];
-        self.io = keep;
-        self.nio = keep_n;
-        e = run_lane(&self);
-        pthread_mutex_lock(&l->lock);
-        while (l->busy > 0)
-            pthread_cond_wait(&l->cond, &l->lock);
-        for (unsigned k = 0; k < l->k && e == 0; k++)
-            if (k != mine)
-                e = l->lane[k].err;
-        pthread_mutex_unlock(&l->lock);
-        return e;
-    }
+    pthread_mutex_unlock(&l->lock);
     e = run_lane(&l->lane[mine]);
     l->lane[mine].nio = 0;
+    pthread_mutex_lock(&l->lock);
+    while (l->busy > 0)
+        pthread_cond_wait(&l->cond, &l->lock);
+    for (unsigned k = 0; k < l->k; k++) {
+        if (k != mine && e == 0)
+            e = l->lane[k].err;
+        l->lane[k].nio = 0;
+    }
+    pthread_mutex_unlock(&l->lock);
     return e;
 }
 

@@ -2152,44 +2152,23 @@ static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint
     return PROBE_OK;
 }
 
-/* 1 when the nbytes at offset in fd hash (XXH64) to hash, 0 when not (or
- * past the end of the file), -1 on ENOMEM. */
-static int bytes_match(int fd, uint64_t offset, uint64_t nbytes, uint64_t hash)
+/* 1 when the bytes of TENSOR record r hash (XXH64) to its hash, 0 when not
+ * (past the end of the file, or a raw file missing or short), -1 on ENOMEM.
+ * The bytes are at r->offset in fd, or, for a record with raw-file pieces,
+ * in those pieces of the raw files in <capture name>.raw next to the
+ * capture (d's header names the capture). */
+static int record_matches(probe_file *f, int fd, const probe_journal_data *d,
+                          const probe_journal_tensor_rec *r)
 {
-    if (nbytes == 0)
-        return probe_capture_hash(NULL, 0) == hash;
-    XXH64_state_t *st = XXH64_createState();
-    size_t cap = (size_t)1 << 20;
-    unsigned char *buf = malloc(cap);
-    int ok = -1;
-    if (st != NULL && buf != NULL && XXH64_reset(st, 0) == XXH_OK) {
-        ok = 1;
-        for (uint64_t at = 0; at < nbytes && ok == 1;) {
-            size_t n = nbytes - at < cap ? (size_t)(nbytes - at) : cap;
-            if (pread_full(fd, buf, n, offset + at) != 0)
-                ok = 0;
-            else
-                XXH64_update(st, buf, n);
-            at += n;
-        }
-        if (ok == 1)
-            ok = (uint64_t)XXH64_digest(st) == hash;
+    if (r->segs != NULL) {
+        char dir[sizeof d->capture_name + sizeof PROBE_RAW_SUFFIX];
+        snprintf(dir, sizeof dir, "%s%s", d->capture_name, PROBE_RAW_SUFFIX);
+        if (d->capture_name[0] == '\0' ||
+            raw_check(f, dir, r->segs, r->nsegs, r->nbytes, r->info.path) != PROBE_OK)
+            return 0;
     }
-    free(buf);
-    XXH64_freeState(st);
-    return ok;
-}
-
-
-/* bytes_match for a TENSOR record whose bytes are raw-file pieces (in
- * <capture name>.raw next to the capture): 1 when they hash to its hash, 0
- * when not (or a raw file is missing or short), -1 on ENOMEM. */
-static int raw_match(probe_file *f, const probe_journal_data *d, const probe_journal_tensor_rec *r)
-{
-    char dir[sizeof d->capture_name + sizeof PROBE_RAW_SUFFIX];
-    snprintf(dir, sizeof dir, "%s%s", d->capture_name, PROBE_RAW_SUFFIX);
-    if (d->capture_name[0] == '\0' || raw_check(f, dir, r->segs, r->nsegs, r->nbytes, r->info.path) != PROBE_OK)
-        return 0;
+    if (r->nbytes == 0)
+        return probe_capture_hash(NULL, 0) == r->hash;
     XXH64_state_t *st = XXH64_createState();
     size_t cap = (size_t)1 << 20;
     unsigned char *buf = malloc(cap);
@@ -2198,7 +2177,10 @@ static int raw_match(probe_file *f, const probe_journal_data *d, const probe_jou
         ok = 1;
         for (uint64_t at = 0; at < r->nbytes && ok == 1;) {
             size_t n = r->nbytes - at < cap ? (size_t)(r->nbytes - at) : cap;
-            if (raw_read(f, r->segs, r->nsegs, at, n, buf, r->info.path) != PROBE_OK)
+            int got = r->segs != NULL
+                          ? raw_read(f, r->segs, r->nsegs, at, n, buf, r->info.path) == PROBE_OK
+                          : pread_full(fd, buf, n, r->offset + at) == 0;
+            if (!got)
                 ok = 0;
             else
                 XXH64_update(st, buf, n);
@@ -2243,7 +2225,7 @@ static probe_status recover_from(probe_file *f, const char *jpath, int fd, probe
             nstats++;
             continue;
         }
-        int m = r->segs != NULL ? raw_match(f, d, r) : bytes_match(fd, r->offset, r->nbytes, r->hash);
+        int m = record_matches(f, fd, d, r);
         if (m < 0)
             return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
         if (m == 1)
