@@ -90,7 +90,10 @@ fail:
 }
 ''')
 exe = j("raw_capture")
-cc = subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-I", os.path.join(SRC, "include"), "-o", exe,
+# under the sanitizer build (libasan preloaded) the program is built with the same sanitizers: a
+# plain one, its libprobe sanitized, hangs at exit in a library destructor (libp11-kit's freelocale)
+san = ["-fsanitize=address,undefined"] if "libasan" in os.environ.get("LD_PRELOAD", "") else []
+cc = subprocess.run(["cc"] + san + ["-std=c11", "-D_GNU_SOURCE", "-I", os.path.join(SRC, "include"), "-o", exe,
                      prog, "-L", os.path.join(BUILD, "lib"), "-lprobe",
                      "-Wl,-rpath," + os.path.abspath(os.path.join(BUILD, "lib"))],
                     capture_output=True, text=True)
