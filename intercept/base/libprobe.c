@@ -231,36 +231,39 @@ void shim_hash_thread_config(void)
                          "own (1)", v);
 }
 
+/* Environment variable v's text as a decimal count 0..max: 1 with *n set,
+ * 0 when v is unset or empty, -1 when it is anything else (*n then 0). */
+static int env_count(const char *v, unsigned long long max, unsigned long long *n)
+{
+    *n = 0;
+    if (!v || !*v)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end || v[0] == '-' || x > max)
+        return -1;
+    *n = x;
+    return 1;
+}
+
 void shim_raw_files_config(void)
 {
     const char *v = getenv("PROBE_RAW_FILES");
-    shim_cfg.raw_files = 0;
-    if (!v || !*v)
-        return;
-    char *end = NULL;
-    errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n > PROBE_RAW_FILES_MAX)
+    unsigned long long n;
+    if (env_count(v, PROBE_RAW_FILES_MAX, &n) < 0)
         shim_warn_config("PROBE_RAW_FILES=%s is not a count of raw files (0..%u); every tensor is "
                          "written inside the capture file", v, PROBE_RAW_FILES_MAX);
-    else
-        shim_cfg.raw_files = (unsigned)n;
+    shim_cfg.raw_files = (unsigned)n;
 }
 
 void shim_pack_config(void)
 {
     const char *v = getenv("PROBE_PACK_SMALL");
-    shim_cfg.pack_small = 0;
-    if (!v || !*v)
-        return;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || *end || v[0] == '-' || n > PROBE_PACK_MAX_BYTES) {
+    unsigned long long n;
+    if (env_count(v, PROBE_PACK_MAX_BYTES, &n) < 0)
         shim_warn_config("PROBE_PACK_SMALL=%s is not a byte count from 0 to %zu; every tensor gets a "
                          "dataset of its own", v, PROBE_PACK_MAX_BYTES);
-        return;
-    }
     shim_cfg.pack_small = (size_t)n;
 }
 

@@ -24,7 +24,6 @@ typedef struct {
 
 typedef struct lane {
     struct probe_lanes *set;
-    unsigned index;
     int fd;
     uint64_t end;     /* bytes placed in the file */
     char name[300];   /* "<base>.raw/NN" */
@@ -45,8 +44,7 @@ struct probe_lanes {
     unsigned busy;         /* posted lanes still writing */
     int quit;
     int threads_failed;    /* a thread could not start: the caller writes alone */
-    uint64_t last_start[PROBE_RAW_FILES_MAX], last_end[PROBE_RAW_FILES_MAX];
-    int have_last;
+    uint64_t last_start[PROBE_RAW_FILES_MAX]; /* each file's end before the last placement */
 };
 
 int probe_raw_name_parse(const char *name, size_t *dir_len, unsigned *lane)
@@ -71,7 +69,9 @@ int probe_raw_efl_read(long long dcpl_id, char *dir, size_t dir_cap, probe_raw_s
                        size_t *nsegs)
 {
     hid_t dcpl = (hid_t)dcpl_id;
-    *segs = NULL;
+    probe_raw_seg *s = NULL;
+    if (segs != NULL)
+        *segs = NULL;
     *nsegs = 0;
     if (dir_cap > 0)
         dir[0] = '\0';
@@ -80,8 +80,7 @@ int probe_raw_efl_read(long long dcpl_id, char *dir, size_t dir_cap, probe_raw_s
         return 0;
     if (n < 0)
         return -1;
-    probe_raw_seg *s = malloc((size_t)n * sizeof *s);
-    if (s == NULL)
+    if (segs != NULL && (s = malloc((size_t)n * sizeof *s)) == NULL)
         return -2;
     char name[512], first[512] = "";
     for (int i = 0; i < n; i++) {
@@ -107,20 +106,21 @@ int probe_raw_efl_read(long long dcpl_id, char *dir, size_t dir_cap, probe_raw_s
         }
         if (i == 0)
             first[dlen] = '\0';
-        s[i] = (probe_raw_seg){lane, (uint64_t)off, (uint64_t)size};
+        if (s != NULL)
+            s[i] = (probe_raw_seg){lane, (uint64_t)off, (uint64_t)size};
     }
     snprintf(dir, dir_cap, "%s", first);
-    *segs = s;
+    if (segs != NULL)
+        *segs = s;
     *nsegs = (size_t)n;
     return 1;
 }
 
-/* pwrite all n bytes at off; 0, or the errno (ENOSPC for a write of 0). */
-static int write_all(int fd, const unsigned char *src, size_t n, uint64_t off)
+int probe_pwrite_all(int fd, const void *src, size_t n, uint64_t off)
 {
     size_t done = 0;
     while (done < n) {
-        ssize_t w = pwrite(fd, src + done, n - done, (off_t)(off + done));
+        ssize_t w = pwrite(fd, (const unsigned char *)src + done, n - done, (off_t)(off + done));
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -133,7 +133,7 @@ static int write_all(int fd, const unsigned char *src, size_t n, uint64_t off)
 static int run_lane(lane *ln)
 {
     for (size_t i = 0; i < ln->nio; i++) {
-        int e = write_all(ln->fd, ln->io[i].src, ln->io[i].len, ln->io[i].off);
+        int e = probe_pwrite_all(ln->fd, ln->io[i].src, ln->io[i].len, ln->io[i].off);
         if (e != 0)
             return e;
     }
@@ -197,7 +197,6 @@ probe_status probe_lanes_open(const char *capture_path, unsigned k, int append, 
     for (unsigned i = 0; s == PROBE_OK && i < k; i++) {
         lane *ln = &l->lane[i];
         ln->set = l;
-        ln->index = i;
         char leaf[4];
         snprintf(leaf, sizeof leaf, "%02u", i);
         snprintf(ln->name, sizeof ln->name, "%s%s/%s", base, PROBE_RAW_SUFFIX, leaf);
@@ -213,11 +212,11 @@ probe_status probe_lanes_open(const char *capture_path, unsigned k, int append, 
     if (dfd >= 0)
         close(dfd);
     free(dir);
-    if (s == PROBE_OK && (pthread_mutex_init(&l->lock, NULL) != 0 ||
-                          (pthread_cond_init(&l->cond, NULL) != 0 &&
-                           (pthread_mutex_destroy(&l->lock), 1)))) {
+    if (s == PROBE_OK && pthread_mutex_init(&l->lock, NULL) != 0)
         s = probe_set_error(PROBE_ENOMEM, "%s: cannot make the raw files' lock", capture_path);
-        l->threads_failed = -1; /* no lock to destroy */
+    else if (s == PROBE_OK && pthread_cond_init(&l->cond, NULL) != 0) {
+        pthread_mutex_destroy(&l->lock);
+        s = probe_set_error(PROBE_ENOMEM, "%s: cannot make the raw files' lock", capture_path);
     }
     if (s != PROBE_OK) {
         for (unsigned i = 0; i < k; i++)
@@ -246,14 +245,6 @@ int probe_lanes_fd(const probe_lanes *l, unsigned i)
     return l->lane[i].fd;
 }
 
-uint64_t probe_lanes_bytes(const probe_lanes *l)
-{
-    uint64_t n = 0;
-    for (unsigned i = 0; i < l->k; i++)
-        n += l->lane[i].end;
-    return n;
-}
-
 probe_status probe_lanes_place(probe_lanes *l, uint64_t nbytes, uint64_t stripe, unsigned first,
                                probe_raw_seg **segs, size_t *nsegs)
 {
@@ -266,30 +257,22 @@ probe_status probe_lanes_place(probe_lanes *l, uint64_t nbytes, uint64_t stripe,
     if (s == NULL)
         return probe_set_error(PROBE_ENOMEM, "probe_lanes_place: out of memory");
     for (unsigned i = 0; i < l->k; i++)
-        l->last_start[i] = l->last_end[i] = l->lane[i].end;
+        l->last_start[i] = l->lane[i].end;
     for (uint64_t i = 0; i < n; i++) {
         unsigned ln = (unsigned)((first + i) % l->k);
         uint64_t size = i + 1 < n ? stripe : nbytes - i * stripe;
         s[i] = (probe_raw_seg){ln, l->lane[ln].end, size};
         l->lane[ln].end += size;
-        l->last_end[ln] = l->lane[ln].end;
     }
-    l->have_last = 1;
     *segs = s;
     *nsegs = (size_t)n;
     return PROBE_OK;
 }
 
-void probe_lanes_unplace(probe_lanes *l, const probe_raw_seg *segs, size_t nsegs)
+void probe_lanes_unplace(probe_lanes *l)
 {
-    (void)segs;
-    (void)nsegs;
-    if (!l->have_last)
-        return;
     for (unsigned i = 0; i < l->k; i++)
-        if (l->lane[i].end == l->last_end[i])
-            l->lane[i].end = l->last_start[i];
-    l->have_last = 0;
+        l->lane[i].end = l->last_start[i];
 }
 
 static int start_threads(probe_lanes *l)
@@ -355,17 +338,12 @@ int probe_lanes_write(probe_lanes *l, const probe_raw_seg *segs, size_t nsegs, u
         left -= (size_t)n;
         start += segs[i].size;
     }
-    if (e != 0) {
-        for (unsigned k = 0; k < l->k; k++)
-            l->lane[k].nio = 0;
+    if (e != 0)
         return e;
-    }
     int threads = l->pid == getpid() && start_threads(l);
     if (!threads) { /* in a fork's child, or no threads: one lane after another */
-        for (unsigned k = 0; k < l->k && e == 0; k++) {
+        for (unsigned k = 0; k < l->k && e == 0; k++)
             e = run_lane(&l->lane[k]);
-            l->lane[k].nio = 0;
-        }
         return e;
     }
     /* every other lane's list to its thread; the caller writes its own */
@@ -381,15 +359,12 @@ int probe_lanes_write(probe_lanes *l, const probe_raw_seg *segs, size_t nsegs, u
         pthread_cond_broadcast(&l->cond);
     pthread_mutex_unlock(&l->lock);
     e = run_lane(&l->lane[mine]);
-    l->lane[mine].nio = 0;
     pthread_mutex_lock(&l->lock);
     while (l->busy > 0)
         pthread_cond_wait(&l->cond, &l->lock);
-    for (unsigned k = 0; k < l->k; k++) {
-        if (k != mine && e == 0)
+    for (unsigned k = 0; k < l->k && e == 0; k++)
+        if (k != mine)
             e = l->lane[k].err;
-        l->lane[k].nio = 0;
-    }
     pthread_mutex_unlock(&l->lock);
     return e;
 }
@@ -407,10 +382,8 @@ void probe_lanes_close(probe_lanes *l)
             if (l->lane[i].started)
                 pthread_join(l->lane[i].thread, NULL);
     }
-    if (l->threads_failed >= 0) {
-        pthread_cond_destroy(&l->cond);
-        pthread_mutex_destroy(&l->lock);
-    }
+    pthread_cond_destroy(&l->cond);
+    pthread_mutex_destroy(&l->lock);
     for (unsigned i = 0; i < l->k; i++) {
         if (l->lane[i].fd >= 0)
             close(l->lane[i].fd);

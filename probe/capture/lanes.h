@@ -31,8 +31,8 @@ PROBE_LANES_API int probe_raw_name_parse(const char *name, size_t *dir_len, unsi
 /* The pieces of the dataset whose creation properties are dcpl, when its
  * external storage list is probe's raw files: every name parses
  * (probe_raw_name_parse) with the same folder, every piece has a finite
- * size. Returns 1 with *segs malloc'd (*nsegs entries) and the folder's name
- * in dir (dir_cap bytes); 0 when the dataset has no external storage; -1
+ * size. Returns 1 with *segs malloc'd (*nsegs entries; segs NULL: the list
+ * is only checked) and the folder's name in dir (dir_cap bytes); 0 when the dataset has no external storage; -1
  * when the list is not probe's (dir then holds the first name, shown safe to
  * print), -2 on ENOMEM. Call inside H5E_BEGIN_TRY. */
 PROBE_LANES_API int probe_raw_efl_read(long long dcpl, char *dir, size_t dir_cap,
@@ -54,8 +54,6 @@ PROBE_LANES_API unsigned probe_lanes_count(const probe_lanes *l);
 PROBE_LANES_API const char *probe_lanes_name(const probe_lanes *l, unsigned i);
 /* The descriptor of lane i's file. */
 PROBE_LANES_API int probe_lanes_fd(const probe_lanes *l, unsigned i);
-/* The bytes the raw files hold or have been promised, all lanes. */
-PROBE_LANES_API uint64_t probe_lanes_bytes(const probe_lanes *l);
 
 /* The pieces of a new tensor of nbytes (> 0) bytes, striped over the lanes
  * in turn from lane `first` (mod k) in pieces of `stripe` bytes (the last
@@ -64,9 +62,13 @@ PROBE_LANES_API uint64_t probe_lanes_bytes(const probe_lanes *l);
 PROBE_LANES_API probe_status probe_lanes_place(probe_lanes *l, uint64_t nbytes, uint64_t stripe,
                                                unsigned first, probe_raw_seg **segs,
                                                size_t *nsegs);
-/* Give back the space of the last placement when no other came after it
- * (a put that was cancelled); otherwise the space stays unused. */
-PROBE_LANES_API void probe_lanes_unplace(probe_lanes *l, const probe_raw_seg *segs, size_t nsegs);
+/* Give back the space of the last placement (a put that was cancelled; the
+ * writer has one put open at a time, so nothing was placed after it). */
+PROBE_LANES_API void probe_lanes_unplace(probe_lanes *l);
+
+/* pwrite(2) all n bytes of src at byte off of fd, again after EINTR and
+ * short writes: 0, or the errno (ENOSPC for a write of 0 bytes). */
+PROBE_LANES_API int probe_pwrite_all(int fd, const void *src, size_t n, uint64_t off);
 
 /* Write bytes [at, at + len) of a tensor whose pieces are segs[0..nsegs)
  * from src: each lane's share on a thread of that lane, the caller's thread

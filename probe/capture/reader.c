@@ -730,18 +730,9 @@ static probe_status check_contained(hid_t d, const char *fpath, const char *dpat
         return probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: storage properties unreadable: %s", fpath,
                                dpath, inside);
     int next = H5Pget_external_count(dcpl);
-    if (next > 0) { /* probe's raw files are read (by name, checked) at reads */
-        probe_raw_seg *segs = NULL;
-        size_t nsegs = 0;
-        int r = probe_raw_efl_read(dcpl, name, sizeof name, &segs, &nsegs);
-        free(segs);
-        if (r == -2) {
-            H5Pclose(dcpl);
-            return probe_set_error(PROBE_ENOMEM, "%s: %s: out of memory", fpath, dpath);
-        }
-        if (r == 1)
-            next = 0;
-    }
+    size_t nsegs = 0; /* probe's raw files: read by probe at reads (raw_pieces), checked then */
+    if (next > 0 && probe_raw_efl_read(dcpl, name, sizeof name, NULL, &nsegs) == 1)
+        next = 0;
     H5D_layout_t lay = H5Pget_layout(dcpl);
     int nfilters = H5Pget_nfilters(dcpl);
     if (next != 0) {

@@ -993,14 +993,18 @@ static const char *bad_utf8_field(const probe_record *rec)
     return NULL;
 }
 
-/* The TENSOR record of a put whose bytes are flushed. A failed append is a
- * failed write: nothing more is written (the file keeps the tensor). */
+/* The TENSOR record of a put whose bytes are flushed: at offset in the file,
+ * or (segs non-NULL) in the raw files' pieces segs[0..nsegs), then its RAW
+ * record. A failed append is a failed write: nothing more is written (the
+ * file keeps the tensor). */
 static probe_status journal_put(probe_writer *w, const probe_record *rec, uint64_t offset,
-                                uint64_t nbytes, uint64_t hash)
+                                uint64_t nbytes, uint64_t hash, const probe_raw_seg *segs,
+                                size_t nsegs)
 {
     if (w->journal == NULL)
         return PROBE_OK;
-    probe_status s = probe_journal_tensor(w->journal, rec, offset, nbytes, hash);
+    probe_status s = segs != NULL ? probe_journal_tensor_raw(w->journal, rec, nbytes, hash, segs, nsegs)
+                                  : probe_journal_tensor(w->journal, rec, offset, nbytes, hash);
     return s != PROBE_OK ? journal_failed(w, s) : PROBE_OK;
 }
 
@@ -1230,24 +1234,6 @@ static probe_status pack_open_chunk(probe_writer *w, uint64_t need)
     return PROBE_OK;
 }
 
-/* pwrite all n bytes at off; 0, or -1 with errno. */
-static int pwrite_full(int fd, const void *src, size_t n, uint64_t off)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t k = pwrite(fd, (const char *)src + done, n - done, (off_t)(off + done));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            if (k == 0)
-                errno = ENOSPC;
-            return -1;
-        }
-        done += (size_t)k;
-    }
-    return 0;
-}
-
 /* probe_writer_put of a tensor of at most pack.max bytes (admitted, bool
  * normalised, hashed): its bytes go to the open chunk's data (straight to
  * the file: HDF5 never writes that dataset), its records to the chunk's
@@ -1268,9 +1254,10 @@ static probe_status put_packed(probe_writer *w, const probe_record *rec, const v
     if (w->journal != NULL && (s = probe_journal_begin(w->journal, rec->path)) != PROBE_OK)
         return journal_failed(w, s);
     uint64_t at = w->pack.addr + w->pack.used;
-    if (nbytes > 0 && pwrite_full(w->fd, data, nbytes, at) != 0)
+    int e = nbytes > 0 ? probe_pwrite_all(w->fd, data, nbytes, at) : 0;
+    if (e != 0)
         return mark_failed(w, probe_set_error(PROBE_EIO, "%s: %s: cannot write its bytes to %s/data: %s",
-                                              w->path, rec->path, w->pack.name, strerror(errno)));
+                                              w->path, rec->path, w->pack.name, strerror(e)));
     size_t len = w->pack.idx_len;
     if (probe_journal_encode_tensor(rec, w->pack.used, nbytes, hash, &w->pack.idx, &len,
                                     &w->pack.idx_cap) != PROBE_OK ||
@@ -1282,7 +1269,7 @@ static probe_status put_packed(probe_writer *w, const probe_record *rec, const v
     w->pack.used += nbytes;
     if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
         return s;
-    return journal_put(w, rec, nbytes > 0 ? at : PROBE_JOURNAL_NO_OFFSET, nbytes, hash);
+    return journal_put(w, rec, nbytes > 0 ? at : PROBE_JOURNAL_NO_OFFSET, nbytes, hash, NULL, 0);
 }
 
 probe_status probe_writer_set_pack(probe_writer *w, size_t max_bytes)
@@ -1302,6 +1289,15 @@ probe_status probe_writer_set_pack(probe_writer *w, size_t max_bytes)
     return PROBE_OK;
 }
 
+/* 1 when a tensor of nbytes of record rec keeps its bytes in w's raw files
+ * (docs/file-format.md "Raw files"): raw files set, 1 MiB or more, not bool,
+ * not packed. */
+static int goes_raw(const probe_writer *w, const probe_record *rec, size_t nbytes)
+{
+    return w->lanes != NULL && nbytes >= PROBE_RAW_MIN_BYTES && rec->dtype != PROBE_DTYPE_BOOL &&
+           !(w->pack.max > 0 && nbytes <= w->pack.max);
+}
+
 probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const void *data,
                               size_t nbytes)
 {
@@ -1312,8 +1308,7 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
     probe_status s = check_record(w, rec, data, nbytes, dims);
     if (s != PROBE_OK)
         return s;
-    if (w->lanes != NULL && nbytes >= PROBE_RAW_MIN_BYTES && rec->dtype != PROBE_DTYPE_BOOL &&
-        !(w->pack.max > 0 && nbytes <= w->pack.max) && w->fd >= 0 && w->open_put == NULL) {
+    if (goes_raw(w, rec, nbytes) && w->fd >= 0 && w->open_put == NULL) {
         /* into the raw files: the streamed put, in one part */
         probe_put *p = NULL;
         if ((s = probe_writer_put_begin(w, rec, nbytes, &p)) != PROBE_OK)
@@ -1373,7 +1368,7 @@ probe_status probe_writer_put(probe_writer *w, const probe_record *rec, const vo
         return mark_failed(w, s);
     if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK)
         return s;
-    return journal_put(w, rec, offset, nbytes, hash64);
+    return journal_put(w, rec, offset, nbytes, hash64, NULL, 0);
 }
 
 /* --- streamed put (probe_writer_put_begin) --- */
@@ -1453,7 +1448,7 @@ static void put_free(probe_put *p)
 static void put_discard(probe_put *p)
 {
     if (p->segs != NULL)
-        probe_lanes_unplace(p->w->lanes, p->segs, p->nsegs);
+        probe_lanes_unplace(p->w->lanes);
     if (p->d >= 0) {
         H5E_BEGIN_TRY {
             H5Dclose(p->d);
@@ -1488,7 +1483,7 @@ probe_status probe_writer_put_begin(probe_writer *w, const probe_record *rec, si
     if (w->fd < 0)
         return probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: the file's descriptor is unknown; use "
                                "probe_writer_put", fn, w->path);
-    int raw = w->lanes != NULL && nbytes >= PROBE_RAW_MIN_BYTES && rec->dtype != PROBE_DTYPE_BOOL;
+    int raw = goes_raw(w, rec, nbytes);
     if ((s = admit(w, rec, raw ? 0 : nbytes)) != PROBE_OK)
         return s;
     struct statvfs vfs;
@@ -1593,17 +1588,11 @@ probe_status probe_writer_put_part(probe_put *p, const void *data, size_t len)
         /* the same bytes hashed on the hasher's thread while this one writes them */
         int beside = k >= HASH_BESIDE_MIN && w->hash_thread && start_hasher(w) &&
                      probe_hasher_post(w->hasher, p->hash, b, k) == 0;
-        int wrote, e;
-        if (p->segs != NULL) {
-            e = probe_lanes_write(w->lanes, p->segs, p->nsegs, p->done, b, k);
-            wrote = e != 0 ? -1 : 0;
-        } else {
-            wrote = pwrite_full(w->fd, b, k, p->addr + p->done);
-            e = errno;
-        }
+        int e = p->segs != NULL ? probe_lanes_write(w->lanes, p->segs, p->nsegs, p->done, b, k)
+                                : probe_pwrite_all(w->fd, b, k, p->addr + p->done);
         if (beside)
             probe_hasher_wait(w->hasher);
-        if (wrote != 0)
+        if (e != 0)
             return mark_failed(w, probe_set_error(PROBE_EIO, "%s: %s: cannot write its bytes: %s",
                                                   w->path, p->rec->path, strerror(e)));
         if (!beside)
@@ -1648,19 +1637,12 @@ probe_status probe_writer_put_end(probe_put *p)
         put_discard(p);
         return w->failed == PROBE_OK ? mark_failed(w, s) : s;
     }
-    probe_raw_seg *segs = p->segs;
+    probe_raw_seg *segs = p->segs; /* kept for the journal past put_free */
     size_t nsegs = p->nsegs;
     p->segs = NULL;
     put_free(p);
-    if ((s = flush_file(w, 1)) != PROBE_OK || w->failed != PROBE_OK) {
-        free(segs);
-        return s;
-    }
-    if (segs == NULL)
-        return journal_put(w, rec, addr, nbytes, hash64);
-    if (w->journal != NULL &&
-        (s = probe_journal_tensor_raw(w->journal, rec, nbytes, hash64, segs, nsegs)) != PROBE_OK)
-        s = journal_failed(w, s);
+    if ((s = flush_file(w, 1)) == PROBE_OK && w->failed == PROBE_OK)
+        s = journal_put(w, rec, addr, nbytes, hash64, segs, nsegs);
     free(segs);
     return s;
 }
