@@ -1,8 +1,10 @@
 /* gpu_metrics.cu - benchmark of libprobe_cuda's passes (not a test).
  *
- *   gpu_metrics [N [fused]]   default N = 268435456 (2^28) bfloat16 elements per side;
- *                             "fused": only the fused pass (for builds with
- *                             another -DPROBE_CUDA_GROUPS)
+ *   gpu_metrics [N [fused|all [S]]]   default N = 268435456 (2^28) bfloat16 elements
+ *                             per side; "fused": only the fused pass (for builds
+ *                             with another -DPROBE_CUDA_GROUPS), "all": every
+ *                             pass (the default); S: the candidate's spread
+ *                             exponent (default 9, below)
  *
  * Builds the engine from source (#include of metrics/cuda/metrics.cu) so that
  * its passes can be timed one by one: the fused stats pass (+ its one-block
@@ -11,8 +13,11 @@
  * one side, probe_cuda_metrics with a channel shift (16384 channels x 1024:
  * the row path; 1536 channels last: the column path), and a plain read of
  * both inputs and a device-to-device copy as the memory ceilings. Data: x ~ N(0,1) (sum of
- * four uniforms, scaled), r = bf16(x), c = bf16(x * (1 + 2^-9 u)), u uniform
- * in [-1, 1): about the disagreement of a bf16 kernel swap. Times: median of
+ * four uniforms, scaled), r = bf16(x), c = bf16(x * (1 + 2^-S u)), u uniform
+ * in [-1, 1): with S = 9, about the disagreement of a bf16 kernel swap (its
+ * p99 is 2^-7, one ulp of [1, 2): a level-0 bin of its own, no select
+ * pass); with S = 4 the p99 is not 2^e or 1.5 * 2^e (1.75 * 2^-4 in a numpy
+ * model of this generator; the run prints it) and takes the select passes. Times: median of
  * 10 after 3 warm-ups, CUDA events. Link: -L build/lib -lprobe.
  */
 #include "../metrics/cuda/metrics.cu"
@@ -36,7 +41,7 @@ __device__ static inline uint16_t to_bf16(float f)
     return (uint16_t)(b >> 16);
 }
 
-__global__ void gen_kernel(uint16_t *r, uint16_t *c, uint64_t n)
+__global__ void gen_kernel(uint16_t *r, uint16_t *c, uint64_t n, float spread)
 {
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x) {
@@ -46,7 +51,7 @@ __global__ void gen_kernel(uint16_t *r, uint16_t *c, uint64_t n)
         float x = (s - 2.0f) * 1.7320508f;
         float u = (float)hash32(i * 8 + 5) * 2.3283064e-10f * 2.0f - 1.0f;
         r[i] = to_bf16(x);
-        c[i] = to_bf16(x * (1.0f + u * 0.001953125f));
+        c[i] = to_bf16(x * (1.0f + u * spread));
     }
 }
 
@@ -88,7 +93,12 @@ int main(int argc, char **argv)
     CK(cudaMalloc((void **)&c, n * 2));
     unsigned *sink;
     CK(cudaMalloc((void **)&sink, 4));
-    gen_kernel<<<132 * 16, 256>>>(r, c, n);
+    int sexp = argc > 3 ? atoi(argv[3]) : 9;
+    if (sexp < 1 || sexp > 30) {
+        fprintf(stderr, "gpu_metrics: SPREAD is an exponent in 1..30\n");
+        return 2;
+    }
+    gen_kernel<<<132 * 16, 256>>>(r, c, n, ldexpf(1.0f, -sexp));
     CK(cudaDeviceSynchronize());
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -151,9 +161,9 @@ int main(int argc, char **argv)
     fo.part_off = (unsigned long long *)dalloc(&x, (size_t)grid * sizeof(unsigned long long));
     fo.counts = (unsigned long long *)dalloc(&x, C_COUNT * sizeof(unsigned long long));
     fused_res *d_res = (fused_res *)dalloc(&x, sizeof(fused_res));
-    unsigned long long *d_hist = (unsigned long long *)dalloc(&x, HBINS * 8);
+    unsigned long long *d_hist = (unsigned long long *)dalloc(&x, L0BINS * 8);
     unsigned long long *d_aux = (unsigned long long *)dalloc(&x, (4 + COLLECT_MAX) * 8);
-    unsigned long long *d_hist0 = (unsigned long long *)dalloc(&x, HBINS * 8);
+    unsigned long long *d_hist0 = (unsigned long long *)dalloc(&x, L0BINS * 8);
     unsigned *d_track = (unsigned *)dalloc(&x, 4 * TBINS * sizeof(unsigned));
     fo.hist = d_hist0;
     probe_metrics_opts opts = {1e-3, 1e-3};
@@ -162,7 +172,7 @@ int main(int argc, char **argv)
     printf("  GROUPS %d\n", GROUPS);
     TIME("probe fused pass (+combine, p99 level 0)",
          cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st);
-         cudaMemsetAsync(fo.hist, 0, HBINS * 8, st);
+         cudaMemsetAsync(fo.hist, 0, L0BINS * 8, st);
          fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
          reduce_kernel<<<1, RED_THREADS, 0, st>>>(fo.part, fo.part_off, grid, d_res));
     fo.hist = NULL;
@@ -181,7 +191,7 @@ int main(int argc, char **argv)
     }
     unsigned long long cn[C_COUNT];
     CK(cudaMemsetAsync(fo.counts, 0, C_COUNT * 8, st));
-    CK(cudaMemsetAsync(fo.hist, 0, HBINS * 8, st));
+    CK(cudaMemsetAsync(fo.hist, 0, L0BINS * 8, st));
     fused_kernel<BF, BF><<<grid, THREADS, 0, st>>>(pd.r, pd.rdt, pd.c, pd.cdt, n, 1, 1e-3, 1e-3, ulp_p, ulp_emin, fo);
     CK(cudaMemcpyAsync(cn, fo.counts, sizeof cn, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
@@ -190,7 +200,7 @@ int main(int argc, char **argv)
     uint64_t rank = (uint64_t)xr;
     double p99 = 0;
     TIME("probe p99 radix select (after fused)",
-         cudaMemcpyAsync(d_hist, d_hist0, HBINS * 8, cudaMemcpyDeviceToDevice, st);
+         cudaMemcpyAsync(d_hist, d_hist0, L0BINS * 8, cudaMemcpyDeviceToDevice, st);
          p99 = p99_select(&x, &pd, cn[C_ZERO], rank, d_hist, d_aux, d_track));
     printf("  p99 = %.17g (rank %llu of %llu finite; %llu exact zeros)\n", p99,
            (unsigned long long)rank, (unsigned long long)nf, (unsigned long long)cn[C_ZERO]);

@@ -17,7 +17,8 @@
  *     with its first offset (a 32-bit in-tile position per thread), the
  *     largest |d| of a mismatching index in ulps of the coarser floating
  *     type at max(|r|, |c|), the number of exact zeros |d| = 0 and the p99's
- *     first level (a histogram of the top 12 bits of bits(|d|) |d| != 0); per
+ *     first level (a histogram of the top 12 bits of bits(|d|) |d| != 0, two
+ *     bins per prefix: hist0_bin); per
  *     group of 8 elements, when both sides have one element type, the
  *     elements whose bytes differ (bool: whose truth values differ). Per-block
  *     partials, combined by one block in a fixed order with Neumaier's
@@ -29,7 +30,8 @@
  *  3. p99: radix select on the bit patterns of |d| (non-negative doubles
  *     order like their bits as uint64). The fused pass's histogram of the
  *     top 12 bits of the nonzero keys gives the 12-bit prefix holding rank
- *     k = ceil(0.99 n_finite) (zeros: the fused pass's count); each further
+ *     k = ceil(0.99 n_finite) (zeros: the fused pass's count), or the value
+ *     itself when k falls on the prefix followed by zeros; each further
  *     pass re-reads the pair and histograms the next 10 bits of the elements
  *     under the prefix, with per bin the min/max of the next 32 bits and the
  *     OR/AND of the rest (when they agree for the chosen bin, its keys are
@@ -69,6 +71,7 @@
 #define HBITS 12
 #define HBINS (1 << HBITS)
 #define LEVEL0_SHIFT 51                /* 63 - 12: |d| bits are < 2^63 */
+#define L0BINS (2 * HBINS)             /* level 0: each 12-bit prefix, split in two (hist0_bin) */
 #define COLLECT_MAX 4096
 #define TBITS 10                       /* bits per p99 level after the first */
 #define TBINS (1 << TBITS)
@@ -560,8 +563,8 @@ typedef struct {
     double *part;                  /* [blocks][P_COUNT] */
     unsigned long long *part_off;  /* [blocks] offset of the block's max |d| */
     unsigned long long *counts;    /* [C_COUNT] */
-    unsigned long long *hist;      /* [HBINS]: the p99's first level, the top 12 bits of the
-                                      nonzero keys bits(|d|) (added to); NULL: not kept */
+    unsigned long long *hist;      /* [L0BINS]: the p99's first level, the nonzero keys
+                                      bits(|d|) by hist0_bin (added to); NULL: not kept */
 } fused_out;
 
 /* The fused kernel's block reduction: this block's sums, maxima (with the
@@ -623,6 +626,18 @@ __device__ __forceinline__ void hist_add(unsigned *h, unsigned bin, int on)
                  : "memory");
 }
 
+/* The level-0 bin of a nonzero |d| = ad: 2p for the value p * 2^51 itself
+ * (the bits below the 12-bit prefix p all zero: 2^e or 1.5 * 2^e, the
+ * smallest key under p), 2p + 1 for the rest of p. Bins in this order are
+ * the keys in order, and a rank that falls in an even bin has that value
+ * without a further pass (p99_select). */
+__device__ __forceinline__ unsigned hist0_bin(double ad)
+{
+    unsigned hi = (unsigned)__double2hiint(ad), lo = (unsigned)__double2loint(ad);
+    unsigned below = (hi & ((1u << (LEVEL0_SHIFT - 32)) - 1u)) | lo;
+    return ((hi >> (LEVEL0_SHIFT - 32)) << 1) | (below != 0u);
+}
+
 /* Blocks of THREADS per SM the fused kernel is compiled for: 3 for the
  * pairs of 2-byte floats (at most 80 registers; ptxas spills 4 bytes there,
  * and on the H200 this ran faster than 2 blocks or no bound), else 0: no
@@ -647,10 +662,10 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
     __shared__ double shd[THREADS / 32];
     __shared__ uint64_t sho[THREADS / 32];
     __shared__ unsigned long long shu[THREADS / 32];
-    __shared__ unsigned shh[HBINS];
+    __shared__ unsigned shh[L0BINS];
     const int keep_hist = o.hist != NULL;
     if (keep_hist) {
-        for (int i = threadIdx.x; i < HBINS; i += THREADS)
+        for (int i = threadIdx.x; i < L0BINS; i += THREADS)
             shh[i] = 0;
         __syncthreads();
     }
@@ -719,7 +734,7 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         s_r4 = fma(rr, rr, s_r4);                                                                  \
         cnt[C_ZERO] += ad == 0.0;                                                                  \
         if (keep_hist)                                                                             \
-            hist_add(shh, (unsigned)__double2hiint(ad) >> (LEVEL0_SHIFT - 32), ad != 0.0);         \
+            hist_add(shh, hist0_bin(ad), ad != 0.0);                                               \
     } while (0)
 /* max |d| and its first position p */
 #define ELEM_MAXD(ad, p)                                                                           \
@@ -839,7 +854,7 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
                        tile0 + maxpos, cnt, o, shd, sho, shu);
     if (keep_hist) {
         __syncthreads();
-        for (int i = threadIdx.x; i < HBINS; i += THREADS)
+        for (int i = threadIdx.x; i < L0BINS; i += THREADS)
             if (shh[i])
                 atomicAdd(&o.hist[i], (unsigned long long)shh[i]);
     }
@@ -1807,15 +1822,15 @@ static double u64_as_double(uint64_t b)
 }
 
 /* Exact p99 (rank k, 1-based, among the finite |d|) by radix select; zeros:
- * the count of |d| = 0 and d_hist the histogram of the top 12 bits of the
- * nonzero keys, both from the fused pass (d_hist is reused by the later
+ * the count of |d| = 0 and d_hist the level-0 histogram of the nonzero keys
+ * (hist0_bin), both from the fused pass (d_hist is reused by the later
  * levels). */
 static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
                          unsigned long long *d_hist, unsigned long long *d_aux, unsigned *d_track)
 {
     if (k <= zeros)
         return 0.0;
-    unsigned long long *hh = (unsigned long long *)malloc(HBINS * sizeof *hh);
+    unsigned long long *hh = (unsigned long long *)malloc(L0BINS * sizeof *hh);
     unsigned long long *keys = (unsigned long long *)malloc(COLLECT_MAX * sizeof *keys);
     unsigned *ht = (unsigned *)malloc(4 * TBINS * sizeof *ht);
     double result = NAN;
@@ -1826,22 +1841,35 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
         x->status = probe_set_error(PROBE_ENOMEM, "%s: host scratch for the p99", x->fn);
         goto done;
     }
-    if (failed(x, cudaMemcpyAsync(hh, d_hist, HBINS * sizeof *hh, cudaMemcpyDeviceToHost, x->st),
+    if (failed(x, cudaMemcpyAsync(hh, d_hist, L0BINS * sizeof *hh, cudaMemcpyDeviceToHost, x->st),
                "copy of the p99 histogram") ||
         failed(x, cudaStreamSynchronize(x->st), "p99 histogram"))
         goto done;
     {
-        /* level 0: choose the 12-bit bin holding rank k */
+        /* level 0: choose the bin holding rank k (hist0_bin); an even bin
+         * holds one value, the prefix p followed by zeros; for an odd one the
+         * search goes on under the 12-bit prefix p, whose keys are those of
+         * both its bins */
         uint64_t kr = k, below = 0, cnt = 0, prefix = 0;
-        int shift = LEVEL0_SHIFT;
-        for (int b = 0; b < HBINS; b++) {
+        int shift = LEVEL0_SHIFT, bin = 0;
+        for (int b = 0; b < L0BINS; b++) {
             uint64_t c = hh[b] + (b == 0 ? zeros : 0);
             if (below + c >= kr) {
-                prefix = (uint64_t)b;
+                bin = b;
                 cnt = c;
                 break;
             }
             below += c;
+        }
+        prefix = (uint64_t)(bin >> 1);
+        if ((bin & 1) == 0) {
+            result = u64_as_double(prefix << LEVEL0_SHIFT);
+            goto done;
+        }
+        {
+            uint64_t exact = hh[bin - 1] + (bin == 1 ? zeros : 0);
+            below -= exact;
+            cnt += exact;
         }
         kr -= below;
         for (;;) {
@@ -2068,7 +2096,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
     fo.part_off = (unsigned long long *)dalloc(x, (size_t)grid * sizeof(unsigned long long));
     fo.counts = (unsigned long long *)dalloc(x, C_COUNT * sizeof(unsigned long long));
     d_res = (fused_res *)dalloc(x, sizeof(fused_res));
-    d_hist = (unsigned long long *)dalloc(x, HBINS * sizeof(unsigned long long));
+    d_hist = (unsigned long long *)dalloc(x, L0BINS * sizeof(unsigned long long));
     d_aux = (unsigned long long *)dalloc(x, (1 + COLLECT_MAX) * sizeof(unsigned long long));
     d_track = (unsigned *)dalloc(x, 4 * TBINS * sizeof(unsigned));
     fo.hist = d_hist;
@@ -2076,7 +2104,7 @@ static void metrics_on_device(ctx *x, const pair_dev *pd, const probe_metrics_op
         goto done;
     if (failed(x, cudaMemsetAsync(fo.counts, 0, C_COUNT * sizeof(unsigned long long), x->st),
                "memset") ||
-        failed(x, cudaMemsetAsync(d_hist, 0, HBINS * sizeof(unsigned long long), x->st), "memset"))
+        failed(x, cudaMemsetAsync(d_hist, 0, L0BINS * sizeof(unsigned long long), x->st), "memset"))
         goto done;
     DISPATCH(fused_kernel, pd->rdt, pd->cdt, grid, x->st, pd->r, pd->rdt, pd->c, pd->cdt, n,
              pd->vec, opts->atol, opts->rtol, ulp_p, ulp_emin, fo);

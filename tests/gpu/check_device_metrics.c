@@ -1014,6 +1014,56 @@ int main(int argc, char **argv)
         free_case(&pc);
     }
 
+    /* 7b. the p99 at the level-0 bins (bfloat16, hand-derived values; the
+     * values at random places). Each key p * 2^51 (2^e, 1.5 * 2^e) has a bin
+     * of its own, before the rest of its 12-bit prefix p:
+     *   - rank k in such a bin: its value, no select pass (3 * 2^-7 = 1.5 * 2^-6;
+     *     also k at the bin's last element);
+     *   - rank k in the rest of a prefix that also holds p * 2^51: the search
+     *     under p counts those keys too (|d| = 2^-7 and 1.25 * 2^-7, of r =
+     *     0.25, c = 0.25 + 4 or 5 * 2^-9); 3000 keys under p: the collect path,
+     *     30000: a histogram level. */
+    {
+        static const struct {
+            const char *name;
+            size_t n, n_a, n_b;       /* elements; with |d| = a; with |d| = b (the rest 0) */
+            uint16_t r, ca, cb;       /* reference; candidate where |d| = a, = b */
+            double p99;
+        } L0[] = {
+            {"p99-level0.exact-bin", 100000, 2000, 0, 0x3F80, 0x3F83, 0x3F80, 0x1.8p-6},
+            {"p99-level0.exact-bin-last", 100000, 1000, 1000, 0x3F80, 0x3F83, 0x3F84, 0x1.8p-6},
+            {"p99-level0.rest-collect", 100000, 1500, 1500, 0x3E80, 0x3E84, 0x3E85, 0x1.4p-7},
+            {"p99-level0.rest-histogram", 1000000, 15000, 15000, 0x3E80, 0x3E84, 0x3E85, 0x1.4p-7},
+        };
+        for (size_t li = 0; li < sizeof L0 / sizeof L0[0]; li++) {
+            const probe_dtype t = PROBE_DTYPE_BFLOAT16;
+            size_t n = L0[li].n;
+            pair_case pc = {L0[li].name, t, t, n, alloc_pair(t, n), alloc_pair(t, n), {1e-3, 1e-3},
+                            {0, 0}, 0};
+            for (size_t i = 0; i < n; i++) {
+                put(t, pc.r, i, L0[li].r);
+                put(t, pc.c, i, i < L0[li].n_a ? L0[li].ca : i < L0[li].n_a + L0[li].n_b ? L0[li].cb : L0[li].r);
+            }
+            for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates over the candidate */
+                size_t j = (size_t)(rnd() % (i + 1));
+                uint64_t a = get(t, pc.c, i), b = get(t, pc.c, j);
+                put(t, pc.c, i, b);
+                put(t, pc.c, j, a);
+            }
+            check_pair(&pc);
+            probe_metrics g;
+            probe_channel_shift sh;
+            int ok = run_gpu(&pc, &g, &sh) == PROBE_OK && g.p99_abs == L0[li].p99;
+            char detail[128];
+            snprintf(detail, sizeof detail, "p99 %.17g, hand-derived %.17g", ok ? L0[li].p99 : g.p99_abs,
+                     L0[li].p99);
+            char nm[96];
+            snprintf(nm, sizeof nm, "%s.value", L0[li].name);
+            report(ok, nm, detail);
+            free_case(&pc);
+        }
+    }
+
     /* 8. subnormals: float16 subnormal codes; float64 subnormals (the scaled
      * second pass) and huge values, and a difference that overflows */
     {
