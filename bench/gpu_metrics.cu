@@ -17,8 +17,8 @@
  * in [-1, 1): with S = 9, about the disagreement of a bf16 kernel swap (its
  * p99 is 2^-7, one ulp of [1, 2): a level-0 bin of its own, no select
  * pass); with S = 4 the p99 is not 2^e or 1.5 * 2^e (1.75 * 2^-4 in a numpy
- * model of this generator; the run prints it) and takes the select passes. Times: median of
- * 10 after 3 warm-ups, CUDA events. Link: -L build/lib -lprobe.
+ * model of this generator; the run prints it) and takes the select passes.
+ * Times: median of 10 after 3 warm-ups, CUDA events. Link: -L build/lib -lprobe.
  */
 #include "../metrics/cuda/metrics.cu"
 

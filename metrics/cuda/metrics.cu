@@ -1846,30 +1846,23 @@ static double p99_select(ctx *x, const pair_dev *pd, uint64_t zeros, uint64_t k,
         failed(x, cudaStreamSynchronize(x->st), "p99 histogram"))
         goto done;
     {
-        /* level 0: choose the bin holding rank k (hist0_bin); an even bin
-         * holds one value, the prefix p followed by zeros; for an odd one the
-         * search goes on under the 12-bit prefix p, whose keys are those of
-         * both its bins */
+        /* level 0: the 12-bit prefix p holding rank k (hist0_bin: its key
+         * p * 2^51, then the rest of p); when k falls on p * 2^51 that is the
+         * value, else the search goes on under p, over both bins */
         uint64_t kr = k, below = 0, cnt = 0, prefix = 0;
-        int shift = LEVEL0_SHIFT, bin = 0;
-        for (int b = 0; b < L0BINS; b++) {
-            uint64_t c = hh[b] + (b == 0 ? zeros : 0);
+        int shift = LEVEL0_SHIFT;
+        for (int p = 0; p < HBINS; p++) {
+            uint64_t exact = hh[2 * p] + (p == 0 ? zeros : 0), c = exact + hh[2 * p + 1];
             if (below + c >= kr) {
-                bin = b;
+                prefix = (uint64_t)p;
                 cnt = c;
+                if (below + exact >= kr) {
+                    result = u64_as_double(prefix << LEVEL0_SHIFT);
+                    goto done;
+                }
                 break;
             }
             below += c;
-        }
-        prefix = (uint64_t)(bin >> 1);
-        if ((bin & 1) == 0) {
-            result = u64_as_double(prefix << LEVEL0_SHIFT);
-            goto done;
-        }
-        {
-            uint64_t exact = hh[bin - 1] + (bin == 1 ? zeros : 0);
-            below -= exact;
-            cnt += exact;
         }
         kr -= below;
         for (;;) {
