@@ -41,7 +41,7 @@ struct probe_file {
     struct {
         size_t index;       /* (size_t)-1: none */
         hid_t d, ft, mt, fsp;
-        int fd;             /* >= 0: contiguous, stored as read: pread at `addr` */
+        int fd;             /* >= 0 (pfd): the bytes are in the file as read: pread at `addr` */
         uint64_t addr;
         probe_raw_seg *segs; /* non-NULL: in raw files, these pieces (pread each) */
         size_t nsegs;
@@ -56,7 +56,13 @@ struct probe_file {
     char **jop; /* tensor i's probe.op text from the journal or pack index, or NULL */
     probe_summary *jsum; /* recovered: stats-only tensor i's summary from its SUMMARY
                             record; NULL when the journal has none */
-    int pfd;    /* descriptor for reading packed tensors, -1 until needed */
+    /* tensor i is a contiguous dataset, allocated inside the file, with no
+     * external storage, whose file type is its memory type: its bytes are
+     * at daddr[i] in the file (read with pread, not through HDF5);
+     * PROBE_JOURNAL_NO_OFFSET for every other tensor. NULL for a file
+     * recovered from its journal. */
+    uint64_t *daddr;
+    int pfd;    /* descriptor for pread of the file's own bytes, -1 until needed */
     /* the raw files (docs/file-format.md "Raw files"): the folder's name
      * (relative to the capture's folder), its descriptor + 1 and each raw
      * file's descriptor + 1 (0: not open yet) and size */
@@ -77,18 +83,20 @@ static int at_jaddr(const probe_file *f, size_t i)
 }
 
 static probe_status open_journaled(const char *path, probe_file **out);
-static probe_status sort_with_packed(probe_file *f, int all_seq);
-static probe_status check_contained(hid_t d, const char *fpath, const char *dpath);
+static probe_status sort_tensors(probe_file *f, int all_seq);
+static probe_status check_contained(hid_t d, const char *fpath, const char *dpath, int *plain);
 static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint64_t count, void *dst);
+static probe_status read_at(probe_file *f, size_t i, uint64_t base, uint64_t first, uint64_t count,
+                            void *dst);
+static probe_status own_fd(probe_file *f);
 
 /* --- attributes (call inside H5E_BEGIN_TRY); an attribute of an unexpected
  * type or shape is treated as absent --- */
 
-static hid_t attr_open_1(hid_t obj, const char *name, H5T_class_t *cls)
+/* Attribute a (opened; closed here unless returned) when it holds one
+ * element; *cls its type class. */
+static hid_t attr_checked(hid_t a, H5T_class_t *cls)
 {
-    if (H5Aexists(obj, name) <= 0)
-        return H5I_INVALID_HID;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     if (a < 0)
         return H5I_INVALID_HID;
     hid_t sp = H5Aget_space(a), ty = H5Aget_type(a);
@@ -105,6 +113,14 @@ static hid_t attr_open_1(hid_t obj, const char *name, H5T_class_t *cls)
     return a;
 }
 
+/* Attribute `name` of obj when it exists and holds one element. */
+static hid_t attr_open_1(hid_t obj, const char *name, H5T_class_t *cls)
+{
+    if (H5Aexists(obj, name) <= 0)
+        return H5I_INVALID_HID;
+    return attr_checked(H5Aopen(obj, name, H5P_DEFAULT), cls);
+}
+
 /* The longest attribute string that is read: the manifest and the skip list
  * of a real capture are kilobytes; a longer one is treated as absent (a fixed
  * length type) or refused (probe.skips: PROBE_EFORMAT), so that a hostile
@@ -113,16 +129,13 @@ static hid_t attr_open_1(hid_t obj, const char *name, H5T_class_t *cls)
  * check_global_heaps() has made sure that its heap lies inside the file. */
 #define ATTR_STR_MAX ((size_t)16 << 20)
 
-/* A string attribute (variable or fixed length, ASCII or UTF-8) as a new
- * malloc'd string in *out. Returns 1 found, 0 absent/not a string (or a
- * fixed-length type above ATTR_STR_MAX), -1 out of memory. */
-static int attr_str(hid_t obj, const char *name, char **out)
+/* A string attribute (variable or fixed length, ASCII or UTF-8; a of type
+ * class cls, one element) as a new malloc'd string in *out. Returns 1
+ * found, 0 not a string (or a fixed-length type above ATTR_STR_MAX), -1 out
+ * of memory. */
+static int attr_str_a(hid_t a, H5T_class_t cls, char **out)
 {
-    H5T_class_t cls;
     *out = NULL;
-    hid_t a = attr_open_1(obj, name, &cls);
-    if (a < 0)
-        return 0;
     int found = 0;
     hid_t ft = H5Aget_type(a);
     if (cls == H5T_STRING && ft >= 0) {
@@ -159,50 +172,52 @@ static int attr_str(hid_t obj, const char *name, char **out)
     }
     if (ft >= 0)
         H5Tclose(ft);
+    return found;
+}
+
+/* attr_str_a of attribute `name` of obj (absent: 0). */
+static int attr_str(hid_t obj, const char *name, char **out)
+{
+    H5T_class_t cls;
+    *out = NULL;
+    hid_t a = attr_open_1(obj, name, &cls);
+    if (a < 0)
+        return 0;
+    int found = attr_str_a(a, cls, out);
     H5Aclose(a);
     return found;
 }
 
 /* An integer attribute (any integer type, one element) into *v; 1 if found.
  * Values beyond int64 are clipped by HDF5's conversion. */
+static int attr_i64_a(hid_t a, H5T_class_t cls, int64_t *v)
+{
+    int64_t x = 0;
+    int ok = cls == H5T_INTEGER && H5Aread(a, H5T_NATIVE_INT64, &x) >= 0;
+    if (ok)
+        *v = x;
+    return ok;
+}
+
 static int attr_i64(hid_t obj, const char *name, int64_t *v)
 {
     H5T_class_t cls;
     hid_t a = attr_open_1(obj, name, &cls);
     if (a < 0)
         return 0;
-    int64_t x = 0;
-    int ok = cls == H5T_INTEGER && H5Aread(a, H5T_NATIVE_INT64, &x) >= 0;
+    int ok = attr_i64_a(a, cls, v);
     H5Aclose(a);
-    if (ok)
-        *v = x;
     return ok;
 }
 
 /* A numeric attribute (float or integer, one element) into *v; 1 if found. */
-static int attr_f64(hid_t obj, const char *name, double *v)
+static int attr_f64_a(hid_t a, H5T_class_t cls, double *v)
 {
-    H5T_class_t cls;
-    hid_t a = attr_open_1(obj, name, &cls);
-    if (a < 0)
-        return 0;
     double x = 0;
     int ok = (cls == H5T_FLOAT || cls == H5T_INTEGER) && H5Aread(a, H5T_NATIVE_DOUBLE, &x) >= 0;
-    H5Aclose(a);
     if (ok)
         *v = x;
     return ok;
-}
-
-/* Copy a string attribute into a fixed buffer (truncating); -1 on ENOMEM. */
-static int attr_str_into(hid_t obj, const char *name, char *dst, size_t size)
-{
-    char *s;
-    int r = attr_str(obj, name, &s);
-    if (r == 1)
-        snprintf(dst, size, "%s", s);
-    free(s);
-    return r;
 }
 
 /* --- indexing --- */
@@ -220,17 +235,135 @@ static const char *last_elem(const char *path)
 
 #define SPARSE_FREE_BYTES ((uint64_t)64 << 20)
 
-static int describe_attrs(hid_t d, const char *path, probe_tensor_info *t);
+/* The probe.* attributes of one dataset, read in one pass over its
+ * attributes (H5Aiterate2): the tensor's own fields go straight into *t,
+ * the rest here. */
+typedef struct {
+    probe_tensor_info *t;
+    char dtype[64];     /* probe.dtype, "" if absent */
+    int64_t stats_only; /* probe.stats_only, 0 if absent */
+    int64_t block;      /* probe.block, -1 if absent or < 0 */
+    int has_component, has_slot;
+    int oom;
+} tensor_attrs;
+
+/* H5Aiterate2 callback: one probe.* attribute into ta. An attribute of an
+ * unexpected type or shape is treated as absent; -1 (stop) out of memory. */
+static herr_t tensor_attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void *data)
+{
+    (void)info;
+    tensor_attrs *ta = data;
+    probe_tensor_info *t = ta->t;
+    if (strncmp(name, "probe.", 6) != 0)
+        return 0;
+    const char *k = name + 6;
+    char hash[32];
+    char *dst = NULL;
+    size_t cap = 0;
+    int *found = NULL;
+    int64_t *iv = NULL, ilow = 0;
+    double *fv = NULL;
+    if (strcmp(k, "dtype") == 0) {
+        dst = ta->dtype, cap = sizeof ta->dtype;
+    } else if (strcmp(k, "component") == 0) {
+        dst = t->component, cap = sizeof t->component, found = &ta->has_component;
+    } else if (strcmp(k, "slot") == 0) {
+        dst = t->slot, cap = sizeof t->slot, found = &ta->has_slot;
+    } else if (strcmp(k, "scope") == 0) {
+        dst = t->scope, cap = sizeof t->scope;
+    } else if (strcmp(k, "hash") == 0 || strcmp(k, "tree_hash") == 0) {
+        dst = hash, cap = sizeof hash;
+    } else if (strcmp(k, "parent") == 0) {
+        dst = t->parent, cap = sizeof t->parent;
+    } else if (strcmp(k, "class") == 0) {
+        dst = t->class_name, cap = sizeof t->class_name;
+    } else if (strcmp(k, "module") == 0) {
+        dst = t->module, cap = sizeof t->module;
+    } else if (strcmp(k, "seq") == 0) {
+        iv = &t->seq;
+    } else if (strcmp(k, "call") == 0) {
+        iv = &t->call;
+    } else if (strcmp(k, "step") == 0) {
+        iv = &t->step;
+    } else if (strcmp(k, "block") == 0) {
+        iv = &ta->block;
+    } else if (strcmp(k, "stats_only") == 0) {
+        iv = &ta->stats_only, ilow = INT64_MIN;
+    } else if (strcmp(k, "timestep") == 0) {
+        fv = &t->timestep;
+    } else if (strcmp(k, "cfg_branch") != 0) {
+        return 0;
+    }
+    H5T_class_t cls;
+    hid_t a = attr_checked(H5Aopen(loc, name, H5P_DEFAULT), &cls);
+    if (a < 0)
+        return 0;
+    int64_t v;
+    if (dst != NULL) {
+        char *str = NULL;
+        int r = attr_str_a(a, cls, &str);
+        if (r < 0) {
+            ta->oom = 1;
+        } else if (r == 1) {
+            snprintf(dst, cap, "%s", str);
+            if (found != NULL)
+                *found = 1;
+            if (dst == hash) {
+                char *to = k[0] == 'h' ? t->hash : t->tree_hash;
+                if (strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16)
+                    memcpy(to, hash, 17);
+            }
+        }
+        free(str);
+    } else if (iv != NULL) {
+        if (attr_i64_a(a, cls, &v) && v >= ilow)
+            *iv = v;
+    } else if (fv != NULL) {
+        attr_f64_a(a, cls, fv);
+    } else if (attr_i64_a(a, cls, &v) && v >= 0 && v <= INT32_MAX) {
+        t->cfg_branch = (int32_t)v;
+    }
+    H5Aclose(a);
+    return ta->oom ? -1 : 0;
+}
+
+/* Read the probe.* attributes of dataset d into *t and *ta (t's other
+ * fields untouched). 0, or -1 out of memory. An attribute storage HDF5
+ * cannot walk leaves the attributes not yet seen absent. */
+static int read_tensor_attrs(hid_t d, probe_tensor_info *t, tensor_attrs *ta)
+{
+    memset(ta, 0, sizeof *ta);
+    ta->t = t;
+    ta->block = -1;
+    t->seq = t->call = t->step = -1;
+    t->cfg_branch = -1;
+    t->timestep = NAN;
+    hsize_t idx = 0;
+    H5Aiterate2(d, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, tensor_attr_cb, ta);
+    return ta->oom ? -1 : 0;
+}
+
+/* The defaults of the attributes that are absent (component and slot from
+ * the path; block only with a parent). */
+static void finish_tensor_attrs(const tensor_attrs *ta, const char *path, probe_tensor_info *t)
+{
+    if (!ta->has_component) {
+        const char *s = path + 1, *e = strchr(s, '/');
+        snprintf(t->component, sizeof t->component, "%.*s", (int)(e != NULL ? (size_t)(e - s) : strlen(s)), s);
+    }
+    if (!ta->has_slot)
+        snprintf(t->slot, sizeof t->slot, "%s", last_elem(path));
+    t->block = t->parent[0] != '\0' ? ta->block : -1;
+}
 
 /* A stats-only record (docs/file-format.md): a scalar compound dataset with
  * probe.stats_only = 1, a known probe.dtype and a probe.shape of at most
  * PROBE_MAX_RANK entries >= 0 whose element count and byte size do not
  * overflow. Fills dtype, rank, shape, n and stats_only; 1 if it is one, 0
  * if not (the dataset is then ignored, like any compound dataset). */
-static int describe_stats_only(hid_t d, probe_dtype hint, probe_tensor_info *t)
+static int describe_stats_only(hid_t d, probe_dtype hint, int64_t flag, probe_tensor_info *t)
 {
-    int64_t flag = 0;
-    if (hint == PROBE_DTYPE_INVALID || !attr_i64(d, "probe.stats_only", &flag) || flag != 1)
+    if (hint == PROBE_DTYPE_INVALID || flag != 1)
         return 0;
     hid_t sp = H5Dget_space(d);
     int scalar = sp >= 0 && H5Sget_simple_extent_type(sp) == H5S_SCALAR;
@@ -273,30 +406,34 @@ static int describe_stats_only(hid_t d, probe_dtype hint, probe_tensor_info *t)
 
 /* Describe dataset d at path into *t. Returns 1 if it is a tensor, 0 if it is
  * ignored (not numeric, NULL dataspace, rank > PROBE_MAX_RANK, element count
- * or byte size overflow, declared far beyond its storage), -1 out of memory. */
-static int describe(hid_t d, const char *path, probe_tensor_info *t)
+ * or byte size overflow, declared far beyond its storage), -1 out of memory.
+ * *as_stored is 1 when the file type is the memory type that reads it (its
+ * bytes are the tensor's bytes), else 0. */
+static int describe(hid_t d, const char *path, probe_tensor_info *t, int *as_stored)
 {
+    *as_stored = 0;
     memset(t, 0, sizeof *t);
     if (strlen(path) >= sizeof t->path)
         return 0;
     snprintf(t->path, sizeof t->path, "%s", path);
 
-    char *dtname = NULL;
-    if (attr_str(d, "probe.dtype", &dtname) < 0)
+    tensor_attrs ta;
+    if (read_tensor_attrs(d, t, &ta) < 0)
         return -1;
-    probe_dtype hint = dtname != NULL ? probe_dtype_from_name(dtname) : PROBE_DTYPE_INVALID;
-    free(dtname);
+    probe_dtype hint = ta.dtype[0] != '\0' ? probe_dtype_from_name(ta.dtype) : PROBE_DTYPE_INVALID;
     hid_t ft = H5Dget_type(d), mt = H5I_INVALID_HID;
     int compound = ft >= 0 && H5Tget_class(ft) == H5T_COMPOUND;
     t->dtype = ft >= 0 && !compound ? probe_h5_classify(ft, hint, &mt) : PROBE_DTYPE_INVALID;
+    *as_stored = t->dtype != PROBE_DTYPE_INVALID && mt >= 0 && H5Tequal(ft, mt) > 0;
     if (ft >= 0)
         H5Tclose(ft);
     if (mt >= 0)
         H5Tclose(mt);
     if (compound) {
-        if (!describe_stats_only(d, hint, t))
+        if (!describe_stats_only(d, hint, ta.stats_only, t))
             return 0;
-        return describe_attrs(d, path, t);
+        finish_tensor_attrs(&ta, path, t);
+        return 1;
     }
     if (t->dtype == PROBE_DTYPE_INVALID)
         return 0;
@@ -332,56 +469,10 @@ static int describe(hid_t d, const char *path, probe_tensor_info *t)
         return 0;
     t->rank = rank;
     t->n = n;
-    return describe_attrs(d, path, t);
-}
-
-/* The probe.* attributes common to tensors and stats-only records. 1, or
- * -1 out of memory. */
-static int describe_attrs(hid_t d, const char *path, probe_tensor_info *t)
-{
-    if (attr_str_into(d, "probe.component", t->component, sizeof t->component) == 0) {
-        const char *s = path + 1, *e = strchr(s, '/');
-        snprintf(t->component, sizeof t->component, "%.*s", (int)(e != NULL ? (size_t)(e - s) : strlen(s)), s);
-    }
-    if (attr_str_into(d, "probe.slot", t->slot, sizeof t->slot) == 0)
-        snprintf(t->slot, sizeof t->slot, "%s", last_elem(path));
-    if (attr_str_into(d, "probe.scope", t->scope, sizeof t->scope) < 0)
-        return -1;
-    char *hash = NULL;
-    if (attr_str(d, "probe.hash", &hash) < 0)
-        return -1;
-    if (hash != NULL && strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16)
-        memcpy(t->hash, hash, 17);
-    free(hash);
-    hash = NULL;
-    if (attr_str(d, "probe.tree_hash", &hash) < 0)
-        return -1;
-    if (hash != NULL && strlen(hash) == 16 && strspn(hash, "0123456789abcdef") == 16)
-        memcpy(t->tree_hash, hash, 17);
-    free(hash);
-    t->seq = t->call = t->step = -1;
-    t->cfg_branch = -1;
-    t->timestep = NAN;
-    int64_t v;
-    if (attr_i64(d, "probe.seq", &v) && v >= 0)
-        t->seq = v;
-    if (attr_i64(d, "probe.call", &v) && v >= 0)
-        t->call = v;
-    if (attr_i64(d, "probe.step", &v) && v >= 0)
-        t->step = v;
-    if (attr_i64(d, "probe.cfg_branch", &v) && v >= 0 && v <= INT32_MAX)
-        t->cfg_branch = (int32_t)v;
-    attr_f64(d, "probe.timestep", &t->timestep);
-    /* nesting: probe.block means something only with its probe.parent */
-    t->block = -1;
-    if (attr_str_into(d, "probe.parent", t->parent, sizeof t->parent) < 0 ||
-        attr_str_into(d, "probe.class", t->class_name, sizeof t->class_name) < 0 ||
-        attr_str_into(d, "probe.module", t->module, sizeof t->module) < 0)
-        return -1;
-    if (t->parent[0] != '\0' && attr_i64(d, "probe.block", &v) && v >= 0)
-        t->block = v;
+    finish_tensor_attrs(&ta, path, t);
     return 1;
 }
+
 
 /* Room for one more tensor in f (and in jaddr/jop when present). 0, or -1
  * out of memory. */
@@ -394,6 +485,10 @@ static int grow(probe_file *f)
     if (t == NULL)
         return -1;
     f->t = t;
+    uint64_t *da = realloc(f->daddr, cap * sizeof *da);
+    if (da == NULL)
+        return -1;
+    f->daddr = da;
     if (f->jaddr != NULL) {
         uint64_t *a = realloc(f->jaddr, cap * sizeof *a);
         if (a == NULL)
@@ -448,7 +543,7 @@ static probe_status load_pack(probe_file *f, hid_t ix, const char *name)
              H5Pget_external_count(dcpl) == 0 && (addr != HADDR_UNDEF || dlen == 0);
     if (dcpl >= 0)
         H5Pclose(dcpl);
-    probe_status s = ok ? check_contained(d, f->path, dpath) : PROBE_OK;
+    probe_status s = ok ? check_contained(d, f->path, dpath, NULL) : PROBE_OK;
     H5Dclose(d);
     if (s != PROBE_OK)
         return s;
@@ -508,6 +603,7 @@ static probe_status load_pack(probe_file *f, hid_t ix, const char *name)
             break;
         }
         f->t[f->n] = r->info;
+        f->daddr[f->n] = PROBE_JOURNAL_NO_OFFSET;
         f->jaddr[f->n] = (uint64_t)addr + (r->nbytes > 0 ? r->offset : 0);
         f->jop[f->n] = r->op;
         jd.t[i].op = NULL;
@@ -541,7 +637,9 @@ static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, vo
     }
     char path[sizeof f->t->path + 1];
     int len = snprintf(path, sizeof path, "/%s", name);
-    probe_status c = check_contained(o, f->path, len < 0 || (size_t)len >= sizeof path ? name : path);
+    int plain = 0;
+    probe_status c = check_contained(o, f->path, len < 0 || (size_t)len >= sizeof path ? name : path,
+                                     &plain);
     if (c != PROBE_OK) {
         H5Oclose(o);
         v->status = c;
@@ -563,7 +661,16 @@ static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, vo
         }
         return 0;
     }
-    int r = len < 0 || (size_t)len >= sizeof path ? 0 : describe(o, path, &f->t[f->n]);
+    int as_stored = 0;
+    int r = len < 0 || (size_t)len >= sizeof path ? 0 : describe(o, path, &f->t[f->n], &as_stored);
+    uint64_t daddr = PROBE_JOURNAL_NO_OFFSET;
+    if (r == 1 && plain && as_stored && !f->t[f->n].stats_only) {
+        const probe_tensor_info *t = &f->t[f->n];
+        haddr_t a = H5Dget_offset(o);
+        if (a != HADDR_UNDEF && (uint64_t)a != PROBE_JOURNAL_NO_OFFSET &&
+            H5Dget_storage_size(o) == t->n * probe_dtype_size(t->dtype))
+            daddr = (uint64_t)a;
+    }
     H5Oclose(o);
     if (r < 0) {
         v->status = probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
@@ -572,6 +679,7 @@ static herr_t visit_cb(hid_t group, const char *name, const H5L_info_t *info, vo
     if (r == 0) {
         f->ignored++;
     } else {
+        f->daddr[f->n] = daddr;
         if (f->jaddr != NULL) {
             f->jaddr[f->n] = PROBE_JOURNAL_NO_OFFSET;
             f->jop[f->n] = NULL;
@@ -718,9 +826,13 @@ static int builtin_filter(H5Z_filter_t id)
  * inside the file and decoded by libhdf5's built-in filters; otherwise
  * PROBE_EUNSUPPORTED with one line naming the dataset and the target. Call
  * inside H5E_BEGIN_TRY. A dataset whose creation properties cannot be read
- * is refused too (its storage is unknown). */
-static probe_status check_contained(hid_t d, const char *fpath, const char *dpath)
+ * is refused too (its storage is unknown). When plain is not NULL, *plain
+ * is 1 for a contained dataset of contiguous layout with no external
+ * storage (not even probe's raw files), else 0. */
+static probe_status check_contained(hid_t d, const char *fpath, const char *dpath, int *plain)
 {
+    if (plain != NULL)
+        *plain = 0;
     enum { NAME = 512 };
     char name[NAME] = "", src[NAME] = "", shown[2 * NAME + 2];
     static const char inside[] = "refused, probe reads only data inside the capture file";
@@ -729,11 +841,13 @@ static probe_status check_contained(hid_t d, const char *fpath, const char *dpat
     if (dcpl < 0)
         return probe_set_error(PROBE_EUNSUPPORTED, "%s: %s: storage properties unreadable: %s", fpath,
                                dpath, inside);
-    int next = H5Pget_external_count(dcpl);
+    int next = H5Pget_external_count(dcpl), next0 = next;
     size_t nsegs = 0; /* probe's raw files: read by probe at reads (raw_pieces), checked then */
     if (next > 0 && probe_raw_efl_read(dcpl, name, sizeof name, NULL, &nsegs) == 1)
         next = 0;
     H5D_layout_t lay = H5Pget_layout(dcpl);
+    if (plain != NULL)
+        *plain = next0 == 0 && lay == H5D_CONTIGUOUS;
     int nfilters = H5Pget_nfilters(dcpl);
     if (next != 0) {
         off_t off = 0;
@@ -782,6 +896,8 @@ static probe_status check_contained(hid_t d, const char *fpath, const char *dpat
         }
     }
     H5Pclose(dcpl);
+    if (s != PROBE_OK && plain != NULL)
+        *plain = 0;
     return s;
 }
 
@@ -944,7 +1060,7 @@ static herr_t extent_cb(hid_t group, const char *name, const H5L_info_t *info, v
     if (dataset) {
         char dpath[1024];
         snprintf(dpath, sizeof dpath, "/%s", name);
-        if ((l->refused = check_contained(o, l->fpath, dpath)) != PROBE_OK) {
+        if ((l->refused = check_contained(o, l->fpath, dpath, NULL)) != PROBE_OK) {
             H5Oclose(o);
             return 1;
         }
@@ -1074,13 +1190,26 @@ static probe_status precheck(const char *path)
     return PROBE_OK;
 }
 
-/* The global-heap check of an opened file, skipping its datasets' raw data
- * (call before anything reads an attribute). */
+/* Files up to this size are first scanned whole for heap collections: one
+ * read of at most 256 MiB, which the compare reads anyway, instead of
+ * opening every dataset to list its raw data (the cost of a file of many
+ * small datasets). */
+#define HEAP_SCAN_WHOLE_MAX ((uint64_t)256 << 20)
+
+/* The global-heap check of an opened file (call before anything reads an
+ * attribute). A file of at most HEAP_SCAN_WHOLE_MAX bytes whose every
+ * collection signature, raw data included, heads a well-formed collection
+ * passes at once; any other file is scanned again skipping its datasets'
+ * raw data (where tensor bytes may hold the signature by chance), which
+ * checks a subset of the same signatures, so the first scan never passes a
+ * file that the second would refuse. */
 static probe_status check_heaps_of(probe_file *f)
 {
     struct stat st;
     if (stat(f->path, &st) != 0)
         return probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
+    if ((uint64_t)st.st_size <= HEAP_SCAN_WHOLE_MAX && check_global_heaps(f->path, &st, NULL) == PROBE_OK)
+        return PROBE_OK;
     extent_list l = {.fpath = f->path, .refused = PROBE_OK};
     H5Lvisit(f->file, H5_INDEX_NAME, H5_ITER_INC, extent_cb, &l);
     if (l.refused != PROBE_OK) {
@@ -1213,10 +1342,8 @@ probe_status probe_file_open(const char *path, probe_file **out)
     int all_seq = 1;
     for (size_t i = 0; i < f->n; i++)
         all_seq &= f->t[i].seq >= 0;
-    if (f->n > 0 && f->jaddr != NULL)
-        s = sort_with_packed(f, all_seq);
-    else if (f->n > 0)
-        qsort(f->t, f->n, sizeof *f->t, all_seq ? cmp_seq : cmp_path);
+    if (f->n > 0)
+        s = sort_tensors(f, all_seq);
     for (size_t i = 0; i < f->n; i++)
         f->by_path[i] = &f->t[i];
     if (f->n > 0 && (all_seq || f->jaddr != NULL))
@@ -1234,37 +1361,47 @@ probe_status probe_file_open(const char *path, probe_file **out)
     return PROBE_OK;
 }
 
-/* Sort f->t as probe_file_open does, carrying jaddr and jop along. */
-static probe_status sort_with_packed(probe_file *f, int all_seq)
+/* Sort f->t by seq (all_seq) or by path, carrying daddr, jaddr and jop along. */
+static probe_status sort_tensors(probe_file *f, int all_seq)
 {
-    const probe_tensor_info **p = malloc(f->n * sizeof *p);
-    probe_tensor_info *t = malloc(f->n * sizeof *t);
-    uint64_t *a = malloc(f->n * sizeof *a);
-    char **op = malloc(f->n * sizeof *op);
-    if (p == NULL || t == NULL || a == NULL || op == NULL) {
+    size_t n = f->n;
+    const probe_tensor_info **p = malloc(n * sizeof *p);
+    probe_tensor_info *t = malloc(n * sizeof *t);
+    uint64_t *da = malloc(n * sizeof *da);
+    uint64_t *a = f->jaddr != NULL ? malloc(n * sizeof *a) : NULL;
+    char **op = f->jaddr != NULL ? malloc(n * sizeof *op) : NULL;
+    if (p == NULL || t == NULL || da == NULL || (f->jaddr != NULL && (a == NULL || op == NULL))) {
         free(p);
         free(t);
+        free(da);
         free(a);
         free(op);
         return probe_set_error(PROBE_ENOMEM, "%s: out of memory", f->path);
     }
-    for (size_t i = 0; i < f->n; i++)
+    for (size_t i = 0; i < n; i++)
         p[i] = &f->t[i];
-    qsort(p, f->n, sizeof *p, all_seq ? cmp_ptr_seq : cmp_ptr_path);
-    for (size_t i = 0; i < f->n; i++) {
+    qsort(p, n, sizeof *p, all_seq ? cmp_ptr_seq : cmp_ptr_path);
+    for (size_t i = 0; i < n; i++) {
         size_t k = (size_t)(p[i] - f->t);
         t[i] = f->t[k];
-        a[i] = f->jaddr[k];
-        op[i] = f->jop[k];
+        da[i] = f->daddr[k];
+        if (a != NULL) {
+            a[i] = f->jaddr[k];
+            op[i] = f->jop[k];
+        }
     }
     free(p);
     free(f->t);
-    free(f->jaddr);
-    free(f->jop);
+    free(f->daddr);
     f->t = t;
-    f->jaddr = a;
-    f->jop = op;
-    f->cap = f->n;
+    f->daddr = da;
+    if (a != NULL) {
+        free(f->jaddr);
+        free(f->jop);
+        f->jaddr = a;
+        f->jop = op;
+    }
+    f->cap = n;
     return PROBE_OK;
 }
 
@@ -1284,6 +1421,7 @@ void probe_file_close(probe_file *f)
     free(f->skips);
     free(f->path);
     free(f->jaddr);
+    free(f->daddr);
     for (size_t i = 0; f->jop != NULL && i < f->n; i++)
         free(f->jop[i]);
     free(f->jop);
@@ -1591,6 +1729,8 @@ static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *d
                         t->path);
     if (at_jaddr(f, ti))
         return read_recovered(f, ti, 0, t->n, dst);
+    if (f->daddr != NULL && f->daddr[ti] != PROBE_JOURNAL_NO_OFFSET)
+        return read_at(f, ti, f->daddr[ti], 0, t->n, dst);
     probe_status s = PROBE_OK;
     char text[256];
     H5E_BEGIN_TRY {
@@ -1605,7 +1745,7 @@ static probe_status read_into(probe_file *f, const probe_tensor_info *t, void *d
                    (uint64_t)H5Sget_simple_extent_npoints(sp) != t->n) {
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
                                 f->path, t->path);
-        } else if ((s = check_contained(d, f->path, t->path)) == PROBE_OK) {
+        } else if ((s = check_contained(d, f->path, t->path, NULL)) == PROBE_OK) {
             probe_raw_seg *segs = NULL;
             size_t nsegs = 0;
             if ((s = raw_pieces(f, t, d, ft, mt, &segs, &nsegs)) == PROBE_OK && segs != NULL) {
@@ -1708,8 +1848,6 @@ static void range_close(probe_file *f)
         if (f->cur.d >= 0)
             H5Dclose(f->cur.d);
     } H5E_END_TRY;
-    if (f->cur.fd >= 0)
-        close(f->cur.fd);
     if (f->cur.segs_owned)
         free(f->cur.segs);
     f->cur.segs = NULL;
@@ -1739,13 +1877,16 @@ static probe_status range_open(probe_file *f, size_t i)
         f->cur.nsegs = f->jnsegs[i];
         return PROBE_OK;
     }
-    if (at_jaddr(f, i)) { /* the journal or the pack index gave the bytes' offset */
-        if ((f->cur.fd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0) {
-            s = probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
+    int at_j = at_jaddr(f, i);
+    if (at_j || (f->daddr != NULL && f->daddr[i] != PROBE_JOURNAL_NO_OFFSET)) {
+        /* the journal, the pack index or the dataset's layout gave the bytes' offset */
+        if ((s = own_fd(f)) != PROBE_OK) {
             f->cur.index = (size_t)-1;
+            return s;
         }
-        f->cur.addr = f->jaddr[i];
-        return s;
+        f->cur.fd = f->pfd;
+        f->cur.addr = at_j ? f->jaddr[i] : f->daddr[i];
+        return PROBE_OK;
     }
     H5E_BEGIN_TRY {
         /* A chunked dataset is read a range at a time: a chunk cache that
@@ -1766,7 +1907,7 @@ static probe_status range_open(probe_file *f, size_t i)
                    (uint64_t)H5Sget_simple_extent_npoints(f->cur.fsp) != t->n) {
             s = probe_set_error(PROBE_EFORMAT, "%s: %s: dataset changed since the file was opened",
                                 f->path, t->path);
-        } else if ((s = check_contained(f->cur.d, f->path, t->path)) == PROBE_OK &&
+        } else if ((s = check_contained(f->cur.d, f->path, t->path, NULL)) == PROBE_OK &&
                    (s = raw_pieces(f, t, f->cur.d, f->cur.ft, f->cur.mt, &f->cur.segs,
                                    &f->cur.nsegs)) == PROBE_OK && f->cur.segs != NULL) {
             f->cur.segs_owned = 1;
@@ -1778,8 +1919,10 @@ static probe_status range_open(probe_file *f, size_t i)
                          H5Tequal(f->cur.ft, f->cur.mt) > 0;
             if (dcpl >= 0)
                 H5Pclose(dcpl);
-            if (direct && (f->cur.fd = open(f->path, O_RDONLY | O_CLOEXEC)) >= 0)
+            if (direct && own_fd(f) == PROBE_OK) {
+                f->cur.fd = f->pfd;
                 f->cur.addr = (uint64_t)addr;
+            }
         }
     } H5E_END_TRY;
     if (s != PROBE_OK)
@@ -1930,7 +2073,7 @@ static probe_status read_summary_record(probe_file *f, const probe_tensor_info *
         hid_t d = H5Dopen2(f->file, t->path, H5P_DEFAULT);
         hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(probe_summary));
         herr_t r = d >= 0 && mt >= 0 ? 0 : -1;
-        probe_status c = d >= 0 ? check_contained(d, f->path, t->path) : PROBE_OK;
+        probe_status c = d >= 0 ? check_contained(d, f->path, t->path, NULL) : PROBE_OK;
         if (c != PROBE_OK)
             r = -1;
         static const char *const u64[] = {"n", "n_finite", "nan", "inf"};
@@ -2126,21 +2269,38 @@ static int pread_full(int fd, void *dst, size_t n, uint64_t off)
     return 0;
 }
 
-/* Elements [first, first + count) of recovered tensor i into dst. */
-static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint64_t count, void *dst)
+/* f->pfd, opened on first use: PROBE_OK or PROBE_EIO. */
+static probe_status own_fd(probe_file *f)
+{
+    if (f->pfd < 0 && (f->pfd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0)
+        return probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
+    return PROBE_OK;
+}
+
+/* Elements [first, first + count) of tensor i, whose bytes start at byte
+ * base of the file, into dst. */
+static probe_status read_at(probe_file *f, size_t i, uint64_t base, uint64_t first, uint64_t count,
+                            void *dst)
 {
     const probe_tensor_info *t = &f->t[i];
     size_t esize = probe_dtype_size(t->dtype);
     if (count == 0)
         return PROBE_OK;
-    if (f->pfd < 0 && (f->pfd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0)
-        return probe_set_error(PROBE_EIO, "%s: %s", f->path, strerror(errno));
-    int r = pread_full(f->pfd, dst, (size_t)count * esize, f->jaddr[i] + first * esize);
+    probe_status s = own_fd(f);
+    if (s != PROBE_OK)
+        return s;
+    int r = pread_full(f->pfd, dst, (size_t)count * esize, base + first * esize);
     int e = errno;
     if (r != 0)
         return probe_set_error(e ? PROBE_EIO : PROBE_EFORMAT, "%s: %s: cannot read (%s)", f->path,
                                t->path, e ? strerror(e) : "file truncated");
     return PROBE_OK;
+}
+
+/* Elements [first, first + count) of recovered or packed tensor i into dst. */
+static probe_status read_recovered(probe_file *f, size_t i, uint64_t first, uint64_t count, void *dst)
+{
+    return read_at(f, i, f->jaddr[i], first, count, dst);
 }
 
 /* 1 when the bytes of TENSOR record r hash (XXH64) to its hash, 0 when not

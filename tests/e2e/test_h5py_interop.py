@@ -230,11 +230,27 @@ def part_b(tmp):
         data["/chunked/gzip"] = gz
         f.create_dataset("/text", data=np.array(["alpha", "beta"], dtype=h5py.string_dtype()))
         f.create_dataset("/compound", data=np.array([(1, 2.0), (3, 4.0)], dtype=[("a", "<i4"), ("b", "<f8")]))
+        # storage layouts other than allocated contiguous: compact (elements in
+        # the object header) and contiguous never written (the fill value)
+        cv = rng.standard_normal((3, 4)).astype("<f4")
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        f.require_group("/layout")
+        ds = h5py.h5d.create(f.id, b"/layout/compact", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple(cv.shape),
+                             dcpl=dcpl)
+        ds.write(h5py.h5s.ALL, h5py.h5s.ALL, cv)
+        data["/layout/compact"] = cv
+        f.create_dataset("/layout/unwritten", shape=(2, 3), dtype="<f4", fillvalue=7.5)
+        data["/layout/unwritten"] = np.full((2, 3), 7.5, "<f4")
         f["/soft_link"] = h5py.SoftLink("/float/f4")
         f["/external_link"] = h5py.ExternalLink("elsewhere.h5", "/x")
     with h5py.File(path, "r") as f:
         check(f["/chunked/gzip"].compression == "gzip" and f["/float/f4_big_endian"].dtype.byteorder == ">",
               "h5py wrote gzip and big-endian datasets")
+        check(f["/layout/compact"].id.get_create_plist().get_layout() == h5py.h5d.COMPACT and
+              f["/layout/unwritten"].id.get_offset() is None and
+              f["/float/f4"].id.get_offset() is not None,
+              "h5py wrote a compact dataset, an unallocated one and allocated contiguous ones")
 
     dump = parse_dump(path)
     check(dump["ignored"] == 2, f"string and compound datasets are ignored (ignored = {dump['ignored']})")
@@ -251,7 +267,8 @@ def part_b(tmp):
         little = v.astype(v.dtype.newbyteorder("<")) if v.dtype != bool else v.astype("u1")
         check(t["raw"] == np.ascontiguousarray(little).tobytes(), f"{p}: raw bytes are the little-endian values")
     print(f"(b) h5py -> probe reader: {len(data)} tensors equal numpy exactly "
-          f"(f2/f4/f8, >f4/>f8, i1..i8, u1..u8, >i4, bool, gzip, nested, 0-d, empty); "
+          f"(f2/f4/f8, >f4/>f8, i1..i8, u1..u8, >i4, bool, gzip, compact, unwritten, nested, 0-d, "
+          f"empty); "
           f"string and compound ignored; links not followed")
 
 
