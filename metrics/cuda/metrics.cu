@@ -615,16 +615,10 @@ __device__ __forceinline__ void count_nonfinite(double r, double c, uint64_t rb,
     }
 }
 
-/* Add 1 to the shared-memory bin h[bin] when on: a predicated reduction, not
- * a branch around an atomic (the fused pass meets it at every element). */
-__device__ __forceinline__ void hist_add(unsigned *h, unsigned bin, int on)
-{
-    unsigned addr = (unsigned)__cvta_generic_to_shared(h + bin);
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %1, 0;\n\t@p red.shared.add.u32 [%0], 1;\n\t}"
-                 :
-                 : "r"(addr), "r"(on)
-                 : "memory");
-}
+/* Shared level-0 histogram: L0BINS bins, then one spare bin per lane of a
+ * warp (HIST0_SPARE), never flushed. */
+#define HIST0_SPARE 32
+#define HIST0_SHARED (L0BINS + HIST0_SPARE)
 
 /* The level-0 bin of a nonzero |d| = ad: 2p for the value p * 2^51 itself
  * (the bits below the 12-bit prefix p all zero: 2^e or 1.5 * 2^e, the
@@ -662,10 +656,10 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
     __shared__ double shd[THREADS / 32];
     __shared__ uint64_t sho[THREADS / 32];
     __shared__ unsigned long long shu[THREADS / 32];
-    __shared__ unsigned shh[L0BINS];
+    __shared__ unsigned shh[HIST0_SHARED];
     const int keep_hist = o.hist != NULL;
     if (keep_hist) {
-        for (int i = threadIdx.x; i < L0BINS; i += THREADS)
+        for (int i = threadIdx.x; i < HIST0_SHARED; i += THREADS)
             shh[i] = 0;
         __syncthreads();
     }
@@ -734,7 +728,8 @@ fused_kernel(const unsigned char *ref, int rdt, const unsigned char *cand, int c
         s_r4 = fma(rr, rr, s_r4);                                                                  \
         cnt[C_ZERO] += ad == 0.0;                                                                  \
         if (keep_hist)                                                                             \
-            hist_add(shh, hist0_bin(ad), ad != 0.0);                                               \
+            /* every element adds 1 (no predicate): a zero |d| to its lane's spare */              \
+            atomicAdd(&shh[ad != 0.0 ? hist0_bin(ad) : L0BINS + (threadIdx.x & 31)], 1u);          \
     } while (0)
 /* max |d| and its first position p */
 #define ELEM_MAXD(ad, p)                                                                           \
