@@ -1855,10 +1855,10 @@ static void range_close(probe_file *f)
     f->cur.index = (size_t)-1;
 }
 
-/* Open tensor i for range reads. A contiguous dataset whose file type is the
- * memory type (no conversion) and that is allocated is read with pread()
- * straight from the file; anything else (chunked, compressed, big-endian,
- * converted types) through H5Dread with a hyperslab selection. */
+/* Open tensor i for range reads. A tensor with an offset (daddr, jaddr) or
+ * raw-file pieces is read with pread(); anything else (chunked, compressed,
+ * big-endian, converted types, compact) through H5Dread with a hyperslab
+ * selection. */
 static probe_status range_open(probe_file *f, size_t i)
 {
     if (f->cur.index == i)
@@ -1911,18 +1911,6 @@ static probe_status range_open(probe_file *f, size_t i)
                    (s = raw_pieces(f, t, f->cur.d, f->cur.ft, f->cur.mt, &f->cur.segs,
                                    &f->cur.nsegs)) == PROBE_OK && f->cur.segs != NULL) {
             f->cur.segs_owned = 1;
-        } else if (s == PROBE_OK) {
-            hid_t dcpl = H5Dget_create_plist(f->cur.d);
-            haddr_t addr = H5Dget_offset(f->cur.d);
-            int direct = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
-                         H5Pget_external_count(dcpl) == 0 && addr != HADDR_UNDEF &&
-                         H5Tequal(f->cur.ft, f->cur.mt) > 0;
-            if (dcpl >= 0)
-                H5Pclose(dcpl);
-            if (direct && own_fd(f) == PROBE_OK) {
-                f->cur.fd = f->pfd;
-                f->cur.addr = (uint64_t)addr;
-            }
         }
     } H5E_END_TRY;
     if (s != PROBE_OK)
